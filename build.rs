@@ -1,0 +1,11 @@
+//! Compiles the CRI v1 protocol under `proto/` with protox (pure Rust, so no protoc is needed).
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto");
+    let descriptors = protox::compile(["runtime/v1/api.proto"], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        // The server half serves the CRI fault proxy in the test sandbox.
+        .build_server(true)
+        .compile_fds(descriptors)?;
+    Ok(())
+}

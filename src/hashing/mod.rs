@@ -1,0 +1,1 @@
+//! Kubelet-compatible container hashes (see issue 3).
