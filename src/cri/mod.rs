@@ -1,7 +1,78 @@
-//! A thin client for the CRI v1 runtime and image services over a unix socket.
+//! A thin client for the CRI v1 runtime and image services over the runtime's unix socket.
+//!
+//! Every call has a timeout; only idempotent calls are retried (capped exponential backoff with
+//! jitter), so a kill or an exec is never sent twice behind the caller's back.
+
+mod client;
+mod endpoint;
+pub mod labels;
+
+pub use client::{CriClient, CriConfig, RuntimeInfo};
+pub use endpoint::{CriEndpoint, DISCOVERY_ORDER};
 
 /// Generated CRI v1 protocol types and gRPC stubs (`runtime.v1`).
-#[allow(clippy::all, missing_docs)]
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod proto {
     tonic::include_proto!("runtime.v1");
+}
+
+use std::time::Duration;
+
+/// What can go wrong talking to the container runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum CriError {
+    #[error(
+        "no CRI socket found (tried {tried}); pass --cri-endpoint unix:///path/to/runtime.sock"
+    )]
+    NoEndpoint { tried: String },
+    #[error("invalid CRI endpoint {0:?}: expected unix:///absolute/path or /absolute/path")]
+    InvalidEndpoint(String),
+    #[error(
+        "the runtime at {endpoint} does not speak CRI v1 ({detail}); inplaced needs a runtime \
+         serving runtime.v1 (containerd >= 1.6, CRI-O >= 1.23, cri-dockerd >= 0.3)"
+    )]
+    NotCriV1 { endpoint: String, detail: String },
+    #[error("CRI runtime at {endpoint} is unavailable ({method}): {detail}")]
+    Unavailable {
+        endpoint: String,
+        method: &'static str,
+        detail: String,
+    },
+    #[error("CRI {method} timed out after {timeout:?}")]
+    Timeout {
+        method: &'static str,
+        timeout: Duration,
+    },
+    #[error("CRI {method} failed: {code:?}: {message}")]
+    Call {
+        method: &'static str,
+        code: tonic::Code,
+        message: String,
+    },
+}
+
+impl CriError {
+    /// True when the call may have not reached the runtime at all, or the runtime went away
+    /// mid-call (containerd restarting): worth retrying if the call is idempotent.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            CriError::Unavailable { .. } | CriError::Timeout { .. }
+        )
+    }
+
+    /// The gRPC status code, for metrics labels (`Timeout` counts as DeadlineExceeded).
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            CriError::Call { code, .. } => *code,
+            CriError::Timeout { .. } => tonic::Code::DeadlineExceeded,
+            CriError::Unavailable { .. } => tonic::Code::Unavailable,
+            _ => tonic::Code::FailedPrecondition,
+        }
+    }
+
+    /// NotFound from the runtime: the container or sandbox is gone.
+    pub fn is_not_found(&self) -> bool {
+        self.code() == tonic::Code::NotFound
+    }
 }

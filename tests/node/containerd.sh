@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# containerd.sh — the real containerd (CRI plugin) + runc that inplaced's tests and sandbox talk to.
+#
+#   containerd.sh up       install packages when missing, build + import the images, write the
+#                          project's config, start containerd in the background, wait for CRI.
+#                          Idempotent: does nothing but check when it is already up.
+#   containerd.sh down     stop every container and sandbox, stop containerd, unmount and remove
+#                          its state, the pod cgroups under $INPLACED_TEST_CGROUP_ROOT. Idempotent.
+#   containerd.sh stop-daemon / start-daemon
+#                          stop only the containerd process (containers keep running, state is
+#                          kept) and start it again: for tests of a runtime restart.
+#   containerd.sh status   exit 0 when running; prints the endpoint.
+#   containerd.sh endpoint print the CRI endpoint (unix://...).
+#
+# Environment (optional):
+#   INPLACED_TEST_CRI_BASE     state directory (default /run/inplaced-test); the socket lives in it,
+#                              so keep it short (unix socket paths are limited to ~100 bytes)
+#   INPLACED_TEST_CGROUP_ROOT  cgroup parent under which tests put pod cgroups (default inplaced-test)
+#
+# Facts this relies on are in ../shared/reference/node-runtime.md: PID 1 is not systemd (we start
+# containerd ourselves, cgroupfs driver), root lacks CAP_SYS_RESOURCE (restrict_oom_score_adj), no
+# registry (images are built here from busybox-static and imported), one containerd per machine.
+set -euo pipefail
+
+BASE=${INPLACED_TEST_CRI_BASE:-/run/inplaced-test}
+CGROUP_ROOT=${INPLACED_TEST_CGROUP_ROOT:-inplaced-test}
+PAUSE_IMAGE=localhost/pause:local
+TEST_IMAGE=localhost/busybox:local
+SOCK=$BASE/containerd.sock
+PIDFILE=$BASE/containerd.pid
+CTR=(ctr --address "$SOCK" -n k8s.io)
+
+T0=$(date +%s%N)
+log() { printf '[containerd.sh %5dms] %s\n' "$(( ($(date +%s%N) - T0) / 1000000 ))" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+running() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+
+install_packages() {
+  local missing=() p
+  for p in containerd runc busybox-static; do
+    [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "apt-get install ${missing[*]}"
+  apt-get update -qq
+  # RUNLEVEL=1 keeps invoke-rc.d from starting the distribution's own containerd service.
+  DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+pick_snapshotter() {
+  local d; d=$(mktemp -d "$BASE/ovl-probe.XXXX")
+  mkdir -p "$d"/{l,u,w,m}
+  if mount -t overlay overlay -o "lowerdir=$d/l,upperdir=$d/u,workdir=$d/w" "$d/m" 2>/dev/null; then
+    umount "$d/m"; rm -rf "$d"; echo overlayfs
+  else
+    rm -rf "$d"; echo native
+  fi
+}
+
+# runc cannot set the sandbox's oom_score_adj without CAP_SYS_RESOURCE (bit 24 of CapEff).
+restrict_oom() {
+  local eff; eff=$(awk '/^CapEff/{print $2}' /proc/self/status)
+  if (( (16#$eff >> 24) & 1 )); then echo false; else echo true; fi
+}
+
+write_config() {
+  mkdir -p "$BASE"/{root,state}
+  cat > "$BASE/config.toml" <<EOF
+version = 2
+root = "$BASE/root"
+state = "$BASE/state"
+[grpc]
+  address = "$SOCK"
+[ttrpc]
+  address = "$SOCK.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  restrict_oom_score_adj = $2
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "$1"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$BASE/cni/net.d"
+EOF
+}
+
+# One OCI layout with two names for the same busybox image: the test image and the sandbox image.
+# Built reproducibly (sorted, mtime 0, gzip -n), so rebuilding gives the same digests.
+build_images() {
+  local w r; w=$(mktemp -d "$BASE/img.XXXX"); r=$w/rootfs
+  mkdir -p "$r"/{bin,dev,etc,proc,sys,root,var,run,usr/bin,sbin,tmp} "$w/oci/blobs/sha256"
+  chmod 1777 "$r/tmp"; chmod 700 "$r/root"
+  cp /bin/busybox "$r/bin/busybox"
+  local applet
+  for applet in $(/bin/busybox --list); do [ "$applet" = busybox ] || ln -s busybox "$r/bin/$applet"; done
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$r/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' > "$r/etc/group"
+  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$r" -cf "$w/layer.tar" .
+  local diffid; diffid=$(sha256sum < "$w/layer.tar" | cut -d' ' -f1)
+  gzip -n -c "$w/layer.tar" > "$w/layer.tgz"
+  put() { local d; d=$(sha256sum < "$1" | cut -d' ' -f1); cp "$1" "$w/oci/blobs/sha256/$d"; echo "$d $(stat -c %s "$1")"; }
+  local layer lsize cfg csize man msize
+  read -r layer lsize < <(put "$w/layer.tgz")
+  printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"Cmd":["/bin/sleep","infinity"],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created_by":"inplaced tests/node/containerd.sh from busybox-static"}]}' "$diffid" > "$w/config.json"
+  read -r cfg csize < <(put "$w/config.json")
+  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%s}]}' "$cfg" "$csize" "$layer" "$lsize" > "$w/manifest.json"
+  read -r man msize < <(put "$w/manifest.json")
+  local entries="" name
+  for name in "$TEST_IMAGE" "$PAUSE_IMAGE"; do
+    entries+="${entries:+,}{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"sha256:$man\",\"size\":$msize,\"platform\":{\"architecture\":\"amd64\",\"os\":\"linux\"},\"annotations\":{\"io.containerd.image.name\":\"$name\",\"org.opencontainers.image.ref.name\":\"${name##*:}\"}}"
+  done
+  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[%s]}' "$entries" > "$w/oci/index.json"
+  printf '{"imageLayoutVersion":"1.0.0"}' > "$w/oci/oci-layout"
+  tar -C "$w/oci" -cf "$BASE/images.tar" oci-layout index.json blobs
+  rm -rf "$w"
+}
+
+start_containerd() {
+  # Own session and no inherited stdio: containerd must outlive this shell and not hold its pipes.
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    setsid nohup containerd --config "$BASE/config.toml" >>"$BASE/containerd.log" 2>&1 </dev/null &
+  echo $! > "$PIDFILE"
+  local _
+  for _ in $(seq 1 300); do
+    "${CTR[@]}" version >/dev/null 2>&1 && break
+    running || { tail -20 "$BASE/containerd.log" >&2; die "containerd exited"; }
+    sleep 0.1
+  done
+  "${CTR[@]}" plugins ls 2>/dev/null | grep -qE '^io\.containerd\.grpc\.v1 +cri +\S+ +ok' \
+    || { tail -20 "$BASE/containerd.log" >&2; die "the CRI plugin did not load"; }
+}
+
+up() {
+  [ "$(id -u)" = 0 ] || die "must run as root"
+  if running; then log "containerd already running (pid $(cat "$PIDFILE"))"; echo "unix://$SOCK"; return 0; fi
+  if pgrep -x containerd >/dev/null; then
+    die "another containerd is running on this machine (pid $(pgrep -x containerd | tr '\n' ' ')); containerd 1.6 allows one per machine"
+  fi
+  mkdir -p "$BASE"
+  install_packages
+  local snapshotter; snapshotter=$(pick_snapshotter)
+  write_config "$snapshotter" "$(restrict_oom)"
+  build_images
+  start_containerd
+  "${CTR[@]}" images import --snapshotter "$snapshotter" "$BASE/images.tar" >/dev/null
+  "${CTR[@]}" images ls -q | grep -qx "$PAUSE_IMAGE" || die "image import failed"
+  log "containerd $(containerd --version | awk '{print $3}') pid $(cat "$PIDFILE"), snapshotter $snapshotter: unix://$SOCK"
+  echo "unix://$SOCK"
+}
+
+# Pod cgroups are made by runc under each controller but never removed by containerd.
+remove_pod_cgroups() {
+  local controller dir
+  for controller in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
+    dir=$controller$CGROUP_ROOT
+    [ -d "$dir" ] || continue
+    find "$dir" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+}
+
+stop_daemon() {
+  running || die "containerd is not running"
+  local pid; pid=$(cat "$PIDFILE")
+  kill "$pid"
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  if kill -0 "$pid" 2>/dev/null; then log "containerd did not stop on SIGTERM: SIGKILL"; kill -9 "$pid"; fi
+  rm -f "$PIDFILE"
+}
+
+down() {
+  if running; then
+    local id pid
+    for id in $("${CTR[@]}" tasks ls -q 2>/dev/null); do
+      "${CTR[@]}" tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
+    done
+    for id in $("${CTR[@]}" tasks ls -q 2>/dev/null); do
+      "${CTR[@]}" tasks delete -f "$id" >/dev/null 2>&1 || true
+    done
+    pid=$(cat "$PIDFILE")
+    stop_daemon
+    log "containerd (pid $pid) stopped"
+  fi
+  # Leftover shims of containers we started (they outlive containerd by design).
+  local shim
+  for shim in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" 2>/dev/null || true); do
+    kill -9 "$shim" 2>/dev/null || true
+  done
+  if [ -d "$BASE" ]; then
+    awk -v b="$BASE/" 'index($5, b) == 1 {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
+      umount -l "$m" 2>/dev/null || true
+    done
+    rm -rf "$BASE"
+  fi
+  remove_pod_cgroups
+}
+
+case "${1:-up}" in
+  up) up ;;
+  down) down ;;
+  stop-daemon) stop_daemon ;;
+  start-daemon) running || start_containerd ;;
+  status) if running; then echo "running pid $(cat "$PIDFILE") unix://$SOCK"; else echo stopped; exit 1; fi ;;
+  endpoint) echo "unix://$SOCK" ;;
+  *) echo "usage: $0 up|down|stop-daemon|start-daemon|status|endpoint" >&2; exit 2 ;;
+esac

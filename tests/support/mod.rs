@@ -1,0 +1,179 @@
+//! Shared pieces of the integration tests that talk to the real containerd brought up by
+//! `tests/node/containerd.sh up` (the README's test command does that first).
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::collections::HashMap;
+
+use inplaced::cri::labels;
+use inplaced::cri::proto::*;
+use inplaced::cri::{CriClient, CriConfig, CriEndpoint};
+
+pub const TEST_IMAGE: &str = "localhost/busybox:local";
+
+/// The endpoint of the test containerd: `$INPLACED_TEST_CRI_ENDPOINT`, else the script's default.
+pub fn endpoint() -> CriEndpoint {
+    let text = std::env::var("INPLACED_TEST_CRI_ENDPOINT")
+        .unwrap_or_else(|_| "unix:///run/inplaced-test/containerd.sock".into());
+    CriEndpoint::parse(&text).expect("INPLACED_TEST_CRI_ENDPOINT")
+}
+
+/// A client for the test containerd. Tests fail (never skip) when it is not up.
+pub fn client() -> CriClient {
+    CriClient::new(CriConfig::new(endpoint()))
+}
+
+/// The cgroup parent under which test pods live (removed by `containerd.sh down`).
+pub fn cgroup_root() -> String {
+    std::env::var("INPLACED_TEST_CGROUP_ROOT").unwrap_or_else(|_| "inplaced-test".into())
+}
+
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", rand::random::<u32>())
+}
+
+/// A host-network pod sandbox created the way kubelet creates one.
+pub struct TestPod {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub sandbox_id: String,
+    pub config: PodSandboxConfig,
+}
+
+impl TestPod {
+    pub async fn run(client: &CriClient, prefix: &str) -> TestPod {
+        let name = unique(prefix);
+        let namespace = "inplaced-test".to_string();
+        let uid = format!(
+            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+            rand::random::<u32>(),
+            rand::random::<u16>(),
+            rand::random::<u16>() & 0xfff,
+            rand::random::<u16>() & 0xfff,
+            rand::random::<u64>() & 0xffff_ffff_ffff
+        );
+        let mut sandbox_labels = HashMap::from([("app".to_string(), prefix.to_string())]);
+        sandbox_labels.insert(labels::POD_NAME.into(), name.clone());
+        sandbox_labels.insert(labels::POD_NAMESPACE.into(), namespace.clone());
+        sandbox_labels.insert(labels::POD_UID.into(), uid.clone());
+        let config = PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: name.clone(),
+                uid: uid.clone(),
+                namespace: namespace.clone(),
+                attempt: 0,
+            }),
+            // Host network: no CNI here. kubelet leaves the hostname empty for such pods.
+            hostname: String::new(),
+            labels: sandbox_labels,
+            annotations: HashMap::from([("example.com/owner".to_string(), "tests".to_string())]),
+            linux: Some(LinuxPodSandboxConfig {
+                cgroup_parent: format!("/{}/kubepods/burstable/pod{uid}", cgroup_root()),
+                security_context: Some(LinuxSandboxSecurityContext {
+                    namespace_options: Some(NamespaceOption {
+                        network: NamespaceMode::Node as i32,
+                        pid: NamespaceMode::Container as i32,
+                        ipc: NamespaceMode::Pod as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let sandbox_id = client
+            .run_pod_sandbox(config.clone())
+            .await
+            .expect("RunPodSandbox");
+        TestPod {
+            name,
+            namespace,
+            uid,
+            sandbox_id,
+            config,
+        }
+    }
+
+    /// Creates and starts a container with kubelet's labels and annotations.
+    pub async fn start_container(
+        &self,
+        client: &CriClient,
+        name: &str,
+        script: &str,
+        stored_hash: &str,
+    ) -> String {
+        let config = ContainerConfig {
+            metadata: Some(ContainerMetadata {
+                name: name.into(),
+                attempt: 0,
+            }),
+            image: Some(ImageSpec {
+                image: TEST_IMAGE.into(),
+                ..Default::default()
+            }),
+            command: vec!["/bin/sh".into(), "-c".into()],
+            args: vec![script.into()],
+            labels: HashMap::from([
+                (labels::POD_NAME.to_string(), self.name.clone()),
+                (labels::POD_NAMESPACE.to_string(), self.namespace.clone()),
+                (labels::POD_UID.to_string(), self.uid.clone()),
+                (labels::CONTAINER_NAME.to_string(), name.to_string()),
+            ]),
+            annotations: HashMap::from([
+                (labels::CONTAINER_HASH.to_string(), stored_hash.to_string()),
+                (labels::CONTAINER_RESTART_COUNT.to_string(), "0".to_string()),
+                (
+                    labels::CONTAINER_TERMINATION_MESSAGE_PATH.to_string(),
+                    "/dev/termination-log".to_string(),
+                ),
+                (
+                    labels::CONTAINER_TERMINATION_MESSAGE_POLICY.to_string(),
+                    "File".to_string(),
+                ),
+                (
+                    labels::POD_TERMINATION_GRACE_PERIOD.to_string(),
+                    "30".to_string(),
+                ),
+            ]),
+            linux: Some(LinuxContainerConfig {
+                resources: Some(LinuxContainerResources {
+                    cpu_period: 100_000,
+                    cpu_quota: 50_000,
+                    cpu_shares: 256,
+                    memory_limit_in_bytes: 64 << 20,
+                    ..Default::default()
+                }),
+                security_context: Some(LinuxContainerSecurityContext {
+                    namespace_options: Some(NamespaceOption {
+                        network: NamespaceMode::Node as i32,
+                        // Own PID namespace: the process is PID 1, as under a real kubelet.
+                        pid: NamespaceMode::Container as i32,
+                        ipc: NamespaceMode::Pod as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        };
+        let id = client
+            .create_container(&self.sandbox_id, config, self.config.clone())
+            .await
+            .expect("CreateContainer");
+        client.start_container(&id).await.expect("StartContainer");
+        id
+    }
+
+    /// Stops and removes the sandbox with its containers.
+    pub async fn remove(self, client: &CriClient) {
+        client
+            .stop_pod_sandbox(&self.sandbox_id)
+            .await
+            .expect("StopPodSandbox");
+        client
+            .remove_pod_sandbox(&self.sandbox_id)
+            .await
+            .expect("RemovePodSandbox");
+    }
+}
