@@ -1,1 +1,316 @@
 //! In-memory Kubernetes API server double (issue 5).
+//!
+//! A real HTTP/1.1 server on 127.0.0.1 that kube-rs talks to as if it were kube-apiserver,
+//! for the resources inplaced uses: pods (with `status` and `resize`), nodes, events,
+//! kruise ContainerRecreateRequests and inplaced ContainerResizeRequests. Tests reach the
+//! store directly for setup and assertions, inject faults, and read an audit log.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use apiserver_double::{ApiServer, ServerConfig, Fault, RequestMatch};
+//! use serde_json::json;
+//!
+//! let server = ApiServer::start(ServerConfig::default()).await?;
+//! server.store().create("nodes", json!({"metadata": {"name": "node-1"}})).unwrap();
+//! server.faults().add(Fault::respond(503).on(RequestMatch::any().verb("list")).once());
+//! let kubeconfig = server.kubeconfig(None); // hand to kube::config::Kubeconfig::from_yaml
+//! # let _ = kubeconfig;
+//! assert!(server.audit().entries().is_empty());
+//! # Ok(()) }
+//! ```
+
+pub mod audit;
+pub mod discovery;
+pub mod error;
+pub mod faults;
+mod http;
+pub mod patch;
+pub mod resources;
+pub mod rules;
+pub mod selectors;
+pub mod store;
+mod util;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::{JoinHandle, JoinSet};
+
+pub use audit::{AuditEntry, AuditLog, RequestInfo};
+pub use error::{ApiError, ApiResult};
+pub use faults::{Fault, FaultAction, FaultController, FaultId, RequestMatch};
+pub use resources::ResourceDef;
+pub use rules::Endpoint;
+pub use store::Store;
+
+/// Server settings. `Default` suits tests: ephemeral port, anonymous access.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where to listen; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Changes remembered per resource; watches or snapshot reads from before the
+    /// window get `410 Gone`. Keep it small in tests that exercise relists.
+    pub history_limit: usize,
+    /// How often a watch that allows bookmarks gets one.
+    pub bookmark_interval: Duration,
+    /// Bearer token to user name. Requests without a token are `system:anonymous`;
+    /// an unknown token gets 401.
+    pub tokens: HashMap<String, String>,
+    /// Pods on a node are deleted gracefully (deletionTimestamp set, object kept until a
+    /// delete with gracePeriodSeconds=0), as the real server does with a kubelet present.
+    /// Off by default: without a kubelet such pods would never go away.
+    pub graceful_pod_deletion: bool,
+    /// More custom resources to serve, e.g. [`ResourceDef::custom`].
+    pub extra_resources: Vec<ResourceDef>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            history_limit: 1000,
+            bookmark_interval: Duration::from_secs(60),
+            tokens: HashMap::new(),
+            graceful_pod_deletion: false,
+            extra_resources: vec![],
+        }
+    }
+}
+
+/// A running server. Dropping it stops the listener and every connection.
+pub struct ApiServer {
+    addr: SocketAddr,
+    store: Arc<Store>,
+    faults: Arc<FaultController>,
+    audit: Arc<AuditLog>,
+    task: JoinHandle<()>,
+}
+
+impl ApiServer {
+    /// Bind and start serving in the background on the current tokio runtime.
+    pub async fn start(config: ServerConfig) -> std::io::Result<ApiServer> {
+        let listener = TcpListener::bind(config.listen).await?;
+        let addr = listener.local_addr()?;
+        let mut defs = resources::default_resources();
+        defs.extend(config.extra_resources.iter().cloned());
+        let store = Arc::new(Store::new(
+            defs,
+            config.history_limit,
+            config.graceful_pod_deletion,
+        ));
+        let faults = Arc::new(FaultController::default());
+        let audit = Arc::new(AuditLog::default());
+        let state = Arc::new(http::State {
+            store: store.clone(),
+            faults: faults.clone(),
+            audit: audit.clone(),
+            tokens: config.tokens.clone(),
+            bookmark_interval: config.bookmark_interval,
+            addr,
+        });
+        let task = tokio::spawn(accept_loop(listener, state));
+        Ok(ApiServer {
+            addr,
+            store,
+            faults,
+            audit,
+            task,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Direct access to the objects, bypassing HTTP, faults and audit.
+    pub fn store(&self) -> Objects<'_> {
+        Objects(&self.store)
+    }
+
+    /// The underlying store, for the typed operations (`Store::update` with an endpoint).
+    pub fn raw_store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn faults(&self) -> &FaultController {
+        &self.faults
+    }
+
+    pub fn audit(&self) -> &AuditLog {
+        &self.audit
+    }
+
+    /// A kubeconfig (JSON, which YAML parsers accept) for this server; with `token`, the
+    /// user authenticates with it (see [`ServerConfig::tokens`]).
+    pub fn kubeconfig(&self, token: Option<&str>) -> String {
+        kubeconfig_for(&self.url(), token)
+    }
+
+    pub fn write_kubeconfig(&self, path: &Path, token: Option<&str>) -> std::io::Result<()> {
+        std::fs::write(path, self.kubeconfig(token))
+    }
+
+    /// Stop serving; open connections are closed.
+    pub fn shutdown(self) {
+        drop(self)
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A kubeconfig document pointing at `url`.
+pub fn kubeconfig_for(url: &str, token: Option<&str>) -> String {
+    let user = match token {
+        Some(t) => json!({"token": t}),
+        None => json!({}),
+    };
+    let doc = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "apiserver-double", "cluster": {"server": url}}],
+        "users": [{"name": "apiserver-double", "user": user}],
+        "contexts": [{"name": "apiserver-double",
+                      "context": {"cluster": "apiserver-double", "user": "apiserver-double", "namespace": "default"}}],
+        "current-context": "apiserver-double",
+        "preferences": {}
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
+}
+
+async fn accept_loop(listener: TcpListener, state: Arc<http::State>) {
+    // Owned here so aborting this task (server drop) aborts every connection too.
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                if state.faults.in_outage() {
+                    // Closing at once is what a client of a dead server sees.
+                    drop(stream);
+                    continue;
+                }
+                let st = state.clone();
+                conns.spawn(async move {
+                    let svc = service_fn(move |req| http::handle(st.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+/// Test-side object access by resource name (`pods`, `nodes`, `events`,
+/// `events.events.k8s.io`, `containerrecreaterequests.apps.kruise.io`,
+/// `containerresizerequests.inplaced.io`). Writes here are privileged: no subresource
+/// rules, status kept on create, but resourceVersion, uid, generation, history and watch
+/// events behave as for HTTP writes.
+pub struct Objects<'a>(&'a Store);
+
+impl Objects<'_> {
+    fn def(&self, resource: &str) -> ApiResult<Arc<ResourceDef>> {
+        self.0
+            .resolve(resource)
+            .ok_or_else(|| ApiError::bad_request(format!("unknown resource {resource:?}")))
+    }
+
+    /// Create; the namespace comes from `metadata.namespace` (default `default`).
+    pub fn create(&self, resource: &str, obj: Value) -> ApiResult<Value> {
+        let def = self.def(resource)?;
+        let ns = util::namespace_of(&obj);
+        let ns = if ns.is_empty() { "default" } else { ns }.to_owned();
+        self.0.create(&def, &ns, obj, true)
+    }
+
+    /// `namespace` is ignored for cluster-scoped resources.
+    pub fn get(&self, resource: &str, namespace: &str, name: &str) -> Option<Value> {
+        let def = self.def(resource).ok()?;
+        self.0.get(&def, namespace, name).ok()
+    }
+
+    /// All objects, or those of one namespace when `namespace` is non-empty.
+    pub fn list(&self, resource: &str, namespace: &str) -> Vec<Value> {
+        let Ok(def) = self.def(resource) else {
+            return vec![];
+        };
+        let filter = selectors::Filter {
+            namespace: Some(namespace.to_owned()).filter(|n| !n.is_empty()),
+            ..Default::default()
+        };
+        self.0
+            .list(&def, &filter, &store::ListOptions::default())
+            .map(|r| r.items)
+            .unwrap_or_default()
+    }
+
+    /// Replace the whole object (status included); a set resourceVersion must be current.
+    pub fn replace(&self, resource: &str, obj: Value) -> ApiResult<Value> {
+        let def = self.def(resource)?;
+        let ns = util::namespace_of(&obj).to_owned();
+        let ns = if ns.is_empty() && def.namespaced {
+            "default".to_owned()
+        } else {
+            ns
+        };
+        let name = util::name_of(&obj).to_owned();
+        let mode = store::WriteMode {
+            endpoint: Endpoint::Main,
+            is_patch: true,
+            privileged: true,
+        };
+        self.0.update(&def, &ns, &name, mode, |_| Ok(obj))
+    }
+
+    /// Apply a JSON merge patch to the whole object (status included).
+    pub fn merge_patch(
+        &self,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        patch: Value,
+    ) -> ApiResult<Value> {
+        let def = self.def(resource)?;
+        let mode = store::WriteMode {
+            endpoint: Endpoint::Main,
+            is_patch: true,
+            privileged: true,
+        };
+        self.0.update(&def, namespace, name, mode, |cur| {
+            patch::apply(&def, patch::PatchType::Merge, cur, &patch)
+        })
+    }
+
+    /// Delete as an HTTP delete without options would (finalizers respected).
+    pub fn delete(&self, resource: &str, namespace: &str, name: &str) -> ApiResult<Value> {
+        let def = self.def(resource)?;
+        self.0
+            .delete(&def, namespace, name, &store::DeleteOptions::default())
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.0.resource_version()
+    }
+
+    /// Forget all history so every older resourceVersion answers 410.
+    pub fn compact(&self) {
+        self.0.compact()
+    }
+}

@@ -1,0 +1,61 @@
+//! Standalone API server double, for the local node sandbox: serves until Ctrl-C.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use apiserver_double::{ApiServer, ServerConfig};
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(about = "In-memory Kubernetes API server double (test use only)")]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    listen: SocketAddr,
+    /// Write a kubeconfig for this server here.
+    #[arg(long)]
+    kubeconfig_out: Option<PathBuf>,
+    /// TOKEN=USER pairs accepted as bearer tokens (repeatable).
+    #[arg(long = "token", value_parser = parse_token)]
+    tokens: Vec<(String, String)>,
+    /// Token to put in the written kubeconfig.
+    #[arg(long)]
+    kubeconfig_token: Option<String>,
+    /// Changes remembered per resource before older resourceVersions answer 410.
+    #[arg(long, default_value_t = 1000)]
+    history_limit: usize,
+    /// Seconds between watch bookmarks.
+    #[arg(long, default_value_t = 60)]
+    bookmark_interval: u64,
+    /// Delete scheduled pods gracefully (they stay until deleted with grace 0).
+    #[arg(long)]
+    graceful_pod_deletion: bool,
+}
+
+fn parse_token(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(t, u)| (t.to_owned(), u.to_owned()))
+        .ok_or_else(|| format!("expected TOKEN=USER, got {s:?}"))
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let args = Args::parse();
+    let config = ServerConfig {
+        listen: args.listen,
+        history_limit: args.history_limit,
+        bookmark_interval: Duration::from_secs(args.bookmark_interval.max(1)),
+        tokens: args.tokens.into_iter().collect::<HashMap<_, _>>(),
+        graceful_pod_deletion: args.graceful_pod_deletion,
+        extra_resources: vec![],
+    };
+    let server = ApiServer::start(config).await?;
+    if let Some(path) = &args.kubeconfig_out {
+        server.write_kubeconfig(path, args.kubeconfig_token.as_deref())?;
+    }
+    eprintln!("apiserver-double listening on {}", server.url());
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}

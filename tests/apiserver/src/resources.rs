@@ -1,0 +1,198 @@
+//! The resources the double serves, described as data so routing, discovery and the
+//! per-resource rules read the same table.
+
+use serde_json::{Value, json};
+
+/// Which lists a strategic merge patch merges by key (the rest are replaced).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmpSchema {
+    /// Custom resources: strategic merge patch is rejected with 415, like the real server.
+    Unsupported,
+    Pod,
+    Node,
+    Event,
+}
+
+/// One served resource.
+#[derive(Debug, Clone)]
+pub struct ResourceDef {
+    /// API group; `""` for the core group.
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub plural: String,
+    pub singular: String,
+    pub namespaced: bool,
+    pub short_names: Vec<String>,
+    /// Has a `/status` subresource (status ignored on the main resource).
+    pub status_subresource: bool,
+    /// Has the `pods/resize` subresource.
+    pub resize_subresource: bool,
+    /// `metadata.generation` is kept and bumped on spec changes.
+    pub generation: bool,
+    /// An update without `metadata.resourceVersion` is accepted (unconditional).
+    pub allow_unconditional_update: bool,
+    /// Field selectors accepted besides `metadata.name`/`metadata.namespace`.
+    pub field_selectors: Vec<String>,
+    pub smp: SmpSchema,
+    /// Custom resource: the status subresource keeps everything but `status`.
+    pub custom: bool,
+}
+
+impl ResourceDef {
+    /// A namespaced custom resource with a status subresource, as a CRD would declare it.
+    pub fn custom(group: &str, version: &str, kind: &str, plural: &str) -> Self {
+        ResourceDef {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+            plural: plural.into(),
+            singular: kind.to_lowercase(),
+            namespaced: true,
+            short_names: vec![],
+            status_subresource: true,
+            resize_subresource: false,
+            generation: true,
+            allow_unconditional_update: false,
+            field_selectors: vec![],
+            smp: SmpSchema::Unsupported,
+            custom: true,
+        }
+    }
+
+    fn core(kind: &str, plural: &str, namespaced: bool) -> Self {
+        ResourceDef {
+            group: String::new(),
+            version: "v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+            singular: kind.to_lowercase(),
+            namespaced,
+            short_names: vec![],
+            status_subresource: false,
+            resize_subresource: false,
+            generation: false,
+            allow_unconditional_update: true,
+            field_selectors: vec![],
+            smp: SmpSchema::Event,
+            custom: false,
+        }
+    }
+
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `pods` or `containerresizerequests.inplaced.io`: the name used in error messages
+    /// and in the store's direct API.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    pub fn details(&self, name: &str) -> Value {
+        let mut d = json!({ "name": name, "kind": self.plural });
+        if !self.group.is_empty() {
+            d["group"] = json!(self.group);
+        }
+        d
+    }
+
+    pub fn has_subresource(&self, sub: &str) -> bool {
+        match sub {
+            "status" => self.status_subresource,
+            "resize" => self.resize_subresource,
+            _ => false,
+        }
+    }
+
+    pub fn subresources(&self) -> Vec<&'static str> {
+        let mut v = vec![];
+        if self.status_subresource {
+            v.push("status");
+        }
+        if self.resize_subresource {
+            v.push("resize");
+        }
+        v
+    }
+}
+
+/// The built-in set: what inplaced and its tests touch.
+pub fn default_resources() -> Vec<ResourceDef> {
+    let mut pods = ResourceDef::core("Pod", "pods", true);
+    pods.short_names = vec!["po".into()];
+    pods.status_subresource = true;
+    pods.resize_subresource = true;
+    // Pod generation tracking is on by default from 1.34.
+    pods.generation = true;
+    pods.field_selectors = [
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    ]
+    .map(String::from)
+    .to_vec();
+    pods.smp = SmpSchema::Pod;
+
+    let mut nodes = ResourceDef::core("Node", "nodes", false);
+    nodes.short_names = vec!["no".into()];
+    nodes.status_subresource = true;
+    nodes.field_selectors = vec!["spec.unschedulable".into()];
+    nodes.smp = SmpSchema::Node;
+
+    let mut events = ResourceDef::core("Event", "events", true);
+    events.short_names = vec!["ev".into()];
+    events.field_selectors = [
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ]
+    .map(String::from)
+    .to_vec();
+
+    let mut new_events = ResourceDef::core("Event", "events", true);
+    new_events.group = "events.k8s.io".into();
+    new_events.short_names = vec!["ev".into()];
+
+    let mut namespaces = ResourceDef::core("Namespace", "namespaces", false);
+    namespaces.short_names = vec!["ns".into()];
+    namespaces.status_subresource = true;
+
+    let mut crr = ResourceDef::custom(
+        "apps.kruise.io",
+        "v1alpha1",
+        "ContainerRecreateRequest",
+        "containerrecreaterequests",
+    );
+    crr.short_names = vec!["crr".into()];
+
+    let resize = ResourceDef::custom(
+        "inplaced.io",
+        "v1alpha1",
+        "ContainerResizeRequest",
+        "containerresizerequests",
+    );
+
+    vec![pods, nodes, events, namespaces, new_events, crr, resize]
+}

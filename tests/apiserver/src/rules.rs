@@ -1,0 +1,349 @@
+//! What each endpoint may change: the main resource, `/status`, and `pods/resize`,
+//! plus the few pod validations that decide whether inplaced's requests would pass.
+
+use serde_json::{Map, Value, json};
+
+use crate::error::{ApiError, ApiResult};
+use crate::resources::{ResourceDef, SmpSchema};
+use crate::util::{finalizers, get_path, name_of};
+
+/// The endpoint a write goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Main,
+    Status,
+    Resize,
+}
+
+impl Endpoint {
+    pub fn from_subresource(sub: Option<&str>) -> Option<Self> {
+        match sub {
+            None => Some(Endpoint::Main),
+            Some("status") => Some(Endpoint::Status),
+            Some("resize") => Some(Endpoint::Resize),
+            Some(_) => None,
+        }
+    }
+}
+
+fn set_or_remove(obj: &mut Value, key: &str, v: Option<&Value>) {
+    if let Some(o) = obj.as_object_mut() {
+        match v {
+            Some(v) => {
+                o.insert(key.to_owned(), v.clone());
+            }
+            None => {
+                o.remove(key);
+            }
+        }
+    }
+}
+
+/// Reset what a create may not set. Pods start Pending with their QoS class, like the
+/// real pod strategy; a CRD with a status subresource drops status on create.
+pub fn prepare_create(def: &ResourceDef, obj: &mut Value) {
+    if def.smp == SmpSchema::Pod {
+        let qos = qos_class(obj);
+        set_or_remove(
+            obj,
+            "status",
+            Some(&json!({"phase": "Pending", "qosClass": qos})),
+        );
+    } else if def.custom && def.status_subresource {
+        set_or_remove(obj, "status", None);
+    }
+}
+
+/// Turn the client's proposed object into the object to store, per endpoint.
+pub fn prepare_update(
+    def: &ResourceDef,
+    ep: Endpoint,
+    old: &Value,
+    new: Value,
+) -> ApiResult<Value> {
+    match ep {
+        Endpoint::Main => {
+            let mut new = new;
+            if def.status_subresource {
+                set_or_remove(&mut new, "status", old.get("status"));
+            }
+            if def.smp == SmpSchema::Pod {
+                check_pod_spec_update(def, old, &new)?;
+            }
+            Ok(new)
+        }
+        Endpoint::Status if def.custom => {
+            // A custom resource's status endpoint changes nothing but status.
+            let mut out = old.clone();
+            set_or_remove(&mut out, "status", new.get("status"));
+            Ok(out)
+        }
+        Endpoint::Status => {
+            // Built-in status endpoints keep spec and owner references; other metadata
+            // (labels, annotations) may change, as with pods/status on the real server.
+            let mut out = new;
+            set_or_remove(&mut out, "spec", old.get("spec"));
+            let owners = get_path(old, "metadata.ownerReferences").cloned();
+            if let Some(m) = out.get_mut("metadata").and_then(Value::as_object_mut) {
+                match owners {
+                    Some(o) => m.insert("ownerReferences".into(), o),
+                    None => m.remove("ownerReferences"),
+                };
+            }
+            Ok(out)
+        }
+        Endpoint::Resize => resize(def, old, &new),
+    }
+}
+
+/// Checks common to every endpoint once the stored object is known.
+pub fn validate_update(def: &ResourceDef, old: &Value, new: &Value) -> ApiResult<()> {
+    if get_path(old, "metadata.deletionTimestamp").is_some() {
+        let before = finalizers(old);
+        let added: Vec<String> = finalizers(new)
+            .into_iter()
+            .filter(|f| !before.contains(f))
+            .collect();
+        if !added.is_empty() {
+            return Err(ApiError::invalid(
+                def,
+                name_of(old),
+                "metadata.finalizers",
+                &format!(
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Fields of a pod spec that an update of the main resource may change. Resources are
+/// not among them since in-place resize moved to the `resize` subresource.
+fn blank_mutable_pod_fields(spec: &Value) -> Value {
+    let mut s = spec.clone();
+    if let Some(o) = s.as_object_mut() {
+        for k in [
+            "activeDeadlineSeconds",
+            "tolerations",
+            "terminationGracePeriodSeconds",
+            "schedulingGates",
+        ] {
+            o.remove(k);
+        }
+        for list in ["containers", "initContainers"] {
+            if let Some(Value::Array(cs)) = o.get_mut(list) {
+                for c in cs.iter_mut().filter_map(Value::as_object_mut) {
+                    c.remove("image");
+                }
+            }
+        }
+    }
+    s
+}
+
+fn check_pod_spec_update(def: &ResourceDef, old: &Value, new: &Value) -> ApiResult<()> {
+    let empty = Value::Object(Map::new());
+    let o = blank_mutable_pod_fields(old.get("spec").unwrap_or(&empty));
+    let n = blank_mutable_pod_fields(new.get("spec").unwrap_or(&empty));
+    if o != n {
+        return Err(ApiError::invalid(
+            def,
+            name_of(old),
+            "spec",
+            "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,\
+             `spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` \
+             (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` \
+             (allow it to be set to 1 if it was previously negative)",
+        ));
+    }
+    Ok(())
+}
+
+/// `pods/resize`: take only `resources` and `resizePolicy` of existing containers (and of
+/// restartable init containers), then check the change is one the real server accepts.
+fn resize(def: &ResourceDef, old: &Value, new: &Value) -> ApiResult<Value> {
+    let mut out = old.clone();
+    for list in ["containers", "initContainers"] {
+        let Some(new_cs) = get_path(new, &format!("spec.{list}")).and_then(Value::as_array) else {
+            continue;
+        };
+        let Some(Value::Array(cs)) = out.get_mut("spec").and_then(|s| s.get_mut(list)) else {
+            continue;
+        };
+        for c in cs.iter_mut() {
+            if list == "initContainers"
+                && c.get("restartPolicy").and_then(Value::as_str) != Some("Always")
+            {
+                continue;
+            }
+            let Some(nc) = new_cs.iter().find(|n| n.get("name") == c.get("name")) else {
+                continue;
+            };
+            set_or_remove(c, "resources", nc.get("resources"));
+            set_or_remove(c, "resizePolicy", nc.get("resizePolicy"));
+            check_resize_resources(def, old, c, nc)?;
+        }
+    }
+    let (before, after) = (qos_class(old), qos_class(&out));
+    if before != after {
+        return Err(ApiError::invalid(
+            def,
+            name_of(old),
+            "spec",
+            &format!(
+                "Invalid value: \"{after}\": Pod QOS Class may not change as a result of resizing"
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+fn check_resize_resources(
+    def: &ResourceDef,
+    pod: &Value,
+    old_c: &Value,
+    new_c: &Value,
+) -> ApiResult<()> {
+    let strip = |c: &Value, which: &str| -> Value {
+        let mut m = get_path(c, &format!("resources.{which}"))
+            .cloned()
+            .unwrap_or(json!({}));
+        if let Some(o) = m.as_object_mut() {
+            o.remove("cpu");
+            o.remove("memory");
+        }
+        m
+    };
+    // `old_c` already holds the new resources; compare the pod's original container.
+    let name = old_c.get("name");
+    let orig = ["containers", "initContainers"].iter().find_map(|l| {
+        get_path(pod, &format!("spec.{l}"))
+            .and_then(Value::as_array)
+            .and_then(|cs| cs.iter().find(|c| c.get("name") == name))
+    });
+    let Some(orig) = orig else { return Ok(()) };
+    for which in ["requests", "limits"] {
+        if strip(orig, which) != strip(new_c, which) {
+            return Err(ApiError::invalid(
+                def,
+                name_of(pod),
+                "spec.containers[*].resources",
+                "Forbidden: only cpu and memory resources are mutable",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Parse a resource quantity into nano-units so `1` and `1000m` compare equal.
+pub fn parse_quantity(s: &str) -> Option<i128> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(s.len());
+    let (num, suffix) = s.split_at(split);
+    let (int_part, frac_part) = num.split_once('.').unwrap_or((num, ""));
+    let neg = int_part.starts_with('-');
+    let int_digits = int_part.trim_start_matches(['+', '-']);
+    if (int_digits.is_empty() && frac_part.is_empty()) || frac_part.len() > 9 {
+        return None;
+    }
+    let int: i128 = if int_digits.is_empty() {
+        0
+    } else {
+        int_digits.parse().ok()?
+    };
+    let frac: i128 = if frac_part.is_empty() {
+        0
+    } else {
+        format!("{frac_part:0<9}").parse().ok()?
+    };
+    let base = int.checked_mul(1_000_000_000)?.checked_add(frac)?;
+    let (mul, div): (i128, i128) = match suffix {
+        "" => (1, 1),
+        "n" => (1, 1_000_000_000),
+        "u" => (1, 1_000_000),
+        "m" => (1, 1000),
+        "k" => (1000, 1),
+        "M" => (1_000_000, 1),
+        "G" => (1_000_000_000, 1),
+        "T" => (1_000_000_000_000, 1),
+        "P" => (1_000_000_000_000_000, 1),
+        "E" => (1_000_000_000_000_000_000, 1),
+        "Ki" => (1 << 10, 1),
+        "Mi" => (1 << 20, 1),
+        "Gi" => (1 << 30, 1),
+        "Ti" => (1 << 40, 1),
+        "Pi" => (1 << 50, 1),
+        "Ei" => (1 << 60, 1),
+        e if e.starts_with(['e', 'E']) => {
+            let exp: u32 = e[1..].parse().ok()?;
+            (10i128.checked_pow(exp)?, 1)
+        }
+        _ => return None,
+    };
+    let v = base.checked_mul(mul)? / div;
+    Some(if neg { -v } else { v })
+}
+
+/// The pod's QoS class from its containers' cpu and memory requests and limits.
+pub fn qos_class(pod: &Value) -> &'static str {
+    let mut any = false;
+    let mut guaranteed = true;
+    let containers = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|l| get_path(pod, &format!("spec.{l}")).and_then(Value::as_array))
+        .flatten();
+    for c in containers {
+        for res in ["cpu", "memory"] {
+            let req = get_path(c, &format!("resources.requests.{res}")).and_then(Value::as_str);
+            let lim = get_path(c, &format!("resources.limits.{res}")).and_then(Value::as_str);
+            let nonzero = |q: Option<&str>| q.and_then(parse_quantity).is_some_and(|v| v != 0);
+            if nonzero(req) || nonzero(lim) {
+                any = true;
+            }
+            match (req, lim) {
+                (_, None) => guaranteed = false,
+                // Requests default to limits when unset.
+                (None, Some(_)) => {}
+                (Some(r), Some(l)) => {
+                    if parse_quantity(r) != parse_quantity(l) {
+                        guaranteed = false;
+                    }
+                }
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities() {
+        assert_eq!(parse_quantity("1"), parse_quantity("1000m"));
+        assert_eq!(parse_quantity("0.5"), parse_quantity("500m"));
+        assert_eq!(parse_quantity("1Gi"), parse_quantity("1073741824"));
+        assert_eq!(parse_quantity("1e3"), parse_quantity("1k"));
+        assert_eq!(parse_quantity("bogus"), None);
+    }
+
+    #[test]
+    fn qos() {
+        let g = json!({"spec": {"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1000m"}}}]}});
+        assert_eq!(qos_class(&g), "Guaranteed");
+        let b = json!({"spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]}});
+        assert_eq!(qos_class(&b), "Burstable");
+        let be = json!({"spec": {"containers": [{"name": "a"}]}});
+        assert_eq!(qos_class(&be), "BestEffort");
+    }
+}
