@@ -2,5 +2,14 @@
 //!
 //! One module per capability; `main.rs` only wires them together.
 
+pub mod admin;
+pub mod agent;
+pub mod config;
 pub mod cri;
 pub mod hashing;
+pub mod http;
+pub mod inspect;
+pub mod kube;
+pub mod metrics;
+pub mod nodeview;
+pub mod systemd;

@@ -1,9 +1,14 @@
 //! The inplaced binary: wires the library's modules to a command line.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use inplaced::admin::{self, AdminError, AdminRequest};
+use inplaced::config::{Config, LogFormat, Settings};
 use inplaced::cri::{CriClient, CriConfig, CriEndpoint};
+use inplaced::nodeview::NodeView;
+use inplaced::{agent, inspect};
 
 #[derive(Parser)]
 #[command(
@@ -18,8 +23,36 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the node agent (what the systemd unit starts).
+    Agent(AgentArgs),
+    /// This node's pods joined with their runtime containers: a pod-aware `crictl ps`.
+    Pods(PodsArgs),
     /// Ask the container runtime who it is (CRI Version) and whether it speaks CRI v1.
     Runtime(RuntimeArgs),
+}
+
+#[derive(clap::Args)]
+struct AgentArgs {
+    /// Config file (TOML, keys named like the flags) [default: /etc/inplaced/config.toml when present]
+    #[arg(long, env = "INPLACED_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    settings: Settings,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(clap::Args)]
+struct PodsArgs {
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    output: Output,
+    #[command(flatten)]
+    agent: AgentArgs,
 }
 
 #[derive(clap::Args)]
@@ -32,17 +65,31 @@ struct RuntimeArgs {
     json: bool,
 }
 
+/// Exit code for configuration errors, like clap's usage errors.
+const EXIT_CONFIG: u8 = 2;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("INPLACED_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let result = match cli.command {
-        Command::Runtime(args) => run_async(runtime_command(args)),
+        Command::Agent(args) => match load_config(args) {
+            Ok(config) => {
+                init_logging(config.log_format, &config.log_level);
+                run_async(async move { agent::run(config).await.map(|()| ExitCode::SUCCESS) })
+            }
+            Err(code) => return code,
+        },
+        Command::Pods(args) => {
+            init_logging(LogFormat::Human, "warn");
+            let output = args.output;
+            match load_config(args.agent) {
+                Ok(config) => run_async(pods_command(config, output)),
+                Err(code) => return code,
+            }
+        }
+        Command::Runtime(args) => {
+            init_logging(LogFormat::Human, "warn");
+            run_async(runtime_command(args))
+        }
     };
     match result {
         Ok(code) => code,
@@ -53,10 +100,30 @@ fn main() -> ExitCode {
     }
 }
 
+fn load_config(args: AgentArgs) -> Result<Config, ExitCode> {
+    Config::load(args.settings, args.config.as_deref()).map_err(|err| {
+        eprintln!("error: {err}");
+        ExitCode::from(EXIT_CONFIG)
+    })
+}
+
+fn init_logging(format: LogFormat, filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
 fn run_async<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(
     future: F,
 ) -> anyhow::Result<ExitCode> {
-    tokio::runtime::Builder::new_current_thread()
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()?
         .block_on(future)
@@ -76,6 +143,26 @@ async fn runtime_command(args: RuntimeArgs) -> anyhow::Result<ExitCode> {
             info.runtime_api_version,
             client.endpoint()
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Asks the running agent; when none answers, builds the view here.
+async fn pods_command(config: Config, output: Output) -> anyhow::Result<ExitCode> {
+    let view: NodeView = match admin::request(&config.admin_socket, &AdminRequest::Pods).await {
+        Ok(value) => serde_json::from_value(value)?,
+        Err(AdminError::Connect { .. }) => {
+            eprintln!(
+                "note: no agent answers on {}; listing the runtime and the API directly",
+                config.admin_socket.display()
+            );
+            inspect::snapshot(&config).await?
+        }
+        Err(err) => return Err(err.into()),
+    };
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&view)?),
+        Output::Table => print!("{}", inspect::table(&view)),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,7 +2,8 @@
 //! idempotent calls only.
 
 use std::future::Future;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
 use hyper_util::rt::TokioIo;
@@ -12,7 +13,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
 use super::proto::*;
-use super::{CriEndpoint, CriError};
+use super::{CallObserver, CriEndpoint, CriError};
 
 /// kubelet's own CRI message size limit; large ListContainers answers on busy nodes need it.
 const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -65,6 +66,7 @@ pub struct CriClient {
     config: CriConfig,
     runtime: RuntimeServiceClient<Channel>,
     images: ImageServiceClient<Channel>,
+    observer: Option<Arc<dyn CallObserver>>,
 }
 
 impl CriClient {
@@ -89,7 +91,14 @@ impl CriClient {
             config,
             runtime,
             images,
+            observer: None,
         }
+    }
+
+    /// Reports every call attempt's method, code and latency to `observer`.
+    pub fn with_observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     pub fn endpoint(&self) -> &CriEndpoint {
@@ -536,11 +545,19 @@ impl CriClient {
         timeout: Duration,
         call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T, CriError> {
-        match tokio::time::timeout(timeout, call).await {
+        let started = Instant::now();
+        let result = match tokio::time::timeout(timeout, call).await {
             Err(_) => Err(CriError::Timeout { method, timeout }),
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(self.classify(method, status)),
+        };
+        if let Some(observer) = &self.observer {
+            let code = result
+                .as_ref()
+                .map_or_else(CriError::code, |_| tonic::Code::Ok);
+            observer.observe(method, code, started.elapsed());
         }
+        result
     }
 
     /// Separates "could not talk to the runtime" (transport errors, the runtime restarting) from

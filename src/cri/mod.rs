@@ -18,6 +18,12 @@ pub mod proto {
 
 use std::time::Duration;
 
+/// Told about every CRI call attempt (for latency metrics); kept as a trait so that this module
+/// does not depend on how metrics are exported.
+pub trait CallObserver: Send + Sync {
+    fn observe(&self, method: &'static str, code: tonic::Code, elapsed: Duration);
+}
+
 /// What can go wrong talking to the container runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum CriError {

@@ -1,0 +1,256 @@
+//! The agent's main loop: serve health and metrics, tell systemd we are up, then keep the node
+//! view current from the API's pods and the runtime's containers. Dependencies that are down
+//! (containerd, the API server) are states reported in `/readyz` and `STATUS=`, never a reason
+//! to exit: the agent retries with backoff.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+use crate::admin::{self, AdminRequest};
+use crate::config::Config;
+use crate::cri::{CriClient, CriConfig, CriEndpoint};
+use crate::http::{self, Health};
+use crate::kube::{self, NodeObject, NodePods};
+use crate::metrics::Metrics;
+use crate::nodeview::{self, NodeView, RuntimeSnapshot, RuntimeTracker};
+use crate::systemd::{self, Heartbeat, Notifier};
+
+/// How often the main loop turns even when nothing happens (its heartbeat).
+const TICK: Duration = Duration::from_secs(1);
+
+/// Runs until SIGTERM or SIGINT. Errors only for what the agent itself cannot do (bind its
+/// listen address or admin socket): those are configuration problems.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let metrics = Metrics::new();
+    let notifier = Notifier;
+    let heartbeat = Heartbeat::default();
+    let health = Health::new(heartbeat.clone());
+    health.set("pods", Err("pod cache not synced yet".into()));
+    health.set("runtime", Err("container runtime not listed yet".into()));
+
+    let listener = TcpListener::bind(config.listen_address)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen_address))?;
+    let view = Arc::new(RwLock::new(NodeView {
+        node_name: config.node_name.clone(),
+        ..Default::default()
+    }));
+    let admin_listener = admin::bind(&config.admin_socket)?;
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(http::serve(listener, metrics.clone(), health.clone()));
+    tasks.spawn(admin::serve(admin_listener, admin_handler(view.clone())));
+    tracing::info!(listen = %config.listen_address, admin = %config.admin_socket.display(), node = %config.node_name, "inplaced serving");
+
+    // Ready means "the agent is up", not "its dependencies are": see the module docs.
+    heartbeat.beat();
+    notifier.ready();
+    if let Some(interval) = systemd::watchdog_interval() {
+        tasks.spawn(systemd::run_watchdog(
+            notifier.clone(),
+            heartbeat.clone(),
+            interval,
+        ));
+    }
+
+    let (snapshots_tx, mut snapshots) = watch::channel(Arc::new(RuntimeSnapshot::default()));
+    tasks.spawn(refresh_runtime(
+        config.clone(),
+        metrics.clone(),
+        health.clone(),
+        snapshots_tx,
+    ));
+
+    let (api_tx, mut api) = watch::channel(None::<(NodePods, NodeObject)>);
+    tasks.spawn(connect_api(
+        config.clone(),
+        metrics.clone(),
+        health.clone(),
+        api_tx,
+    ));
+
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut ticker = tokio::time::interval(TICK);
+    let mut last_status = String::new();
+    let mut pod_changes: Option<watch::Receiver<u64>> = None;
+    loop {
+        tokio::select! {
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
+            _ = ticker.tick() => {}
+            changed = snapshots.changed() => if changed.is_err() { break },
+            changed = api.changed() => if changed.is_err() { break },
+            Some(()) = async {
+                match pod_changes.as_mut() {
+                    Some(rx) => rx.changed().await.ok(),
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+        heartbeat.beat();
+        let sources = api.borrow().clone();
+        if pod_changes.is_none() {
+            pod_changes = sources.as_ref().map(|(pods, _)| pods.changes.clone());
+        }
+        let snapshot = snapshots.borrow().clone();
+        let joined = build_view(&config.node_name, sources.as_ref(), &snapshot, &health);
+        let status = status_line(&joined, &health);
+        if let Ok(mut shared) = view.write() {
+            *shared = joined;
+        }
+        if status != last_status {
+            notifier.status(&status);
+            tracing::info!(status = %status, "state changed");
+            last_status = status;
+        }
+    }
+    notifier.stopping();
+    tracing::info!("stopping");
+    // Nothing in flight can be half done yet: the loops above only read. Later work (kills,
+    // resizes) is awaited here before the tasks are dropped.
+    tasks.abort_all();
+    let _ = std::fs::remove_file(&config.admin_socket);
+    Ok(())
+}
+
+fn build_view(
+    node_name: &str,
+    sources: Option<&(NodePods, NodeObject)>,
+    snapshot: &RuntimeSnapshot,
+    health: &Health,
+) -> NodeView {
+    let (pods, kubelet_version) = match sources {
+        Some((pods, node)) => {
+            let ready = matches!(pods.store.wait_until_ready().now_or_never(), Some(Ok(())));
+            health.set(
+                "pods",
+                if ready {
+                    Ok(())
+                } else {
+                    Err("pod cache not synced yet".into())
+                },
+            );
+            (pods.store.state(), node.kubelet_version())
+        }
+        None => (Vec::new(), None),
+    };
+    let mut view = nodeview::join(node_name, &pods, snapshot);
+    view.kubelet_version = kubelet_version;
+    view
+}
+
+fn status_line(view: &NodeView, health: &Health) -> String {
+    let reasons = health.unready_reasons();
+    if reasons.is_empty() {
+        format!(
+            "ready: {} pods, runtime {}",
+            view.pods.len(),
+            view.runtime.as_deref().unwrap_or("unknown")
+        )
+    } else {
+        format!("waiting: {}", reasons.join("; "))
+    }
+}
+
+fn admin_handler(view: Arc<RwLock<NodeView>>) -> admin::Handler {
+    Arc::new(move |request| {
+        let view = view
+            .read()
+            .map_err(|_| "node view unavailable".to_string())?;
+        match request {
+            AdminRequest::Pods => serde_json::to_value(&*view).map_err(|e| e.to_string()),
+            AdminRequest::UpgradeCheck { to } => Err(format!(
+                "upgrade-check to {to} is not available yet in this build"
+            )),
+        }
+    })
+}
+
+/// Lists the runtime every `refresh_interval` (containerd 1.6 has no event stream), resolving
+/// and re-resolving the endpoint while none is found.
+async fn refresh_runtime(
+    config: Config,
+    metrics: Metrics,
+    health: Health,
+    snapshots: watch::Sender<Arc<RuntimeSnapshot>>,
+) {
+    let mut tracker: Option<RuntimeTracker> = None;
+    let mut last_error = String::new();
+    loop {
+        if tracker.is_none() {
+            match CriEndpoint::resolve(config.cri_endpoint.as_deref()) {
+                Ok(endpoint) => {
+                    let client = CriClient::new(CriConfig::new(endpoint))
+                        .with_observer(Arc::new(metrics.clone()));
+                    tracker = Some(RuntimeTracker::new(client));
+                }
+                Err(err) => report(&health, &mut last_error, err.to_string()),
+            }
+        }
+        if let Some(tracker) = tracker.as_mut() {
+            let result = tracker.refresh().await;
+            metrics.count_node_view_refresh(result.is_ok());
+            match result {
+                Ok(snapshot) => {
+                    health.set("runtime", Ok(()));
+                    last_error.clear();
+                    snapshots.send_replace(Arc::new(snapshot));
+                }
+                Err(err) => report(&health, &mut last_error, err.to_string()),
+            }
+        }
+        tokio::time::sleep(config.refresh_interval).await;
+    }
+}
+
+fn report(health: &Health, last_error: &mut String, error: String) {
+    if *last_error != error {
+        tracing::warn!(error = %error, "container runtime not available");
+        *last_error = error.clone();
+    }
+    health.set("runtime", Err(error));
+}
+
+/// Builds the API client (retrying: a kubeconfig may appear later, the API server may be down)
+/// and starts the node's pod and node watches.
+async fn connect_api(
+    config: Config,
+    metrics: Metrics,
+    health: Health,
+    sources: watch::Sender<Option<(NodePods, NodeObject)>>,
+) {
+    let mut delay = Duration::from_secs(1);
+    let client = loop {
+        match kube::client(
+            config.kubeconfig.as_deref(),
+            metrics.clone(),
+            config.api_qps,
+            config.api_burst,
+        )
+        .await
+        {
+            Ok(client) => break client,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot build the Kubernetes client; retrying");
+                health.set("api", Err(err.to_string()));
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(60));
+            }
+        }
+    };
+    health.set("api", Ok(()));
+    let (pods, pods_task) = kube::watch_node_pods(
+        client.clone(),
+        &config.node_name,
+        metrics.clone(),
+        config.startup_jitter,
+    );
+    let (node, node_task) = kube::watch_node(client, &config.node_name, metrics);
+    sources.send_replace(Some((pods, node)));
+    tokio::join!(pods_task, node_task);
+}

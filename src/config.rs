@@ -1,0 +1,314 @@
+//! The agent's settings: flags > environment > config file > defaults. One struct serves the
+//! command line (clap: flags, then environment) and the file (TOML, keys named like the flags),
+//! so every setting is spelled one way everywhere. Unknown keys and bad values are one clear error.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub const DEFAULT_CONFIG_FILE: &str = "/etc/inplaced/config.toml";
+pub const DEFAULT_KUBECONFIG: &str = "/etc/inplaced/kubeconfig";
+/// kruise-daemon holds :10221 on nodes where it still runs; 10231 keeps clear of it and of the
+/// kubelet (10250, 10255), kube-proxy (10249, 10256) and the control plane (10257, 10259).
+pub const DEFAULT_LISTEN_ADDRESS: &str = "0.0.0.0:10231";
+pub const DEFAULT_ADMIN_SOCKET: &str = "/run/inplaced/admin.sock";
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/inplaced";
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    #[default]
+    Human,
+    Json,
+}
+
+/// Settings as given: every field optional, so that sources can be layered.
+#[derive(Clone, Debug, Default, Deserialize, clap::Args)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Settings {
+    /// This node's name as the API server knows it [default: $NODE_NAME, then the hostname]
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// kubeconfig to reach the API server [default: $KUBECONFIG, then /etc/inplaced/kubeconfig
+    /// when present, then in-cluster]
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// CRI socket, unix:///path or /path [default: discovered in kruise-daemon's order]
+    #[arg(long, env = "INPLACED_CRI_ENDPOINT")]
+    pub cri_endpoint: Option<String>,
+    /// Address for /metrics, /healthz and /readyz [default: 0.0.0.0:10231]
+    #[arg(long, env = "INPLACED_LISTEN_ADDRESS")]
+    pub listen_address: Option<String>,
+    /// Root-only unix socket that `inplaced pods` and `upgrade-check` ask [default: /run/inplaced/admin.sock]
+    #[arg(long, env = "INPLACED_ADMIN_SOCKET")]
+    pub admin_socket: Option<PathBuf>,
+    /// Directory for the agent's durable state [default: /var/lib/inplaced]
+    #[arg(long, env = "INPLACED_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// How often the runtime is listed when it has no event stream, e.g. 2s [default: 2s]
+    #[arg(long, env = "INPLACED_REFRESH_INTERVAL")]
+    pub refresh_interval: Option<String>,
+    /// Longest random wait before the first API list, spreading a fleet's restarts [default: 3s]
+    #[arg(long, env = "INPLACED_STARTUP_JITTER")]
+    pub startup_jitter: Option<String>,
+    /// Steady API requests per second this agent may send [default: 5]
+    #[arg(long, env = "INPLACED_API_QPS")]
+    pub api_qps: Option<u32>,
+    /// Requests allowed above api-qps in a burst [default: 10]
+    #[arg(long, env = "INPLACED_API_BURST")]
+    pub api_burst: Option<u32>,
+    /// Log format on stderr [default: human]
+    #[arg(long, env = "INPLACED_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log filter, e.g. info or inplaced=debug [default: info]
+    #[arg(long, env = "INPLACED_LOG")]
+    pub log_level: Option<String>,
+}
+
+impl Settings {
+    /// Fills every field still unset from `lower`.
+    fn or(self, lower: Settings) -> Settings {
+        Settings {
+            node_name: self.node_name.or(lower.node_name),
+            kubeconfig: self.kubeconfig.or(lower.kubeconfig),
+            cri_endpoint: self.cri_endpoint.or(lower.cri_endpoint),
+            listen_address: self.listen_address.or(lower.listen_address),
+            admin_socket: self.admin_socket.or(lower.admin_socket),
+            state_dir: self.state_dir.or(lower.state_dir),
+            refresh_interval: self.refresh_interval.or(lower.refresh_interval),
+            startup_jitter: self.startup_jitter.or(lower.startup_jitter),
+            api_qps: self.api_qps.or(lower.api_qps),
+            api_burst: self.api_burst.or(lower.api_burst),
+            log_format: self.log_format.or(lower.log_format),
+            log_level: self.log_level.or(lower.log_level),
+        }
+    }
+}
+
+/// The settings in force, validated.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub node_name: String,
+    /// `None`: in-cluster configuration.
+    pub kubeconfig: Option<PathBuf>,
+    pub cri_endpoint: Option<String>,
+    pub listen_address: SocketAddr,
+    pub admin_socket: PathBuf,
+    pub state_dir: PathBuf,
+    pub refresh_interval: Duration,
+    pub startup_jitter: Duration,
+    pub api_qps: u32,
+    pub api_burst: u32,
+    pub log_format: LogFormat,
+    pub log_level: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid {key} {value:?}: {reason}")]
+    Invalid {
+        key: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("cannot tell this node's name: set --node-name or NODE_NAME ({0})")]
+    NoNodeName(String),
+}
+
+impl Config {
+    /// Layers `given` (flags and environment, already merged by clap) over the config file
+    /// (`config_file`, else the default file when it exists) over the defaults.
+    pub fn load(given: Settings, config_file: Option<&Path>) -> Result<Config, ConfigError> {
+        let file = match config_file {
+            Some(path) => Some(read_file(path)?),
+            None if Path::new(DEFAULT_CONFIG_FILE).exists() => {
+                Some(read_file(Path::new(DEFAULT_CONFIG_FILE))?)
+            }
+            None => None,
+        };
+        Self::resolve(given.or(file.unwrap_or_default()))
+    }
+
+    fn resolve(s: Settings) -> Result<Config, ConfigError> {
+        let node_name = match s.node_name {
+            Some(name) => name,
+            None => hostname()?,
+        };
+        validate_node_name(&node_name)?;
+        let kubeconfig = s.kubeconfig.or_else(|| {
+            let default = PathBuf::from(DEFAULT_KUBECONFIG);
+            default.exists().then_some(default)
+        });
+        let listen_text = s
+            .listen_address
+            .unwrap_or_else(|| DEFAULT_LISTEN_ADDRESS.into());
+        let listen_address = listen_text
+            .parse()
+            .map_err(|err: std::net::AddrParseError| ConfigError::Invalid {
+                key: "listen-address",
+                value: listen_text.clone(),
+                reason: format!("{err}; expected host:port such as 127.0.0.1:10231"),
+            })?;
+        let api_qps = s.api_qps.unwrap_or(5);
+        if api_qps == 0 {
+            return Err(invalid("api-qps", "0", "must be at least 1"));
+        }
+        let api_burst = s.api_burst.unwrap_or(10).max(api_qps);
+        Ok(Config {
+            node_name,
+            kubeconfig,
+            cri_endpoint: s.cri_endpoint,
+            listen_address,
+            admin_socket: s
+                .admin_socket
+                .unwrap_or_else(|| DEFAULT_ADMIN_SOCKET.into()),
+            state_dir: s.state_dir.unwrap_or_else(|| DEFAULT_STATE_DIR.into()),
+            refresh_interval: duration("refresh-interval", s.refresh_interval, "2s")?,
+            startup_jitter: duration("startup-jitter", s.startup_jitter, "3s")?,
+            api_qps,
+            api_burst,
+            log_format: s.log_format.unwrap_or_default(),
+            log_level: s.log_level.unwrap_or_else(|| "info".into()),
+        })
+    }
+}
+
+fn read_file(path: &Path) -> Result<Settings, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|err| {
+        let line = err.span().map_or(0, |span| {
+            text[..span.start.min(text.len())].matches('\n').count() + 1
+        });
+        ConfigError::Parse {
+            path: path.to_owned(),
+            message: format!("line {line}: {}", err.message()),
+        }
+    })
+}
+
+fn invalid(key: &'static str, value: &str, reason: &str) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+fn duration(
+    key: &'static str,
+    given: Option<String>,
+    default: &str,
+) -> Result<Duration, ConfigError> {
+    let text = given.unwrap_or_else(|| default.to_owned());
+    humantime::parse_duration(&text).map_err(|err| {
+        invalid(
+            key,
+            &text,
+            &format!("{err}; expected a duration such as 2s or 500ms"),
+        )
+    })
+}
+
+/// A node name is a DNS subdomain (RFC 1123): the API server would reject anything else.
+fn validate_node_name(name: &str) -> Result<(), ConfigError> {
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    if valid {
+        Ok(())
+    } else {
+        Err(invalid(
+            "node-name",
+            name,
+            "not a lowercase RFC 1123 DNS subdomain",
+        ))
+    }
+}
+
+/// kubelet's default node name is the lowercased hostname.
+fn hostname() -> Result<String, ConfigError> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_lowercase())
+        .map_err(|err| ConfigError::NoNodeName(err.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(toml_text: &str) -> Settings {
+        toml::from_str(toml_text).unwrap()
+    }
+
+    #[test]
+    fn higher_layer_wins_field_by_field() {
+        let flags = Settings {
+            node_name: Some("from-flags".into()),
+            ..Default::default()
+        };
+        let file = settings("node-name = \"from-file\"\nlisten-address = \"127.0.0.1:9999\"\n");
+        let config = Config::resolve(flags.or(file)).unwrap();
+        assert_eq!(config.node_name, "from-flags");
+        assert_eq!(config.listen_address, "127.0.0.1:9999".parse().unwrap());
+        assert_eq!(config.refresh_interval, Duration::from_secs(2), "default");
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_given() {
+        let config = Config::resolve(Settings {
+            node_name: Some("n1".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            config.listen_address,
+            DEFAULT_LISTEN_ADDRESS.parse().unwrap()
+        );
+        assert_eq!(config.admin_socket, PathBuf::from(DEFAULT_ADMIN_SOCKET));
+        assert_eq!((config.api_qps, config.api_burst), (5, 10));
+        assert_eq!(config.log_format, LogFormat::Human);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let err = toml::from_str::<Settings>("nod-name = \"x\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("nod-name"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_one_clear_error() {
+        let cases = [
+            ("listen-address = \"10231\"", "listen-address"),
+            ("refresh-interval = \"often\"", "refresh-interval"),
+            ("node-name = \"Bad_Name\"", "node-name"),
+            ("api-qps = 0", "api-qps"),
+        ];
+        for (text, key) in cases {
+            let mut given = settings(text);
+            given.node_name = given.node_name.or(Some("n1".into()));
+            let err = Config::resolve(given).unwrap_err().to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
+    }
+}

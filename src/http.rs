@@ -1,0 +1,140 @@
+//! The agent's HTTP endpoints (hyper 1): `/metrics` (OpenMetrics), `/healthz` (the main loop is
+//! alive), `/readyz` (pod cache synced and the runtime answering; 503 with the reasons otherwise).
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::metrics::Metrics;
+use crate::systemd::Heartbeat;
+
+/// The main loop beats at least this often; a longer silence means it is stuck.
+pub const STALL_AFTER: Duration = Duration::from_secs(30);
+
+/// Why the agent is not ready, per dependency; empty = ready.
+#[derive(Clone, Debug, Default)]
+pub struct Health {
+    heartbeat: Heartbeat,
+    reasons: Arc<Mutex<std::collections::BTreeMap<&'static str, String>>>,
+}
+
+impl Health {
+    pub fn new(heartbeat: Heartbeat) -> Self {
+        Self {
+            heartbeat,
+            reasons: Arc::default(),
+        }
+    }
+
+    /// Records the state of one dependency: `Err(reason)` makes the agent unready.
+    pub fn set(&self, dependency: &'static str, state: Result<(), String>) {
+        if let Ok(mut reasons) = self.reasons.lock() {
+            match state {
+                Ok(()) => reasons.remove(dependency),
+                Err(reason) => reasons.insert(dependency, reason),
+            };
+        }
+    }
+
+    /// The reasons for not being ready, one line each as `dependency: reason`.
+    pub fn unready_reasons(&self) -> Vec<String> {
+        self.reasons
+            .lock()
+            .map(|r| r.iter().map(|(k, v)| format!("{k}: {v}")).collect())
+            .unwrap_or_else(|_| vec!["internal: health state poisoned".into()])
+    }
+
+    fn alive(&self) -> Result<(), String> {
+        match self.heartbeat.since_last_beat() {
+            None => Err("the main loop has not started".into()),
+            Some(since) if since > STALL_AFTER => Err(format!(
+                "the main loop made no progress for {}s",
+                since.as_secs()
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// Serves until the task is dropped or aborted.
+pub async fn serve(listener: TcpListener, metrics: Metrics, health: Health) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                tracing::warn!(error = %err, "accept failed on the metrics/health listener");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let metrics = metrics.clone();
+        let health = health.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let response = respond(&request, &metrics, &health);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(err) = connection.await {
+                tracing::debug!(error = %err, "metrics/health connection ended with an error");
+            }
+        });
+    }
+}
+
+fn respond<B>(request: &Request<B>, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
+    match request.uri().path() {
+        "/metrics" => reply(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics.encode(),
+        ),
+        "/healthz" => match health.alive() {
+            Ok(()) => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+            Err(reason) => reply(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain",
+                format!("{reason}\n"),
+            ),
+        },
+        "/readyz" => {
+            let mut reasons = health.unready_reasons();
+            if let Err(reason) = health.alive() {
+                reasons.insert(0, format!("main loop: {reason}"));
+            }
+            if reasons.is_empty() {
+                reply(StatusCode::OK, "text/plain", "ok\n".into())
+            } else {
+                reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    reasons.join("\n") + "\n",
+                )
+            }
+        }
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found: try /metrics, /healthz or /readyz\n".into(),
+        ),
+    }
+}
+
+fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    response
+}

@@ -1,0 +1,118 @@
+//! One-shot views for the operator commands when no agent runs: list the runtime and the API
+//! once, join, and render.
+
+use std::fmt::Write;
+
+use ::kube::Api;
+use ::kube::api::ListParams;
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::config::Config;
+use crate::cri::{CriClient, CriConfig, CriEndpoint};
+use crate::metrics::Metrics;
+use crate::nodeview::{self, NodeView, RuntimeTracker};
+
+/// The node view built here and now. The runtime must answer; the API is optional (without it
+/// the view shows the runtime's sandboxes as unmatched, and says why on stderr).
+pub async fn snapshot(config: &Config) -> anyhow::Result<NodeView> {
+    let endpoint = CriEndpoint::resolve(config.cri_endpoint.as_deref())?;
+    let mut tracker = RuntimeTracker::new(CriClient::new(CriConfig::new(endpoint)));
+    let runtime = tracker.refresh().await?;
+    let (pods, kubelet_version) = match api_pods(config).await {
+        Ok(found) => found,
+        Err(err) => {
+            eprintln!("note: cannot list pods from the API ({err:#}); showing the runtime only");
+            (Vec::new(), None)
+        }
+    };
+    let mut view = nodeview::join(&config.node_name, &pods, &runtime);
+    view.kubelet_version = kubelet_version;
+    Ok(view)
+}
+
+async fn api_pods(config: &Config) -> anyhow::Result<(Vec<Pod>, Option<String>)> {
+    let client = crate::kube::client(
+        config.kubeconfig.as_deref(),
+        Metrics::new(),
+        config.api_qps,
+        config.api_burst,
+    )
+    .await?;
+    let pods: Api<Pod> = Api::all(client.clone());
+    let list = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={}", config.node_name)))
+        .await?;
+    let nodes: Api<Node> = Api::all(client);
+    let kubelet_version = nodes
+        .get_opt(&config.node_name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|n| n.status?.node_info.map(|i| i.kubelet_version));
+    Ok((list.items, kubelet_version))
+}
+
+/// A `crictl ps`-like table: one row per spec container, with the runtime's view of it.
+pub fn table(view: &NodeView) -> String {
+    let mut rows = vec![[
+        "NAMESPACE/POD".to_string(),
+        "CONTAINER".into(),
+        "STATE".into(),
+        "CONTAINER ID".into(),
+        "RESTARTS".into(),
+        "STORED HASH".into(),
+    ]];
+    for pod in &view.pods {
+        let pod_name = format!(
+            "{}/{}{}",
+            pod.namespace,
+            pod.name,
+            if pod.static_pod { " (static)" } else { "" }
+        );
+        for c in &pod.containers {
+            let (state, id, restarts, hash) = match &c.runtime {
+                Some(r) => (
+                    format!("{:?}", r.state).to_lowercase(),
+                    r.id.chars().take(13).collect(),
+                    r.restart_count.map_or("?".into(), |n| n.to_string()),
+                    r.stored_hash.clone().unwrap_or_else(|| "-".into()),
+                ),
+                None => ("absent".into(), "-".into(), "-".into(), "-".into()),
+            };
+            rows.push([pod_name.clone(), c.name.clone(), state, id, restarts, hash]);
+        }
+    }
+    let mut widths = [0usize; 6];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in &rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    if !view.unmatched_sandboxes.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nsandboxes without an API pod on node {}:",
+            view.node_name
+        );
+        for s in &view.unmatched_sandboxes {
+            let _ = writeln!(
+                out,
+                "  {}/{} uid {} sandbox {}",
+                s.namespace,
+                s.name,
+                s.uid,
+                &s.id[..s.id.len().min(13)]
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,157 @@
+//! The agent's view of the Kubernetes API: a client built from a kubeconfig or the in-cluster
+//! configuration, with request metrics and a client-side rate limit, and reflectors for the pods
+//! bound to this node and for the node object itself.
+
+mod layer;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::kube::config::{KubeConfigOptions, Kubeconfig};
+use ::kube::runtime::reflector::{self, Store};
+use ::kube::runtime::{WatchStreamExt, watcher};
+use ::kube::{Api, Client};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+pub use layer::ApiLayer;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    #[error("cannot read kubeconfig {path}: {message}")]
+    Kubeconfig { path: String, message: String },
+    #[error("no kubeconfig given and not running in a cluster: {0}")]
+    InCluster(String),
+    #[error("cannot build the Kubernetes client: {0}")]
+    Client(String),
+}
+
+/// Builds the API client: the kubeconfig at `kubeconfig` when given, else the in-cluster
+/// service account. Every request goes through [`ApiLayer`] (metrics, rate limit).
+pub async fn client(
+    kubeconfig: Option<&Path>,
+    metrics: Metrics,
+    qps: u32,
+    burst: u32,
+) -> Result<Client, KubeError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let error = |message: String| KubeError::Kubeconfig {
+                path: path.display().to_string(),
+                message,
+            };
+            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| error(e.to_string()))?;
+            ::kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| error(e.to_string()))?
+        }
+        None => ::kube::Config::incluster().map_err(|e| KubeError::InCluster(e.to_string()))?,
+    };
+    let builder = ::kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| KubeError::Client(e.to_string()))?;
+    Ok(builder
+        .with_layer(&ApiLayer::new(metrics, qps, burst))
+        .build())
+}
+
+/// The pods bound to this node, kept current by a watch; `changes` ticks on every change.
+#[derive(Clone)]
+pub struct NodePods {
+    pub store: Store<Pod>,
+    pub changes: watch::Receiver<u64>,
+}
+
+/// The node object (for the kubelet's version), kept current by a watch.
+#[derive(Clone)]
+pub struct NodeObject {
+    pub store: Store<Node>,
+}
+
+impl NodeObject {
+    /// The kubelet version the node reports in `status.nodeInfo.kubeletVersion`.
+    pub fn kubelet_version(&self) -> Option<String> {
+        let nodes = self.store.state();
+        let node = nodes.first()?;
+        let version = node
+            .status
+            .as_ref()?
+            .node_info
+            .as_ref()?
+            .kubelet_version
+            .clone();
+        (!version.is_empty()).then_some(version)
+    }
+}
+
+/// Starts watching the pods whose `spec.nodeName` is `node_name`. The initial list may be served
+/// from the API server's watch cache (resourceVersion "0"): on a fleet of thousands of nodes
+/// that keeps the agents off etcd. The watch backs off on errors, resumes from its last
+/// resourceVersion, and relists on 410 Gone; the store survives all of it.
+pub fn watch_node_pods(
+    client: Client,
+    node_name: &str,
+    metrics: Metrics,
+    startup_jitter: Duration,
+) -> (NodePods, impl Future<Output = ()> + Send + 'static) {
+    let (reader, writer) = reflector::store();
+    let (tick, changes) = watch::channel(0u64);
+    let config = watcher::Config::default()
+        .fields(&format!("spec.nodeName={node_name}"))
+        .any_semantic();
+    let api: Api<Pod> = Api::all(client);
+    let stream = watcher(api, config).default_backoff().reflect(writer);
+    let task = drive(stream, "pods", metrics, startup_jitter, Arc::new(tick));
+    (
+        NodePods {
+            store: reader,
+            changes,
+        },
+        task,
+    )
+}
+
+/// Starts watching this node's own Node object.
+pub fn watch_node(
+    client: Client,
+    node_name: &str,
+    metrics: Metrics,
+) -> (NodeObject, impl Future<Output = ()> + Send + 'static) {
+    let (reader, writer) = reflector::store();
+    let (tick, _) = watch::channel(0u64);
+    let config = watcher::Config::default()
+        .fields(&format!("metadata.name={node_name}"))
+        .any_semantic();
+    let api: Api<Node> = Api::all(client);
+    let stream = watcher(api, config).default_backoff().reflect(writer);
+    let task = drive(stream, "nodes", metrics, Duration::ZERO, Arc::new(tick));
+    (NodeObject { store: reader }, task)
+}
+
+async fn drive<S, K>(
+    stream: S,
+    resource: &'static str,
+    metrics: Metrics,
+    startup_jitter: Duration,
+    tick: Arc<watch::Sender<u64>>,
+) where
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+{
+    if !startup_jitter.is_zero() {
+        tokio::time::sleep(startup_jitter.mul_f64(rand::random_range(0.0..1.0))).await;
+    }
+    let mut stream = std::pin::pin!(stream);
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(_) => {
+                tick.send_modify(|n| *n = n.wrapping_add(1));
+            }
+            Err(err) => {
+                metrics.count_watch_restart(resource);
+                tracing::warn!(resource, error = %err, "watch failed; backing off and resuming");
+            }
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The agent's Prometheus metrics: one registry, one `inplaced_` prefix, bounded labels only
+//! (methods, verbs, resources, codes — never pod names or UIDs).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+
+use crate::cri::CallObserver;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CriCallLabels {
+    method: &'static str,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiCallLabels {
+    verb: String,
+    resource: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WatchLabels {
+    resource: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+fn request_histogram() -> Histogram {
+    // 1 ms .. 32 s: CRI calls take milliseconds, a slow StopContainer or a watch list seconds.
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// Every metric the agent exports. Cheap to clone (shared behind `Arc`s).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    cri_requests: Family<CriCallLabels, Histogram>,
+    api_requests: Family<ApiCallLabels, Histogram>,
+    watch_restarts: Family<WatchLabels, Counter>,
+    node_view_refreshes: Family<ResultLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("inplaced");
+        registry.register(
+            "build",
+            "The running build of inplaced",
+            Info::new(BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            }),
+        );
+        let cri_requests = Family::<CriCallLabels, Histogram>::new_with_constructor(
+            request_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "cri_request_duration_seconds",
+            "Latency of CRI calls by method and gRPC code",
+            cri_requests.clone(),
+        );
+        let api_requests = Family::<ApiCallLabels, Histogram>::new_with_constructor(
+            request_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "api_request_duration_seconds",
+            "Latency of Kubernetes API requests by verb, resource and HTTP code (watches: until the response starts)",
+            api_requests.clone(),
+        );
+        let watch_restarts = Family::<WatchLabels, Counter>::default();
+        registry.register(
+            "watch_restarts",
+            "Kubernetes watches that ended with an error and were restarted, by resource",
+            watch_restarts.clone(),
+        );
+        let node_view_refreshes = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "node_view_refreshes",
+            "Refreshes of the node view from the container runtime, by result",
+            node_view_refreshes.clone(),
+        );
+        Self {
+            registry: Arc::new(registry),
+            cri_requests,
+            api_requests,
+            watch_restarts,
+            node_view_refreshes,
+        }
+    }
+
+    /// OpenMetrics text exposition of everything registered.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+
+    pub fn observe_api_request(&self, verb: &str, resource: &str, code: u16, elapsed: Duration) {
+        self.api_requests
+            .get_or_create(&ApiCallLabels {
+                verb: verb.to_owned(),
+                resource: resource.to_owned(),
+                code: code.to_string(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn count_watch_restart(&self, resource: &'static str) {
+        self.watch_restarts
+            .get_or_create(&WatchLabels { resource })
+            .inc();
+    }
+
+    pub fn count_node_view_refresh(&self, ok: bool) {
+        let result = if ok { "success" } else { "error" };
+        self.node_view_refreshes
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CallObserver for Metrics {
+    fn observe(&self, method: &'static str, code: tonic::Code, elapsed: Duration) {
+        self.cri_requests
+            .get_or_create(&CriCallLabels {
+                method,
+                code: format!("{code:?}"),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_prefixed_families_and_bounded_labels() {
+        let metrics = Metrics::new();
+        metrics.observe("StopContainer", tonic::Code::Ok, Duration::from_millis(21));
+        metrics.observe_api_request("list", "pods", 200, Duration::from_millis(3));
+        metrics.count_watch_restart("pods");
+        let text = metrics.encode();
+        assert!(text.contains("inplaced_build_info{version=\""), "{text}");
+        assert!(
+            text.contains(
+                "inplaced_cri_request_duration_seconds_bucket{le=\"0.032\",method=\"StopContainer\",code=\"Ok\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("inplaced_api_request_duration_seconds_count{verb=\"list\",resource=\"pods\",code=\"200\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("inplaced_watch_restarts_total{resource=\"pods\"} 1"),
+            "{text}"
+        );
+        assert!(text.trim_end().ends_with("# EOF"), "OpenMetrics terminator");
+    }
+}

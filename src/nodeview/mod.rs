@@ -1,0 +1,275 @@
+//! The node view: the API's pods for this node joined with the runtime's sandboxes and containers
+//! the way kubelet labels them (`io.kubernetes.pod.uid`, `io.kubernetes.container.name`), per
+//! container: its runtime ID, state, restart count, stored hash(es) and CRI timestamps.
+
+mod runtime;
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{Container as SpecContainer, Pod};
+use serde::{Deserialize, Serialize};
+
+use crate::cri::labels;
+use crate::cri::proto::{Container, ContainerState, PodSandbox, PodSandboxState};
+pub use runtime::{ContainerTimes, RuntimeSnapshot, RuntimeTracker};
+
+/// Annotation a mirror pod carries: the static pod's UID as kubelet knows it (its config hash).
+const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// Where kubelet got a pod from; anything but "api" is a static pod.
+const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NodeView {
+    pub node_name: String,
+    /// The runtime's name and version (`containerd 1.6.20`), when it answered.
+    pub runtime: Option<String>,
+    /// `status.nodeInfo.kubeletVersion` of the node object, when known.
+    pub kubelet_version: Option<String>,
+    pub pods: Vec<PodView>,
+    /// Sandboxes in the runtime with no API pod on this node (deleted pods being cleaned up,
+    /// static pods without a mirror, or a stale pod cache).
+    pub unmatched_sandboxes: Vec<UnmatchedSandbox>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PodView {
+    pub namespace: String,
+    pub name: String,
+    /// The API object's UID.
+    pub uid: String,
+    /// The UID kubelet labels runtime objects with (differs from `uid` for mirror pods).
+    pub runtime_uid: String,
+    /// A static pod seen through its mirror pod: the mirror's spec is not what kubelet hashed.
+    pub static_pod: bool,
+    pub terminating: bool,
+    /// The newest sandbox of the pod, if the runtime has one.
+    pub sandbox_id: Option<String>,
+    pub sandbox_ready: bool,
+    pub containers: Vec<ContainerView>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContainerKind {
+    Init,
+    Regular,
+    Ephemeral,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ContainerView {
+    pub name: String,
+    pub kind: ContainerKind,
+    /// The spec from the API, as JSON (what the hash is computed from).
+    #[serde(skip)]
+    pub spec: Option<SpecContainer>,
+    pub runtime: Option<RuntimeContainer>,
+}
+
+/// The newest runtime container of one spec container.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RuntimeContainer {
+    /// `<runtime>://<id>`, as kubelet writes it into pod status.
+    pub container_id: String,
+    pub id: String,
+    pub state: RuntimeState,
+    pub attempt: u32,
+    /// `io.kubernetes.container.restartCount`; `None` when absent or not a number.
+    pub restart_count: Option<u32>,
+    /// `io.kubernetes.container.hash` as stored.
+    pub stored_hash: Option<String>,
+    /// `io.kubernetes.container.hashWithoutResources` as stored (kubelet 1.27–1.30).
+    pub stored_hash_without_resources: Option<String>,
+    pub image: String,
+    pub times: ContainerTimes,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct UnmatchedSandbox {
+    pub id: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub ready: bool,
+}
+
+/// Joins the API's pods with a runtime snapshot.
+pub fn join<P: std::borrow::Borrow<Pod>>(
+    node_name: &str,
+    pods: &[P],
+    snapshot: &RuntimeSnapshot,
+) -> NodeView {
+    let mut sandboxes_by_uid: HashMap<&str, Vec<&PodSandbox>> = HashMap::new();
+    for sandbox in &snapshot.sandboxes {
+        if let Some(uid) = sandbox.labels.get(labels::POD_UID) {
+            sandboxes_by_uid.entry(uid).or_default().push(sandbox);
+        }
+    }
+    let mut containers_by_uid: HashMap<&str, Vec<&Container>> = HashMap::new();
+    for container in &snapshot.containers {
+        if let Some(uid) = container.labels.get(labels::POD_UID) {
+            containers_by_uid.entry(uid).or_default().push(container);
+        }
+    }
+
+    let mut matched_uids = std::collections::HashSet::new();
+    let mut pod_views: Vec<PodView> = pods
+        .iter()
+        .map(|pod| {
+            let pod: &Pod = pod.borrow();
+            let meta = &pod.metadata;
+            let annotations = meta.annotations.as_ref();
+            let mirror_uid = annotations.and_then(|a| a.get(MIRROR_ANNOTATION));
+            let uid = meta.uid.clone().unwrap_or_default();
+            let runtime_uid = mirror_uid.cloned().unwrap_or_else(|| uid.clone());
+            let static_pod = mirror_uid.is_some()
+                || annotations
+                    .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
+                    .is_some_and(|source| source != "api");
+            matched_uids.insert(runtime_uid.clone());
+            let sandbox = sandboxes_by_uid
+                .get(runtime_uid.as_str())
+                .and_then(|list| list.iter().max_by_key(|s| s.created_at));
+            let runtime_containers = containers_by_uid
+                .get(runtime_uid.as_str())
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            PodView {
+                namespace: meta.namespace.clone().unwrap_or_default(),
+                name: meta.name.clone().unwrap_or_default(),
+                uid,
+                runtime_uid,
+                static_pod,
+                terminating: meta.deletion_timestamp.is_some(),
+                sandbox_id: sandbox.map(|s| s.id.clone()),
+                sandbox_ready: sandbox
+                    .is_some_and(|s| s.state == PodSandboxState::SandboxReady as i32),
+                containers: container_views(pod, runtime_containers, snapshot),
+            }
+        })
+        .collect();
+    pod_views.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+
+    let mut unmatched_sandboxes: Vec<UnmatchedSandbox> = snapshot
+        .sandboxes
+        .iter()
+        .filter(|s| {
+            s.labels
+                .get(labels::POD_UID)
+                .is_none_or(|uid| !matched_uids.contains(uid))
+        })
+        .map(|s| {
+            let meta = s.metadata.clone().unwrap_or_default();
+            UnmatchedSandbox {
+                id: s.id.clone(),
+                namespace: meta.namespace,
+                name: meta.name,
+                uid: meta.uid,
+                ready: s.state == PodSandboxState::SandboxReady as i32,
+            }
+        })
+        .collect();
+    unmatched_sandboxes
+        .sort_by(|a, b| (&a.namespace, &a.name, &a.id).cmp(&(&b.namespace, &b.name, &b.id)));
+
+    NodeView {
+        node_name: node_name.to_owned(),
+        runtime: snapshot
+            .runtime
+            .as_ref()
+            .map(|r| format!("{} {}", r.runtime_name, r.runtime_version)),
+        kubelet_version: None,
+        pods: pod_views,
+        unmatched_sandboxes,
+    }
+}
+
+fn container_views(
+    pod: &Pod,
+    runtime: &[&Container],
+    snapshot: &RuntimeSnapshot,
+) -> Vec<ContainerView> {
+    let runtime_name = snapshot
+        .runtime
+        .as_ref()
+        .map_or("unknown", |r| r.runtime_name.as_str());
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let mut views = Vec::new();
+    let mut add = |kind: ContainerKind, name: &str, container: Option<&SpecContainer>| {
+        // kubelet's newest container of a name is the one with the highest attempt; creation
+        // time breaks ties (attempt resets when the sandbox is recreated).
+        let newest = runtime
+            .iter()
+            .filter(|c| {
+                c.labels
+                    .get(labels::CONTAINER_NAME)
+                    .is_some_and(|n| n == name)
+            })
+            .max_by_key(|c| (c.created_at, c.metadata.as_ref().map_or(0, |m| m.attempt)));
+        views.push(ContainerView {
+            name: name.to_owned(),
+            kind,
+            spec: container.cloned(),
+            runtime: newest.map(|c| runtime_container(c, runtime_name, snapshot)),
+        });
+    };
+    for c in spec.init_containers.iter().flatten() {
+        add(ContainerKind::Init, &c.name, Some(c));
+    }
+    for c in &spec.containers {
+        add(ContainerKind::Regular, &c.name, Some(c));
+    }
+    for c in spec.ephemeral_containers.iter().flatten() {
+        add(ContainerKind::Ephemeral, &c.name, None);
+    }
+    views
+}
+
+fn runtime_container(
+    c: &Container,
+    runtime_name: &str,
+    snapshot: &RuntimeSnapshot,
+) -> RuntimeContainer {
+    let state = match ContainerState::try_from(c.state) {
+        Ok(ContainerState::ContainerCreated) => RuntimeState::Created,
+        Ok(ContainerState::ContainerRunning) => RuntimeState::Running,
+        Ok(ContainerState::ContainerExited) => RuntimeState::Exited,
+        _ => RuntimeState::Unknown,
+    };
+    let mut times = snapshot.times.get(&c.id).cloned().unwrap_or_default();
+    if times.created_at == 0 {
+        times.created_at = c.created_at;
+    }
+    RuntimeContainer {
+        container_id: format!("{runtime_name}://{}", c.id),
+        id: c.id.clone(),
+        state,
+        attempt: c.metadata.as_ref().map_or(0, |m| m.attempt),
+        restart_count: c
+            .annotations
+            .get(labels::CONTAINER_RESTART_COUNT)
+            .and_then(|v| v.parse().ok()),
+        stored_hash: c.annotations.get(labels::CONTAINER_HASH).cloned(),
+        stored_hash_without_resources: c
+            .annotations
+            .get(labels::CONTAINER_HASH_WITHOUT_RESOURCES)
+            .cloned(),
+        image: c
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default(),
+        times,
+    }
+}

@@ -1,0 +1,124 @@
+//! What the runtime holds, listed through CRI. `ListContainers` has no start/finish times, so
+//! `ContainerStatus` is asked once per container and state, and cached: a steady node costs two
+//! list calls per refresh.
+
+use std::collections::HashMap;
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use crate::cri::proto::{Container, PodSandbox};
+use crate::cri::{CriClient, CriError, RuntimeInfo};
+
+/// CRI's own timestamps of a container (unix nanoseconds; 0 = not yet).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerTimes {
+    pub created_at: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub exit_code: Option<i32>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct RuntimeSnapshot {
+    pub runtime: Option<RuntimeInfo>,
+    pub sandboxes: Vec<PodSandbox>,
+    pub containers: Vec<Container>,
+    /// By container ID.
+    pub times: HashMap<String, ContainerTimes>,
+}
+
+/// Lists the runtime and keeps the per-container status cache between refreshes.
+pub struct RuntimeTracker {
+    cri: CriClient,
+    info: Option<RuntimeInfo>,
+    /// Container ID → (state when asked, times).
+    statuses: HashMap<String, (i32, ContainerTimes)>,
+}
+
+/// Concurrent ContainerStatus calls when many containers are new (agent start).
+const STATUS_CONCURRENCY: usize = 8;
+
+impl RuntimeTracker {
+    pub fn new(cri: CriClient) -> Self {
+        Self {
+            cri,
+            info: None,
+            statuses: HashMap::new(),
+        }
+    }
+
+    pub fn client(&self) -> &CriClient {
+        &self.cri
+    }
+
+    pub async fn refresh(&mut self) -> Result<RuntimeSnapshot, CriError> {
+        let result = self.list().await;
+        if result.is_err() {
+            // The runtime may come back as another version (or another runtime): ask again.
+            self.info = None;
+        }
+        result
+    }
+
+    async fn list(&mut self) -> Result<RuntimeSnapshot, CriError> {
+        if self.info.is_none() {
+            self.info = Some(self.cri.version().await?);
+        }
+        let sandboxes = self.cri.list_pod_sandboxes(None).await?;
+        let containers = self.cri.list_containers(None).await?;
+
+        let stale: Vec<(String, i32)> = containers
+            .iter()
+            .filter(|c| {
+                self.statuses
+                    .get(&c.id)
+                    .is_none_or(|(state, _)| *state != c.state)
+            })
+            .map(|c| (c.id.clone(), c.state))
+            .collect();
+        let fetched: Vec<(String, i32, Option<ContainerTimes>)> = futures::stream::iter(stale)
+            .map(|(id, state)| {
+                let cri = self.cri.clone();
+                async move {
+                    let times = match cri.container_status(&id, false).await {
+                        Ok(response) => response.status.map(|s| ContainerTimes {
+                            created_at: s.created_at,
+                            started_at: s.started_at,
+                            finished_at: s.finished_at,
+                            exit_code: (s.finished_at > 0).then_some(s.exit_code),
+                        }),
+                        // Removed between the list and the status call: gone next refresh.
+                        Err(err) if err.is_not_found() => None,
+                        Err(err) => {
+                            tracing::debug!(container = %id, error = %err, "ContainerStatus failed");
+                            None
+                        }
+                    };
+                    (id, state, times)
+                }
+            })
+            .buffer_unordered(STATUS_CONCURRENCY)
+            .collect()
+            .await;
+        for (id, state, times) in fetched {
+            if let Some(times) = times {
+                self.statuses.insert(id, (state, times));
+            }
+        }
+        let live: std::collections::HashSet<&str> =
+            containers.iter().map(|c| c.id.as_str()).collect();
+        self.statuses.retain(|id, _| live.contains(id.as_str()));
+
+        Ok(RuntimeSnapshot {
+            runtime: self.info.clone(),
+            sandboxes,
+            times: self
+                .statuses
+                .iter()
+                .map(|(id, (_, times))| (id.clone(), times.clone()))
+                .collect(),
+            containers,
+        })
+    }
+}
