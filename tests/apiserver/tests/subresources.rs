@@ -1,0 +1,188 @@
+//! What `pods/status`, a CRD's `/status`, `pods/resize` and the main pod resource may change.
+
+mod common;
+
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::json;
+
+async fn setup() -> (apiserver_double::ApiServer, Api<Pod>) {
+    let server = server().await;
+    let api = Api::namespaced(client(&server).await, "default");
+    api.create(&PostParams::default(), &typed(pod("p", "node-1")))
+        .await
+        .unwrap();
+    (server, api)
+}
+
+#[tokio::test]
+async fn pod_status_changes_status_and_annotations_but_not_spec() {
+    let (server, api) = setup().await;
+    let patch = json!({
+        "metadata": {"annotations": {"inplaced.io/observed": "1"}},
+        "spec": {"nodeName": "elsewhere"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    });
+    let out = api
+        .patch_status("p", &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.spec.unwrap().node_name.as_deref(),
+        Some("node-1"),
+        "spec ignored"
+    );
+    assert_eq!(out.status.unwrap().phase.as_deref(), Some("Running"));
+    assert_eq!(
+        out.metadata.annotations.unwrap()["inplaced.io/observed"],
+        "1"
+    );
+    assert_eq!(
+        out.metadata.generation,
+        Some(1),
+        "status writes keep generation"
+    );
+
+    // PUT on /status likewise; PUT on the main resource cannot change status.
+    let mut cur = api.get("p").await.unwrap();
+    cur.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    let main = api
+        .replace("p", &PostParams::default(), &cur)
+        .await
+        .unwrap();
+    assert_eq!(main.status.unwrap().phase.as_deref(), Some("Running"));
+    let st = api.replace_status("p", &PostParams::default(), &cur).await;
+    let st = st.unwrap();
+    assert_eq!(st.status.unwrap().phase.as_deref(), Some("Succeeded"));
+    let stored = server.store().get("pods", "default", "p").unwrap();
+    assert_eq!(stored["spec"]["nodeName"], "node-1");
+}
+
+#[tokio::test]
+async fn crd_status_changes_only_status() {
+    let server = server().await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("inplaced.io", "v1alpha1", "ContainerResizeRequest"),
+        "containerresizerequests",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client(&server).await, "default", &ar);
+    let obj: DynamicObject = typed(json!({
+        "apiVersion": "inplaced.io/v1alpha1", "kind": "ContainerResizeRequest",
+        "metadata": {"name": "r", "labels": {"node": "n1"}}, "spec": {"cpu": "200m"}
+    }));
+    api.create(&PostParams::default(), &obj).await.unwrap();
+    let patch = json!({
+        "metadata": {"labels": {"node": "other"}, "annotations": {"a": "b"}},
+        "spec": {"cpu": "999"},
+        "status": {"phase": "Done"}
+    });
+    let out = api
+        .patch_status("r", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    assert_eq!(out.data["status"]["phase"], "Done");
+    assert_eq!(out.data["spec"]["cpu"], "200m");
+    assert_eq!(out.metadata.labels.unwrap()["node"], "n1");
+    assert!(out.metadata.annotations.is_none());
+
+    // Strategic merge patch is not for custom resources.
+    let (code, _) = api_code(
+        api.patch_status(
+            "r",
+            &PatchParams::default(),
+            &Patch::Strategic(&json!({"status": {}})),
+        )
+        .await,
+    );
+    assert_eq!(code, 415);
+    // The main resource ignores status.
+    let main = api
+        .patch(
+            "r",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"phase": "X"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(main.data["status"]["phase"], "Done");
+}
+
+#[tokio::test]
+async fn pod_resize_changes_only_container_resources() {
+    let (_server, api) = setup().await;
+    let patch = json!({"spec": {
+        "nodeName": "elsewhere",
+        "containers": [{"name": "app", "image": "other:2",
+            "resources": {"requests": {"cpu": "150m", "memory": "64Mi"},
+                          "limits": {"cpu": "300m", "memory": "128Mi"}}}]}});
+    let out = api
+        .patch_resize("p", &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .unwrap();
+    let spec = out.spec.unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some("node-1"));
+    let c = &spec.containers[0];
+    assert_eq!(c.image.as_deref(), Some("busybox:1"));
+    let res = c.resources.as_ref().unwrap();
+    assert_eq!(res.requests.as_ref().unwrap()["cpu"].0, "150m");
+    assert_eq!(res.limits.as_ref().unwrap()["cpu"].0, "300m");
+    assert_eq!(
+        out.metadata.generation,
+        Some(2),
+        "a resize is a spec change"
+    );
+
+    // The QoS class may not change through a resize.
+    let to_guaranteed = json!({"spec": {"containers": [{"name": "app",
+        "resources": {"requests": {"cpu": "300m", "memory": "128Mi"}}}]}});
+    let (code, reason) = api_code(
+        api.patch_resize(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(&to_guaranteed),
+        )
+        .await,
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    // Only cpu and memory are resizable.
+    let storage = json!({"spec": {"containers": [{"name": "app",
+        "resources": {"requests": {"ephemeral-storage": "1Gi"}}}]}});
+    assert_eq!(
+        api_code(
+            api.patch_resize("p", &PatchParams::default(), &Patch::Strategic(&storage))
+                .await
+        )
+        .0,
+        422
+    );
+}
+
+#[tokio::test]
+async fn main_pod_resource_rejects_resource_changes_but_allows_image() {
+    let (_server, api) = setup().await;
+    let resources = json!({"spec": {"containers": [{"name": "app",
+        "resources": {"requests": {"cpu": "150m"}}}]}});
+    let (code, reason) = api_code(
+        api.patch("p", &PatchParams::default(), &Patch::Strategic(&resources))
+            .await,
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    let image = json!({"spec": {"containers": [{"name": "app", "image": "busybox:2"}]}});
+    let out = api
+        .patch("p", &PatchParams::default(), &Patch::Strategic(&image))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.spec.unwrap().containers[0].image.as_deref(),
+        Some("busybox:2")
+    );
+    assert_eq!(out.metadata.generation, Some(2));
+    // Unknown subresources are not found.
+    let req = http::Request::get("/api/v1/namespaces/default/pods/p/bogus")
+        .body(vec![])
+        .unwrap();
+    let r: Result<serde_json::Value, _> = api.clone().into_client().request(req).await;
+    assert!(matches!(r, Err(kube::Error::Api(s)) if s.code == 404));
+}
