@@ -30,6 +30,16 @@ pub async fn client(server: &ApiServer) -> kube::Client {
     client_for(server, None).await
 }
 
+/// A client without kube-rs's built-in retry of 429/503/504, to see those answers.
+pub async fn client_no_retry(server: &ApiServer) -> kube::Client {
+    let kc = Kubeconfig::from_yaml(&server.kubeconfig(None)).expect("kubeconfig parses");
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("config from kubeconfig");
+    cfg.default_retry = false;
+    kube::Client::try_from(cfg).expect("client builds")
+}
+
 pub fn pod(name: &str, node: &str) -> Value {
     json!({
         "apiVersion": "v1",
