@@ -53,6 +53,8 @@ impl AuditEntry {
 #[derive(Default)]
 pub struct AuditLog {
     entries: Mutex<Vec<AuditEntry>>,
+    // Wakes `wait_for` callers so tests need not poll.
+    recorded: tokio::sync::Notify,
 }
 
 impl AuditLog {
@@ -60,6 +62,30 @@ impl AuditLog {
         let mut g = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         e.seq = g.len() as u64 + 1;
         g.push(e);
+        drop(g);
+        self.recorded.notify_waiters();
+    }
+
+    /// Wait until an entry satisfying `pred` is (or already was) recorded; `None` on timeout.
+    /// Handy to wait for an agent under test to make a given call.
+    pub async fn wait_for(
+        &self,
+        timeout: std::time::Duration,
+        pred: impl Fn(&AuditEntry) -> bool,
+    ) -> Option<AuditEntry> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.recorded.notified();
+            tokio::pin!(notified);
+            // Register before checking, so a record between check and wait is not missed.
+            notified.as_mut().enable();
+            if let Some(e) = self.entries().into_iter().find(|e| pred(e)) {
+                return Some(e);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return None;
+            }
+        }
     }
 
     /// Every entry so far, oldest first.

@@ -555,7 +555,10 @@ fn watch(
             "allowWatchBookmarks: Required value: sendInitialEvents requires setting allowWatchBookmarks to true",
         ));
     }
-    let timeout = parse_num::<u64>(q, "timeoutSeconds")?.unwrap_or(1800);
+    // Capped so a huge client value cannot overflow the deadline arithmetic.
+    let timeout = parse_num::<u64>(q, "timeoutSeconds")?
+        .unwrap_or(1800)
+        .min(7 * 24 * 3600);
     let from = match (rv, send_initial) {
         ("" | "0", Some(false)) => WatchFrom::Latest,
         ("" | "0", _) | (_, Some(true)) => WatchFrom::Now,

@@ -569,7 +569,7 @@ impl Store {
                 .grace_period_seconds
                 .or(spec_grace)
                 .unwrap_or(30)
-                .max(0);
+                .clamp(0, i64::from(u32::MAX));
             // Unscheduled pods go at once, as on the real server.
             if get_str_nonempty(&old, "spec.nodeName") {
                 g

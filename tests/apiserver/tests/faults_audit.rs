@@ -327,3 +327,26 @@ async fn audit_log_records_calls_and_checks_them_against_rbac() {
         .collect();
     assert_eq!(denied, vec!["delete pods"]);
 }
+
+#[tokio::test]
+async fn audit_wait_for_sees_a_later_request() {
+    let (server, api) = setup().await;
+    let waiter = async {
+        server
+            .audit()
+            .wait_for(Duration::from_secs(5), |e| {
+                e.request.verb == "get" && e.request.name == "p"
+            })
+            .await
+    };
+    let (found, _) = tokio::join!(waiter, async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        api.get("p").await.unwrap()
+    });
+    assert_eq!(found.unwrap().code, 200);
+    let none = server
+        .audit()
+        .wait_for(Duration::from_millis(50), |e| e.request.verb == "delete")
+        .await;
+    assert!(none.is_none());
+}
