@@ -1,0 +1,1 @@
+//! `inplaced hash` (placeholder, filled in below).

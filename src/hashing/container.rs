@@ -1,0 +1,1795 @@
+//! v1.Container as the kubelet's Go structs see it: decode (with Go's merge/null/case-folding
+//! semantics, gated by the release that introduced each field) and re-encode in Go field order
+//! with `omitempty`.
+//!
+//! Decisions:
+//! - Strings are kept as borrowed input slices whenever Go's decoding would not change them.
+//! - Slices model Go's reuse of the backing array: a duplicate key decodes *into* the elements an
+//!   earlier occurrence left behind (structs merge), `[]` and `null` start afresh.
+//! - A field a release does not know is skipped (still validated) and therefore never encoded.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use super::encode::Encoder;
+use super::json::{DResult, DecodeError, DecodeErrorKind, Parser, PathSeg, parse_int, validate};
+use super::quantity::{Quantity, go_trim_space};
+
+pub type Str<'a> = Cow<'a, [u8]>;
+
+/// Decoding context: which kubelet minor release's schema applies.
+pub struct Ctx {
+    pub minor: u32,
+    /// False when only validation is needed (era C): skips canonicalising quantities.
+    pub need_output: bool,
+}
+
+/// A Go slice with its reused backing array (see module docs).
+#[derive(Debug, Default)]
+pub struct GoSlice<T> {
+    items: Vec<T>,
+    len: usize,
+}
+
+impl<T> GoSlice<T> {
+    pub fn as_slice(&self) -> &[T] {
+        &self.items[..self.len]
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Go's IntOrString: both members persist; `Type` picks one.
+#[derive(Debug, Default)]
+pub struct IntOrStr<'a> {
+    is_str: bool,
+    int_val: i32,
+    str_val: Str<'a>,
+}
+
+/// A Quantity as far as JSON output goes: the cached text, else the canonical text, else "0".
+#[derive(Debug, Default)]
+pub struct Qty<'a> {
+    cached: Option<&'a [u8]>,
+    canonical: Option<String>,
+}
+
+impl Qty<'_> {
+    fn text(&self) -> &[u8] {
+        match (&self.cached, &self.canonical) {
+            (Some(c), _) if !c.is_empty() => c,
+            (_, Some(s)) => s.as_bytes(),
+            _ => b"0",
+        }
+    }
+}
+
+pub type ResourceList<'a> = BTreeMap<Str<'a>, Qty<'a>>;
+
+#[derive(Debug, Default)]
+pub struct Container<'a> {
+    pub name: Str<'a>,
+    pub image: Str<'a>,
+    command: GoSlice<Str<'a>>,
+    args: GoSlice<Str<'a>>,
+    working_dir: Str<'a>,
+    ports: GoSlice<ContainerPort<'a>>,
+    env_from: GoSlice<EnvFromSource<'a>>,
+    pub env: GoSlice<EnvVar<'a>>,
+    resources: ResourceRequirements<'a>,
+    resize_policy: GoSlice<ResizePolicy<'a>>,
+    restart_policy: Option<Str<'a>>,
+    restart_policy_rules: GoSlice<RestartRule<'a>>,
+    volume_mounts: GoSlice<VolumeMount<'a>>,
+    volume_devices: GoSlice<VolumeDevice<'a>>,
+    liveness_probe: Option<Box<Probe<'a>>>,
+    readiness_probe: Option<Box<Probe<'a>>>,
+    startup_probe: Option<Box<Probe<'a>>>,
+    lifecycle: Option<Box<Lifecycle<'a>>>,
+    termination_message_path: Str<'a>,
+    termination_message_policy: Str<'a>,
+    image_pull_policy: Str<'a>,
+    security_context: Option<Box<SecurityContext<'a>>>,
+    stdin: bool,
+    stdin_once: bool,
+    tty: bool,
+}
+
+#[derive(Debug, Default)]
+struct ContainerPort<'a> {
+    name: Str<'a>,
+    host_port: i32,
+    container_port: i32,
+    protocol: Str<'a>,
+    host_ip: Str<'a>,
+}
+
+#[derive(Debug, Default)]
+struct EnvFromSource<'a> {
+    prefix: Str<'a>,
+    config_map_ref: Option<Box<OptionalRef<'a>>>,
+    secret_ref: Option<Box<OptionalRef<'a>>>,
+}
+
+/// ConfigMapEnvSource / SecretEnvSource.
+#[derive(Debug, Default)]
+struct OptionalRef<'a> {
+    name: Str<'a>,
+    optional: Option<bool>,
+}
+
+#[derive(Debug, Default)]
+pub struct EnvVar<'a> {
+    pub name: Str<'a>,
+    pub value: Str<'a>,
+    pub value_from: Option<Box<EnvVarSource<'a>>>,
+}
+
+#[derive(Debug, Default)]
+pub struct EnvVarSource<'a> {
+    pub field_ref: Option<Box<ObjectFieldSelector<'a>>>,
+    resource_field_ref: Option<Box<ResourceFieldSelector<'a>>>,
+    config_map_key_ref: Option<Box<KeySelector<'a>>>,
+    secret_key_ref: Option<Box<KeySelector<'a>>>,
+    file_key_ref: Option<Box<FileKeySelector<'a>>>,
+}
+
+#[derive(Debug, Default)]
+pub struct ObjectFieldSelector<'a> {
+    api_version: Str<'a>,
+    pub field_path: Str<'a>,
+}
+
+#[derive(Debug, Default)]
+struct ResourceFieldSelector<'a> {
+    container_name: Str<'a>,
+    resource: Str<'a>,
+    divisor: Qty<'a>,
+}
+
+/// ConfigMapKeySelector / SecretKeySelector.
+#[derive(Debug, Default)]
+struct KeySelector<'a> {
+    name: Str<'a>,
+    key: Str<'a>,
+    optional: Option<bool>,
+}
+
+#[derive(Debug, Default)]
+struct FileKeySelector<'a> {
+    volume_name: Str<'a>,
+    path: Str<'a>,
+    key: Str<'a>,
+    optional: Option<bool>,
+}
+
+#[derive(Debug, Default)]
+struct ResourceRequirements<'a> {
+    limits: Option<ResourceList<'a>>,
+    requests: Option<ResourceList<'a>>,
+    claims: GoSlice<ResourceClaim<'a>>,
+}
+
+#[derive(Debug, Default)]
+struct ResourceClaim<'a> {
+    name: Str<'a>,
+    request: Str<'a>,
+}
+
+#[derive(Debug, Default)]
+struct ResizePolicy<'a> {
+    resource_name: Str<'a>,
+    restart_policy: Str<'a>,
+}
+
+#[derive(Debug, Default)]
+struct RestartRule<'a> {
+    action: Str<'a>,
+    exit_codes: Option<Box<ExitCodes<'a>>>,
+}
+
+#[derive(Debug, Default)]
+struct ExitCodes<'a> {
+    operator: Str<'a>,
+    values: GoSlice<i32>,
+}
+
+#[derive(Debug, Default)]
+struct VolumeMount<'a> {
+    name: Str<'a>,
+    read_only: bool,
+    recursive_read_only: Option<Str<'a>>,
+    mount_path: Str<'a>,
+    sub_path: Str<'a>,
+    mount_propagation: Option<Str<'a>>,
+    sub_path_expr: Str<'a>,
+}
+
+#[derive(Debug, Default)]
+struct VolumeDevice<'a> {
+    name: Str<'a>,
+    device_path: Str<'a>,
+}
+
+#[derive(Debug, Default)]
+struct Probe<'a> {
+    exec: Option<Box<ExecAction<'a>>>,
+    http_get: Option<Box<HttpGet<'a>>>,
+    tcp_socket: Option<Box<TcpSocket<'a>>>,
+    grpc: Option<Box<Grpc<'a>>>,
+    initial_delay_seconds: i32,
+    timeout_seconds: i32,
+    period_seconds: i32,
+    success_threshold: i32,
+    failure_threshold: i32,
+    termination_grace_period_seconds: Option<i64>,
+}
+
+#[derive(Debug, Default)]
+struct ExecAction<'a> {
+    command: GoSlice<Str<'a>>,
+}
+
+#[derive(Debug, Default)]
+struct HttpGet<'a> {
+    path: Str<'a>,
+    port: IntOrStr<'a>,
+    host: Str<'a>,
+    scheme: Str<'a>,
+    http_headers: GoSlice<HttpHeader<'a>>,
+}
+
+#[derive(Debug, Default)]
+struct HttpHeader<'a> {
+    name: Str<'a>,
+    value: Str<'a>,
+}
+
+#[derive(Debug, Default)]
+struct TcpSocket<'a> {
+    port: IntOrStr<'a>,
+    host: Str<'a>,
+}
+
+#[derive(Debug, Default)]
+struct Grpc<'a> {
+    port: i32,
+    service: Option<Str<'a>>,
+}
+
+#[derive(Debug, Default)]
+struct Lifecycle<'a> {
+    post_start: Option<Box<LifecycleHandler<'a>>>,
+    pre_stop: Option<Box<LifecycleHandler<'a>>>,
+    stop_signal: Option<Str<'a>>,
+}
+
+#[derive(Debug, Default)]
+struct LifecycleHandler<'a> {
+    exec: Option<Box<ExecAction<'a>>>,
+    http_get: Option<Box<HttpGet<'a>>>,
+    tcp_socket: Option<Box<TcpSocket<'a>>>,
+    sleep: Option<Box<SleepAction>>,
+}
+
+#[derive(Debug, Default)]
+struct SleepAction {
+    seconds: i64,
+}
+
+#[derive(Debug, Default)]
+struct SecurityContext<'a> {
+    capabilities: Option<Box<Capabilities<'a>>>,
+    privileged: Option<bool>,
+    se_linux_options: Option<Box<SeLinuxOptions<'a>>>,
+    windows_options: Option<Box<WindowsOptions<'a>>>,
+    run_as_user: Option<i64>,
+    run_as_group: Option<i64>,
+    run_as_non_root: Option<bool>,
+    read_only_root_filesystem: Option<bool>,
+    allow_privilege_escalation: Option<bool>,
+    proc_mount: Option<Str<'a>>,
+    seccomp_profile: Option<Box<Profile<'a>>>,
+    app_armor_profile: Option<Box<Profile<'a>>>,
+}
+
+#[derive(Debug, Default)]
+struct Capabilities<'a> {
+    add: GoSlice<Str<'a>>,
+    drop: GoSlice<Str<'a>>,
+}
+
+#[derive(Debug, Default)]
+struct SeLinuxOptions<'a> {
+    user: Str<'a>,
+    role: Str<'a>,
+    type_: Str<'a>,
+    level: Str<'a>,
+}
+
+#[derive(Debug, Default)]
+struct WindowsOptions<'a> {
+    gmsa_credential_spec_name: Option<Str<'a>>,
+    gmsa_credential_spec: Option<Str<'a>>,
+    run_as_user_name: Option<Str<'a>>,
+    host_process: Option<bool>,
+}
+
+/// SeccompProfile / AppArmorProfile.
+#[derive(Debug, Default)]
+struct Profile<'a> {
+    type_: Str<'a>,
+    localhost_profile: Option<Str<'a>>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding primitives (Go's literalStore / indirect semantics per Go kind).
+
+fn dec_str<'a>(p: &mut Parser<'a>, out: &mut Str<'a>) -> DResult<()> {
+    match p.peek_value()? {
+        b'"' => *out = p.string()?,
+        b'n' => {
+            p.literal()?;
+        }
+        _ => return p.type_error("string"),
+    }
+    Ok(())
+}
+
+fn dec_opt_str<'a>(p: &mut Parser<'a>, out: &mut Option<Str<'a>>) -> DResult<()> {
+    match p.peek_value()? {
+        b'"' => *out = Some(p.string()?),
+        b'n' => {
+            p.literal()?;
+            *out = None;
+        }
+        _ => return p.type_error("string"),
+    }
+    Ok(())
+}
+
+fn dec_bool(p: &mut Parser<'_>, out: &mut bool) -> DResult<()> {
+    match p.peek_value()? {
+        b't' | b'f' => *out = p.literal()? == b"true",
+        b'n' => {
+            p.literal()?;
+        }
+        _ => return p.type_error("bool"),
+    }
+    Ok(())
+}
+
+fn dec_opt_bool(p: &mut Parser<'_>, out: &mut Option<bool>) -> DResult<()> {
+    match p.peek_value()? {
+        b't' | b'f' => *out = Some(p.literal()? == b"true"),
+        b'n' => {
+            p.literal()?;
+            *out = None;
+        }
+        _ => return p.type_error("bool"),
+    }
+    Ok(())
+}
+
+/// A JSON integer for a Go int of the given range; `None` for null.
+fn dec_int(p: &mut Parser<'_>, min: i64, max: i64, ty: &'static str) -> DResult<Option<i64>> {
+    match p.peek_value()? {
+        b'-' | b'0'..=b'9' => {
+            let at = p.offset();
+            let lit = p.number()?;
+            match parse_int(lit) {
+                Some(v) if v >= min && v <= max => Ok(Some(v)),
+                _ => p.number_type_error(lit, ty, at),
+            }
+        }
+        b'n' => {
+            p.literal()?;
+            Ok(None)
+        }
+        _ => p.type_error(ty),
+    }
+}
+
+fn dec_i32(p: &mut Parser<'_>, out: &mut i32) -> DResult<()> {
+    if let Some(v) = dec_int(p, i64::from(i32::MIN), i64::from(i32::MAX), "int32")? {
+        *out = v as i32;
+    }
+    Ok(())
+}
+
+fn dec_i64(p: &mut Parser<'_>, out: &mut i64) -> DResult<()> {
+    if let Some(v) = dec_int(p, i64::MIN, i64::MAX, "int64")? {
+        *out = v;
+    }
+    Ok(())
+}
+
+fn dec_opt_i64(p: &mut Parser<'_>, out: &mut Option<i64>) -> DResult<()> {
+    match p.peek_value()? {
+        b'n' => {
+            p.literal()?;
+            *out = None;
+            Ok(())
+        }
+        _ => {
+            let mut v = out.unwrap_or(0);
+            dec_i64(p, &mut v)?;
+            *out = Some(v);
+            Ok(())
+        }
+    }
+}
+
+fn dec_slice<'a, T: Default>(
+    p: &mut Parser<'a>,
+    s: &mut GoSlice<T>,
+    mut elem: impl FnMut(&mut Parser<'a>, &mut T) -> DResult<()>,
+) -> DResult<()> {
+    match p.peek_value()? {
+        b'n' => {
+            p.literal()?;
+            s.items.clear();
+            s.len = 0;
+        }
+        b'[' => {
+            p.begin_array()?;
+            let mut first = true;
+            let mut i = 0;
+            while p.next_elem(&mut first)? {
+                if i >= s.items.len() {
+                    s.items.push(T::default());
+                }
+                elem(p, &mut s.items[i]).map_err(|e| e.at(PathSeg::Index(i)))?;
+                i += 1;
+            }
+            if i == 0 {
+                s.items.clear();
+            }
+            s.len = i;
+        }
+        _ => return p.type_error("array"),
+    }
+    Ok(())
+}
+
+fn dec_str_slice<'a>(p: &mut Parser<'a>, s: &mut GoSlice<Str<'a>>) -> DResult<()> {
+    dec_slice(p, s, |p, v| dec_str(p, v))
+}
+
+/// A pointer to a struct: null sets nil, an object decodes into (a possibly new) value.
+fn dec_ptr<'a, T: Default>(
+    p: &mut Parser<'a>,
+    out: &mut Option<Box<T>>,
+    ctx: &Ctx,
+    obj: fn(&mut Parser<'a>, &mut T, &Ctx) -> DResult<()>,
+) -> DResult<()> {
+    match p.peek_value()? {
+        b'n' => {
+            p.literal()?;
+            *out = None;
+            Ok(())
+        }
+        b'{' => obj(p, out.get_or_insert_with(Default::default), ctx),
+        _ => p.type_error("object"),
+    }
+}
+
+/// A struct value (not a pointer): null leaves it unchanged.
+fn dec_struct<'a, T>(
+    p: &mut Parser<'a>,
+    out: &mut T,
+    ctx: &Ctx,
+    obj: fn(&mut Parser<'a>, &mut T, &Ctx) -> DResult<()>,
+) -> DResult<()> {
+    match p.peek_value()? {
+        b'n' => {
+            p.literal()?;
+            Ok(())
+        }
+        b'{' => obj(p, out, ctx),
+        _ => p.type_error("object"),
+    }
+}
+
+/// Go's object decoding into a struct: exact key match, then case-insensitive (Unicode folded).
+fn dec_fields<'a, T>(
+    p: &mut Parser<'a>,
+    t: &mut T,
+    ctx: &Ctx,
+    names: &'static [&'static str],
+    dispatch: fn(&mut Parser<'a>, &mut T, &[u8], &Ctx) -> DResult<bool>,
+) -> DResult<()> {
+    p.begin_object()?;
+    let mut first = true;
+    while let Some(key) = p.next_key(&mut first)? {
+        if dispatch(p, t, &key, ctx)? {
+            continue;
+        }
+        if let Some(canon) = fold_match(&key, names)
+            && dispatch(p, t, canon.as_bytes(), ctx)?
+        {
+            continue;
+        }
+        p.skip_value()?;
+    }
+    Ok(())
+}
+
+/// Case-insensitive field lookup with Go's simple folding. Field names are ASCII letters, and
+/// the only non-ASCII runes that fold onto ASCII letters are U+017F (ſ, to s) and U+212A
+/// (Kelvin sign, to k).
+fn fold_match(key: &[u8], names: &[&'static str]) -> Option<&'static str> {
+    let mut folded = [0u8; 48];
+    let mut n = 0;
+    let mut i = 0;
+    while i < key.len() {
+        let c = key[i];
+        let (f, adv) = if c < 0x80 {
+            (c.to_ascii_lowercase(), 1)
+        } else if key[i..].starts_with("\u{17f}".as_bytes()) {
+            (b's', 2)
+        } else if key[i..].starts_with("\u{212a}".as_bytes()) {
+            (b'k', 3)
+        } else {
+            return None;
+        };
+        *folded.get_mut(n)? = f;
+        n += 1;
+        i += adv;
+    }
+    let folded = &folded[..n];
+    names
+        .iter()
+        .copied()
+        .find(|name| name.len() == n && name.as_bytes().eq_ignore_ascii_case(folded))
+}
+
+/// Declares a struct's JSON field names and the decoder dispatch for them.
+macro_rules! fields {
+    (
+        fn $dispatch:ident<$lt:lifetime>($p:ident, $t:ident: $T:ty, $ctx:ident);
+        const $names:ident;
+        { $( $json:literal $( since $since:literal )? => $body:expr ),* $(,)? }
+    ) => {
+        const $names: &[&str] = &[ $( $json ),* ];
+        #[allow(unused_variables)]
+        fn $dispatch<$lt>($p: &mut Parser<$lt>, $t: &mut $T, key: &[u8], $ctx: &Ctx) -> DResult<bool> {
+            $(
+                if key == $json.as_bytes() $( && $ctx.minor >= $since )? {
+                    ($body).map_err(|e: DecodeError| e.at(PathSeg::Field($json)))?;
+                    return Ok(true);
+                }
+            )*
+            Ok(false)
+        }
+    };
+}
+
+fields! {
+    fn container_field<'a>(p, t: Container<'a>, ctx);
+    const CONTAINER_FIELDS;
+    {
+        "name" => dec_str(p, &mut t.name),
+        "image" => dec_str(p, &mut t.image),
+        "command" => dec_str_slice(p, &mut t.command),
+        "args" => dec_str_slice(p, &mut t.args),
+        "workingDir" => dec_str(p, &mut t.working_dir),
+        "ports" => dec_slice(p, &mut t.ports, |p, v| dec_struct(p, v, ctx, port_obj)),
+        "envFrom" => dec_slice(p, &mut t.env_from, |p, v| dec_struct(p, v, ctx, env_from_obj)),
+        "env" => dec_slice(p, &mut t.env, |p, v| dec_struct(p, v, ctx, env_var_obj)),
+        "resources" => dec_struct(p, &mut t.resources, ctx, resources_obj),
+        "resizePolicy" since 27 => dec_slice(p, &mut t.resize_policy, |p, v| dec_struct(p, v, ctx, resize_obj)),
+        "restartPolicy" since 28 => dec_opt_str(p, &mut t.restart_policy),
+        "restartPolicyRules" since 34 => dec_slice(p, &mut t.restart_policy_rules, |p, v| dec_struct(p, v, ctx, restart_rule_obj)),
+        "volumeMounts" => dec_slice(p, &mut t.volume_mounts, |p, v| dec_struct(p, v, ctx, volume_mount_obj)),
+        "volumeDevices" => dec_slice(p, &mut t.volume_devices, |p, v| dec_struct(p, v, ctx, volume_device_obj)),
+        "livenessProbe" => dec_ptr(p, &mut t.liveness_probe, ctx, probe_obj),
+        "readinessProbe" => dec_ptr(p, &mut t.readiness_probe, ctx, probe_obj),
+        "startupProbe" since 16 => dec_ptr(p, &mut t.startup_probe, ctx, probe_obj),
+        "lifecycle" => dec_ptr(p, &mut t.lifecycle, ctx, lifecycle_obj),
+        "terminationMessagePath" => dec_str(p, &mut t.termination_message_path),
+        "terminationMessagePolicy" => dec_str(p, &mut t.termination_message_policy),
+        "imagePullPolicy" => dec_str(p, &mut t.image_pull_policy),
+        "securityContext" => dec_ptr(p, &mut t.security_context, ctx, security_context_obj),
+        "stdin" => dec_bool(p, &mut t.stdin),
+        "stdinOnce" => dec_bool(p, &mut t.stdin_once),
+        "tty" => dec_bool(p, &mut t.tty),
+    }
+}
+
+fn container_obj<'a>(p: &mut Parser<'a>, t: &mut Container<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, CONTAINER_FIELDS, container_field)
+}
+
+fields! {
+    fn port_field<'a>(p, t: ContainerPort<'a>, ctx);
+    const PORT_FIELDS;
+    {
+        "name" => dec_str(p, &mut t.name),
+        "hostPort" => dec_i32(p, &mut t.host_port),
+        "containerPort" => dec_i32(p, &mut t.container_port),
+        "protocol" => dec_str(p, &mut t.protocol),
+        "hostIP" => dec_str(p, &mut t.host_ip),
+    }
+}
+fn port_obj<'a>(p: &mut Parser<'a>, t: &mut ContainerPort<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, PORT_FIELDS, port_field)
+}
+
+fields! {
+    fn env_from_field<'a>(p, t: EnvFromSource<'a>, ctx);
+    const ENV_FROM_FIELDS;
+    {
+        "prefix" => dec_str(p, &mut t.prefix),
+        "configMapRef" => dec_ptr(p, &mut t.config_map_ref, ctx, optional_ref_obj),
+        "secretRef" => dec_ptr(p, &mut t.secret_ref, ctx, optional_ref_obj),
+    }
+}
+fn env_from_obj<'a>(p: &mut Parser<'a>, t: &mut EnvFromSource<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, ENV_FROM_FIELDS, env_from_field)
+}
+
+fields! {
+    fn optional_ref_field<'a>(p, t: OptionalRef<'a>, ctx);
+    const OPTIONAL_REF_FIELDS;
+    {
+        "name" => dec_str(p, &mut t.name),
+        "optional" => dec_opt_bool(p, &mut t.optional),
+    }
+}
+fn optional_ref_obj<'a>(p: &mut Parser<'a>, t: &mut OptionalRef<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, OPTIONAL_REF_FIELDS, optional_ref_field)
+}
+
+fields! {
+    fn env_var_field<'a>(p, t: EnvVar<'a>, ctx);
+    const ENV_VAR_FIELDS;
+    {
+        "name" => dec_str(p, &mut t.name),
+        "value" => dec_str(p, &mut t.value),
+        "valueFrom" => dec_ptr(p, &mut t.value_from, ctx, env_source_obj),
+    }
+}
+fn env_var_obj<'a>(p: &mut Parser<'a>, t: &mut EnvVar<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, ENV_VAR_FIELDS, env_var_field)
+}
+
+fields! {
+    fn env_source_field<'a>(p, t: EnvVarSource<'a>, ctx);
+    const ENV_SOURCE_FIELDS;
+    {
+        "fieldRef" => dec_ptr(p, &mut t.field_ref, ctx, field_selector_obj),
+        "resourceFieldRef" => dec_ptr(p, &mut t.resource_field_ref, ctx, resource_selector_obj),
+        "configMapKeyRef" => dec_ptr(p, &mut t.config_map_key_ref, ctx, key_selector_obj),
+        "secretKeyRef" => dec_ptr(p, &mut t.secret_key_ref, ctx, key_selector_obj),
+        "fileKeyRef" since 34 => dec_ptr(p, &mut t.file_key_ref, ctx, file_key_obj),
+    }
+}
+fn env_source_obj<'a>(p: &mut Parser<'a>, t: &mut EnvVarSource<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, ENV_SOURCE_FIELDS, env_source_field)
+}
+
+fields! {
+    fn field_selector_field<'a>(p, t: ObjectFieldSelector<'a>, ctx);
+    const FIELD_SELECTOR_FIELDS;
+    {
+        "apiVersion" => dec_str(p, &mut t.api_version),
+        "fieldPath" => dec_str(p, &mut t.field_path),
+    }
+}
+fn field_selector_obj<'a>(
+    p: &mut Parser<'a>,
+    t: &mut ObjectFieldSelector<'a>,
+    ctx: &Ctx,
+) -> DResult<()> {
+    dec_fields(p, t, ctx, FIELD_SELECTOR_FIELDS, field_selector_field)
+}
+
+fields! {
+    fn resource_selector_field<'a>(p, t: ResourceFieldSelector<'a>, ctx);
+    const RESOURCE_SELECTOR_FIELDS;
+    {
+        "containerName" => dec_str(p, &mut t.container_name),
+        "resource" => dec_str(p, &mut t.resource),
+        "divisor" => dec_qty(p, &mut t.divisor, ctx),
+    }
+}
+fn resource_selector_obj<'a>(
+    p: &mut Parser<'a>,
+    t: &mut ResourceFieldSelector<'a>,
+    ctx: &Ctx,
+) -> DResult<()> {
+    dec_fields(p, t, ctx, RESOURCE_SELECTOR_FIELDS, resource_selector_field)
+}
+
+fields! {
+    fn key_selector_field<'a>(p, t: KeySelector<'a>, ctx);
+    const KEY_SELECTOR_FIELDS;
+    {
+        "name" => dec_str(p, &mut t.name),
+        "key" => dec_str(p, &mut t.key),
+        "optional" => dec_opt_bool(p, &mut t.optional),
+    }
+}
+fn key_selector_obj<'a>(p: &mut Parser<'a>, t: &mut KeySelector<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, KEY_SELECTOR_FIELDS, key_selector_field)
+}
+
+fields! {
+    fn file_key_field<'a>(p, t: FileKeySelector<'a>, ctx);
+    const FILE_KEY_FIELDS;
+    {
+        "volumeName" => dec_str(p, &mut t.volume_name),
+        "path" => dec_str(p, &mut t.path),
+        "key" => dec_str(p, &mut t.key),
+        "optional" => dec_opt_bool(p, &mut t.optional),
+    }
+}
+fn file_key_obj<'a>(p: &mut Parser<'a>, t: &mut FileKeySelector<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, FILE_KEY_FIELDS, file_key_field)
+}
+
+fields! {
+    fn resources_field<'a>(p, t: ResourceRequirements<'a>, ctx);
+    const RESOURCES_FIELDS;
+    {
+        "limits" => dec_resource_list(p, &mut t.limits, ctx),
+        "requests" => dec_resource_list(p, &mut t.requests, ctx),
+        "claims" since 26 => dec_slice(p, &mut t.claims, |p, v| dec_struct(p, v, ctx, claim_obj)),
+    }
+}
+fn resources_obj<'a>(
+    p: &mut Parser<'a>,
+    t: &mut ResourceRequirements<'a>,
+    ctx: &Ctx,
+) -> DResult<()> {
+    dec_fields(p, t, ctx, RESOURCES_FIELDS, resources_field)
+}
+
+fields! {
+    fn claim_field<'a>(p, t: ResourceClaim<'a>, ctx);
+    const CLAIM_FIELDS;
+    {
+        "name" => dec_str(p, &mut t.name),
+        "request" since 31 => dec_str(p, &mut t.request),
+    }
+}
+fn claim_obj<'a>(p: &mut Parser<'a>, t: &mut ResourceClaim<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, CLAIM_FIELDS, claim_field)
+}
+
+fields! {
+    fn resize_field<'a>(p, t: ResizePolicy<'a>, ctx);
+    const RESIZE_FIELDS;
+    {
+        "resourceName" => dec_str(p, &mut t.resource_name),
+        "restartPolicy" => dec_str(p, &mut t.restart_policy),
+    }
+}
+fn resize_obj<'a>(p: &mut Parser<'a>, t: &mut ResizePolicy<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, RESIZE_FIELDS, resize_field)
+}
+
+fields! {
+    fn restart_rule_field<'a>(p, t: RestartRule<'a>, ctx);
+    const RESTART_RULE_FIELDS;
+    {
+        "action" => dec_str(p, &mut t.action),
+        "exitCodes" => dec_ptr(p, &mut t.exit_codes, ctx, exit_codes_obj),
+    }
+}
+fn restart_rule_obj<'a>(p: &mut Parser<'a>, t: &mut RestartRule<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, RESTART_RULE_FIELDS, restart_rule_field)
+}
+
+fields! {
+    fn exit_codes_field<'a>(p, t: ExitCodes<'a>, ctx);
+    const EXIT_CODES_FIELDS;
+    {
+        "operator" => dec_str(p, &mut t.operator),
+        "values" => dec_slice(p, &mut t.values, dec_i32),
+    }
+}
+fn exit_codes_obj<'a>(p: &mut Parser<'a>, t: &mut ExitCodes<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, EXIT_CODES_FIELDS, exit_codes_field)
+}
+
+fields! {
+    fn volume_mount_field<'a>(p, t: VolumeMount<'a>, ctx);
+    const VOLUME_MOUNT_FIELDS;
+    {
+        "name" => dec_str(p, &mut t.name),
+        "readOnly" => dec_bool(p, &mut t.read_only),
+        "recursiveReadOnly" since 30 => dec_opt_str(p, &mut t.recursive_read_only),
+        "mountPath" => dec_str(p, &mut t.mount_path),
+        "subPath" => dec_str(p, &mut t.sub_path),
+        "mountPropagation" => dec_opt_str(p, &mut t.mount_propagation),
+        "subPathExpr" => dec_str(p, &mut t.sub_path_expr),
+    }
+}
+fn volume_mount_obj<'a>(p: &mut Parser<'a>, t: &mut VolumeMount<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, VOLUME_MOUNT_FIELDS, volume_mount_field)
+}
+
+fields! {
+    fn volume_device_field<'a>(p, t: VolumeDevice<'a>, ctx);
+    const VOLUME_DEVICE_FIELDS;
+    {
+        "name" => dec_str(p, &mut t.name),
+        "devicePath" => dec_str(p, &mut t.device_path),
+    }
+}
+fn volume_device_obj<'a>(p: &mut Parser<'a>, t: &mut VolumeDevice<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, VOLUME_DEVICE_FIELDS, volume_device_field)
+}
+
+fields! {
+    fn probe_field<'a>(p, t: Probe<'a>, ctx);
+    const PROBE_FIELDS;
+    {
+        "exec" => dec_ptr(p, &mut t.exec, ctx, exec_obj),
+        "httpGet" => dec_ptr(p, &mut t.http_get, ctx, http_get_obj),
+        "tcpSocket" => dec_ptr(p, &mut t.tcp_socket, ctx, tcp_socket_obj),
+        "grpc" since 23 => dec_ptr(p, &mut t.grpc, ctx, grpc_obj),
+        "initialDelaySeconds" => dec_i32(p, &mut t.initial_delay_seconds),
+        "timeoutSeconds" => dec_i32(p, &mut t.timeout_seconds),
+        "periodSeconds" => dec_i32(p, &mut t.period_seconds),
+        "successThreshold" => dec_i32(p, &mut t.success_threshold),
+        "failureThreshold" => dec_i32(p, &mut t.failure_threshold),
+        "terminationGracePeriodSeconds" since 21 => dec_opt_i64(p, &mut t.termination_grace_period_seconds),
+    }
+}
+fn probe_obj<'a>(p: &mut Parser<'a>, t: &mut Probe<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, PROBE_FIELDS, probe_field)
+}
+
+fields! {
+    fn exec_field<'a>(p, t: ExecAction<'a>, ctx);
+    const EXEC_FIELDS;
+    {
+        "command" => dec_str_slice(p, &mut t.command),
+    }
+}
+fn exec_obj<'a>(p: &mut Parser<'a>, t: &mut ExecAction<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, EXEC_FIELDS, exec_field)
+}
+
+fields! {
+    fn http_get_field<'a>(p, t: HttpGet<'a>, ctx);
+    const HTTP_GET_FIELDS;
+    {
+        "path" => dec_str(p, &mut t.path),
+        "port" => dec_int_or_str(p, &mut t.port),
+        "host" => dec_str(p, &mut t.host),
+        "scheme" => dec_str(p, &mut t.scheme),
+        "httpHeaders" => dec_slice(p, &mut t.http_headers, |p, v| dec_struct(p, v, ctx, header_obj)),
+    }
+}
+fn http_get_obj<'a>(p: &mut Parser<'a>, t: &mut HttpGet<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, HTTP_GET_FIELDS, http_get_field)
+}
+
+fields! {
+    fn header_field<'a>(p, t: HttpHeader<'a>, ctx);
+    const HEADER_FIELDS;
+    {
+        "name" => dec_str(p, &mut t.name),
+        "value" => dec_str(p, &mut t.value),
+    }
+}
+fn header_obj<'a>(p: &mut Parser<'a>, t: &mut HttpHeader<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, HEADER_FIELDS, header_field)
+}
+
+fields! {
+    fn tcp_socket_field<'a>(p, t: TcpSocket<'a>, ctx);
+    const TCP_SOCKET_FIELDS;
+    {
+        "port" => dec_int_or_str(p, &mut t.port),
+        "host" => dec_str(p, &mut t.host),
+    }
+}
+fn tcp_socket_obj<'a>(p: &mut Parser<'a>, t: &mut TcpSocket<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, TCP_SOCKET_FIELDS, tcp_socket_field)
+}
+
+fields! {
+    fn grpc_field<'a>(p, t: Grpc<'a>, ctx);
+    const GRPC_FIELDS;
+    {
+        "port" => dec_i32(p, &mut t.port),
+        "service" => dec_opt_str(p, &mut t.service),
+    }
+}
+fn grpc_obj<'a>(p: &mut Parser<'a>, t: &mut Grpc<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, GRPC_FIELDS, grpc_field)
+}
+
+fields! {
+    fn lifecycle_field<'a>(p, t: Lifecycle<'a>, ctx);
+    const LIFECYCLE_FIELDS;
+    {
+        "postStart" => dec_ptr(p, &mut t.post_start, ctx, handler_obj),
+        "preStop" => dec_ptr(p, &mut t.pre_stop, ctx, handler_obj),
+        "stopSignal" since 33 => dec_opt_str(p, &mut t.stop_signal),
+    }
+}
+fn lifecycle_obj<'a>(p: &mut Parser<'a>, t: &mut Lifecycle<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, LIFECYCLE_FIELDS, lifecycle_field)
+}
+
+fields! {
+    fn handler_field<'a>(p, t: LifecycleHandler<'a>, ctx);
+    const HANDLER_FIELDS;
+    {
+        "exec" => dec_ptr(p, &mut t.exec, ctx, exec_obj),
+        "httpGet" => dec_ptr(p, &mut t.http_get, ctx, http_get_obj),
+        "tcpSocket" => dec_ptr(p, &mut t.tcp_socket, ctx, tcp_socket_obj),
+        "sleep" since 29 => dec_ptr(p, &mut t.sleep, ctx, sleep_obj),
+    }
+}
+fn handler_obj<'a>(p: &mut Parser<'a>, t: &mut LifecycleHandler<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, HANDLER_FIELDS, handler_field)
+}
+
+fields! {
+    fn sleep_field<'a>(p, t: SleepAction, ctx);
+    const SLEEP_FIELDS;
+    {
+        "seconds" => dec_i64(p, &mut t.seconds),
+    }
+}
+fn sleep_obj(p: &mut Parser<'_>, t: &mut SleepAction, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, SLEEP_FIELDS, sleep_field)
+}
+
+fields! {
+    fn security_context_field<'a>(p, t: SecurityContext<'a>, ctx);
+    const SECURITY_CONTEXT_FIELDS;
+    {
+        "capabilities" => dec_ptr(p, &mut t.capabilities, ctx, capabilities_obj),
+        "privileged" => dec_opt_bool(p, &mut t.privileged),
+        "seLinuxOptions" => dec_ptr(p, &mut t.se_linux_options, ctx, selinux_obj),
+        "windowsOptions" => dec_ptr(p, &mut t.windows_options, ctx, windows_obj),
+        "runAsUser" => dec_opt_i64(p, &mut t.run_as_user),
+        "runAsGroup" => dec_opt_i64(p, &mut t.run_as_group),
+        "runAsNonRoot" => dec_opt_bool(p, &mut t.run_as_non_root),
+        "readOnlyRootFilesystem" => dec_opt_bool(p, &mut t.read_only_root_filesystem),
+        "allowPrivilegeEscalation" => dec_opt_bool(p, &mut t.allow_privilege_escalation),
+        "procMount" => dec_opt_str(p, &mut t.proc_mount),
+        "seccompProfile" since 19 => dec_ptr(p, &mut t.seccomp_profile, ctx, profile_obj),
+        "appArmorProfile" since 30 => dec_ptr(p, &mut t.app_armor_profile, ctx, profile_obj),
+    }
+}
+fn security_context_obj<'a>(
+    p: &mut Parser<'a>,
+    t: &mut SecurityContext<'a>,
+    ctx: &Ctx,
+) -> DResult<()> {
+    dec_fields(p, t, ctx, SECURITY_CONTEXT_FIELDS, security_context_field)
+}
+
+fields! {
+    fn capabilities_field<'a>(p, t: Capabilities<'a>, ctx);
+    const CAPABILITIES_FIELDS;
+    {
+        "add" => dec_str_slice(p, &mut t.add),
+        "drop" => dec_str_slice(p, &mut t.drop),
+    }
+}
+fn capabilities_obj<'a>(p: &mut Parser<'a>, t: &mut Capabilities<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, CAPABILITIES_FIELDS, capabilities_field)
+}
+
+fields! {
+    fn selinux_field<'a>(p, t: SeLinuxOptions<'a>, ctx);
+    const SELINUX_FIELDS;
+    {
+        "user" => dec_str(p, &mut t.user),
+        "role" => dec_str(p, &mut t.role),
+        "type" => dec_str(p, &mut t.type_),
+        "level" => dec_str(p, &mut t.level),
+    }
+}
+fn selinux_obj<'a>(p: &mut Parser<'a>, t: &mut SeLinuxOptions<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, SELINUX_FIELDS, selinux_field)
+}
+
+fields! {
+    fn windows_field<'a>(p, t: WindowsOptions<'a>, ctx);
+    const WINDOWS_FIELDS;
+    {
+        "gmsaCredentialSpecName" => dec_opt_str(p, &mut t.gmsa_credential_spec_name),
+        "gmsaCredentialSpec" => dec_opt_str(p, &mut t.gmsa_credential_spec),
+        "runAsUserName" => dec_opt_str(p, &mut t.run_as_user_name),
+        "hostProcess" since 22 => dec_opt_bool(p, &mut t.host_process),
+    }
+}
+fn windows_obj<'a>(p: &mut Parser<'a>, t: &mut WindowsOptions<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, WINDOWS_FIELDS, windows_field)
+}
+
+fields! {
+    fn profile_field<'a>(p, t: Profile<'a>, ctx);
+    const PROFILE_FIELDS;
+    {
+        "type" => dec_str(p, &mut t.type_),
+        "localhostProfile" => dec_opt_str(p, &mut t.localhost_profile),
+    }
+}
+fn profile_obj<'a>(p: &mut Parser<'a>, t: &mut Profile<'a>, ctx: &Ctx) -> DResult<()> {
+    dec_fields(p, t, ctx, PROFILE_FIELDS, profile_field)
+}
+
+/// IntOrString.UnmarshalJSON: a string sets the string member, anything else must be an int32.
+fn dec_int_or_str<'a>(p: &mut Parser<'a>, v: &mut IntOrStr<'a>) -> DResult<()> {
+    match p.peek_value()? {
+        b'"' => {
+            v.is_str = true;
+            v.str_val = p.string()?;
+            Ok(())
+        }
+        b'n' => {
+            // Go sets Type=Int and leaves IntVal alone.
+            p.literal()?;
+            v.is_str = false;
+            Ok(())
+        }
+        _ => {
+            v.is_str = false;
+            dec_i32(p, &mut v.int_val)
+        }
+    }
+}
+
+fn quantity_error<T>(
+    text: &[u8],
+    error: super::quantity::QuantityError,
+    offset: usize,
+) -> DResult<T> {
+    Err(DecodeError {
+        kind: DecodeErrorKind::Quantity {
+            text: String::from_utf8_lossy(text).into_owned(),
+            error,
+        },
+        offset,
+        path: Vec::new(),
+    })
+}
+
+/// Quantity.UnmarshalJSON: parses the *raw* JSON text (quotes stripped, escapes not processed).
+fn dec_qty<'a>(p: &mut Parser<'a>, q: &mut Qty<'a>, ctx: &Ctx) -> DResult<()> {
+    let at = p.offset();
+    let text: &'a [u8] = match p.peek_value()? {
+        b'n' => {
+            p.literal()?;
+            // Value reset to zero, cached text kept (Go leaves Quantity.s alone).
+            q.canonical = None;
+            return Ok(());
+        }
+        b'"' => go_trim_space(p.string_raw()?),
+        b'-' | b'0'..=b'9' => p.number()?,
+        b't' | b'f' => p.literal()?,
+        _ => {
+            p.skip_value()?;
+            return quantity_error(
+                b"<object or array>",
+                super::quantity::QuantityError::FormatWrong,
+                at,
+            );
+        }
+    };
+    match Quantity::parse(text) {
+        Ok(parsed) => {
+            if parsed.is_cached() {
+                q.cached = Some(text);
+                q.canonical = None;
+            } else {
+                q.cached = None;
+                q.canonical = if ctx.need_output {
+                    Some(
+                        parsed
+                            .canonical()
+                            .or_else(|e| quantity_error(text, e, at))?,
+                    )
+                } else {
+                    None
+                };
+            }
+            Ok(())
+        }
+        Err(e) => quantity_error(text, e, at),
+    }
+}
+
+/// map[ResourceName]Quantity: keys exact (case-sensitive), later duplicates replace.
+fn dec_resource_list<'a>(
+    p: &mut Parser<'a>,
+    m: &mut Option<ResourceList<'a>>,
+    ctx: &Ctx,
+) -> DResult<()> {
+    match p.peek_value()? {
+        b'n' => {
+            p.literal()?;
+            *m = None;
+            Ok(())
+        }
+        b'{' => {
+            let map = m.get_or_insert_with(BTreeMap::new);
+            p.begin_object()?;
+            let mut first = true;
+            while let Some(key) = p.next_key(&mut first)? {
+                let mut q = Qty::default();
+                if let Err(e) = dec_qty(p, &mut q, ctx) {
+                    return Err(e.at(PathSeg::Key(String::from_utf8_lossy(&key).into_owned())));
+                }
+                map.insert(key, q);
+            }
+            Ok(())
+        }
+        _ => p.type_error("object"),
+    }
+}
+
+/// Decodes a v1.Container document as the given release's kubelet would.
+pub fn decode<'a>(src: &'a [u8], ctx: &Ctx) -> DResult<Container<'a>> {
+    let mut p = Parser::new(src);
+    let mut c = Container::default();
+    let r = (|| {
+        match p.peek_value()? {
+            b'{' => container_obj(&mut p, &mut c, ctx)?,
+            b'n' => {
+                p.literal()?;
+            }
+            _ => return p.type_error("object (v1.Container)"),
+        }
+        p.finish()
+    })();
+    match r {
+        Ok(()) => Ok(c),
+        Err(e) if e.is_syntax() => Err(e),
+        Err(e) => {
+            // Go checks the whole document's syntax before decoding: a syntax error wins.
+            validate(src)?;
+            Err(e)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding (json.Marshal of the Go structs).
+
+macro_rules! key {
+    ($e:expr, $first:expr, $k:literal) => {
+        $e.key(&mut $first, concat!("\"", $k, "\":").as_bytes())
+    };
+}
+
+fn enc_str_slice(e: &mut Encoder, s: &[Str<'_>]) {
+    e.byte(b'[');
+    for (i, v) in s.iter().enumerate() {
+        if i > 0 {
+            e.byte(b',');
+        }
+        e.string(v);
+    }
+    e.byte(b']');
+}
+
+fn enc_slice<T>(e: &mut Encoder, s: &[T], f: impl Fn(&mut Encoder, &T)) {
+    e.byte(b'[');
+    for (i, v) in s.iter().enumerate() {
+        if i > 0 {
+            e.byte(b',');
+        }
+        f(e, v);
+    }
+    e.byte(b']');
+}
+
+/// Era A/B: the whole container; `without_resources` zeroes Resources (era B's second hash).
+pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: bool) {
+    let mut f = true;
+    e.byte(b'{');
+    key!(e, f, "name");
+    e.string(&c.name);
+    if !c.image.is_empty() {
+        key!(e, f, "image");
+        e.string(&c.image);
+    }
+    if !c.command.is_empty() {
+        key!(e, f, "command");
+        enc_str_slice(e, c.command.as_slice());
+    }
+    if !c.args.is_empty() {
+        key!(e, f, "args");
+        enc_str_slice(e, c.args.as_slice());
+    }
+    if !c.working_dir.is_empty() {
+        key!(e, f, "workingDir");
+        e.string(&c.working_dir);
+    }
+    if !c.ports.is_empty() {
+        key!(e, f, "ports");
+        enc_slice(e, c.ports.as_slice(), enc_port);
+    }
+    if !c.env_from.is_empty() {
+        key!(e, f, "envFrom");
+        enc_slice(e, c.env_from.as_slice(), enc_env_from);
+    }
+    if !c.env.is_empty() {
+        key!(e, f, "env");
+        enc_slice(e, c.env.as_slice(), enc_env_var);
+    }
+    key!(e, f, "resources");
+    if without_resources {
+        e.raw(b"{}");
+    } else {
+        enc_resources(e, &c.resources);
+    }
+    if !c.resize_policy.is_empty() {
+        key!(e, f, "resizePolicy");
+        enc_slice(e, c.resize_policy.as_slice(), |e, r| {
+            e.raw(b"{\"resourceName\":");
+            e.string(&r.resource_name);
+            e.raw(b",\"restartPolicy\":");
+            e.string(&r.restart_policy);
+            e.byte(b'}');
+        });
+    }
+    if let Some(rp) = &c.restart_policy {
+        key!(e, f, "restartPolicy");
+        e.string(rp);
+    }
+    if !c.restart_policy_rules.is_empty() {
+        key!(e, f, "restartPolicyRules");
+        enc_slice(e, c.restart_policy_rules.as_slice(), enc_restart_rule);
+    }
+    if !c.volume_mounts.is_empty() {
+        key!(e, f, "volumeMounts");
+        enc_slice(e, c.volume_mounts.as_slice(), enc_volume_mount);
+    }
+    if !c.volume_devices.is_empty() {
+        key!(e, f, "volumeDevices");
+        enc_slice(e, c.volume_devices.as_slice(), |e, d| {
+            e.raw(b"{\"name\":");
+            e.string(&d.name);
+            e.raw(b",\"devicePath\":");
+            e.string(&d.device_path);
+            e.byte(b'}');
+        });
+    }
+    if let Some(p) = &c.liveness_probe {
+        key!(e, f, "livenessProbe");
+        enc_probe(e, p);
+    }
+    if let Some(p) = &c.readiness_probe {
+        key!(e, f, "readinessProbe");
+        enc_probe(e, p);
+    }
+    if let Some(p) = &c.startup_probe {
+        key!(e, f, "startupProbe");
+        enc_probe(e, p);
+    }
+    if let Some(l) = &c.lifecycle {
+        key!(e, f, "lifecycle");
+        enc_lifecycle(e, l);
+    }
+    if !c.termination_message_path.is_empty() {
+        key!(e, f, "terminationMessagePath");
+        e.string(&c.termination_message_path);
+    }
+    if !c.termination_message_policy.is_empty() {
+        key!(e, f, "terminationMessagePolicy");
+        e.string(&c.termination_message_policy);
+    }
+    if !c.image_pull_policy.is_empty() {
+        key!(e, f, "imagePullPolicy");
+        e.string(&c.image_pull_policy);
+    }
+    if let Some(s) = &c.security_context {
+        key!(e, f, "securityContext");
+        enc_security_context(e, s);
+    }
+    if c.stdin {
+        key!(e, f, "stdin");
+        e.raw(b"true");
+    }
+    if c.stdin_once {
+        key!(e, f, "stdinOnce");
+        e.raw(b"true");
+    }
+    if c.tty {
+        key!(e, f, "tty");
+        e.raw(b"true");
+    }
+    e.byte(b'}');
+}
+
+/// Era C: `json.Marshal(map[string]string{"name":..,"image":..})` (keys sorted).
+pub fn encode_name_image(e: &mut Encoder, c: &Container<'_>) {
+    e.raw(b"{\"image\":");
+    e.string(&c.image);
+    e.raw(b",\"name\":");
+    e.string(&c.name);
+    e.byte(b'}');
+}
+
+fn enc_port(e: &mut Encoder, p: &ContainerPort<'_>) {
+    let mut f = true;
+    e.byte(b'{');
+    if !p.name.is_empty() {
+        key!(e, f, "name");
+        e.string(&p.name);
+    }
+    if p.host_port != 0 {
+        key!(e, f, "hostPort");
+        e.int(i64::from(p.host_port));
+    }
+    key!(e, f, "containerPort");
+    e.int(i64::from(p.container_port));
+    if !p.protocol.is_empty() {
+        key!(e, f, "protocol");
+        e.string(&p.protocol);
+    }
+    if !p.host_ip.is_empty() {
+        key!(e, f, "hostIP");
+        e.string(&p.host_ip);
+    }
+    e.byte(b'}');
+}
+
+fn enc_optional_ref(e: &mut Encoder, r: &OptionalRef<'_>) {
+    let mut f = true;
+    e.byte(b'{');
+    if !r.name.is_empty() {
+        key!(e, f, "name");
+        e.string(&r.name);
+    }
+    if let Some(o) = r.optional {
+        key!(e, f, "optional");
+        e.bool(o);
+    }
+    e.byte(b'}');
+}
+
+fn enc_env_from(e: &mut Encoder, s: &EnvFromSource<'_>) {
+    let mut f = true;
+    e.byte(b'{');
+    if !s.prefix.is_empty() {
+        key!(e, f, "prefix");
+        e.string(&s.prefix);
+    }
+    if let Some(r) = &s.config_map_ref {
+        key!(e, f, "configMapRef");
+        enc_optional_ref(e, r);
+    }
+    if let Some(r) = &s.secret_ref {
+        key!(e, f, "secretRef");
+        enc_optional_ref(e, r);
+    }
+    e.byte(b'}');
+}
+
+fn enc_key_selector(e: &mut Encoder, k: &KeySelector<'_>) {
+    let mut f = true;
+    e.byte(b'{');
+    if !k.name.is_empty() {
+        key!(e, f, "name");
+        e.string(&k.name);
+    }
+    key!(e, f, "key");
+    e.string(&k.key);
+    if let Some(o) = k.optional {
+        key!(e, f, "optional");
+        e.bool(o);
+    }
+    e.byte(b'}');
+}
+
+pub fn enc_env_var(e: &mut Encoder, v: &EnvVar<'_>) {
+    e.raw(b"{\"name\":");
+    e.string(&v.name);
+    if !v.value.is_empty() {
+        e.raw(b",\"value\":");
+        e.string(&v.value);
+    }
+    if let Some(src) = &v.value_from {
+        e.raw(b",\"valueFrom\":");
+        let mut f = true;
+        e.byte(b'{');
+        if let Some(r) = &src.field_ref {
+            key!(e, f, "fieldRef");
+            let mut g = true;
+            e.byte(b'{');
+            if !r.api_version.is_empty() {
+                key!(e, g, "apiVersion");
+                e.string(&r.api_version);
+            }
+            key!(e, g, "fieldPath");
+            e.string(&r.field_path);
+            e.byte(b'}');
+        }
+        if let Some(r) = &src.resource_field_ref {
+            key!(e, f, "resourceFieldRef");
+            let mut g = true;
+            e.byte(b'{');
+            if !r.container_name.is_empty() {
+                key!(e, g, "containerName");
+                e.string(&r.container_name);
+            }
+            key!(e, g, "resource");
+            e.string(&r.resource);
+            key!(e, g, "divisor");
+            e.string(r.divisor.text());
+            e.byte(b'}');
+        }
+        if let Some(r) = &src.config_map_key_ref {
+            key!(e, f, "configMapKeyRef");
+            enc_key_selector(e, r);
+        }
+        if let Some(r) = &src.secret_key_ref {
+            key!(e, f, "secretKeyRef");
+            enc_key_selector(e, r);
+        }
+        if let Some(r) = &src.file_key_ref {
+            key!(e, f, "fileKeyRef");
+            e.raw(b"{\"volumeName\":");
+            e.string(&r.volume_name);
+            e.raw(b",\"path\":");
+            e.string(&r.path);
+            e.raw(b",\"key\":");
+            e.string(&r.key);
+            if let Some(o) = r.optional {
+                e.raw(b",\"optional\":");
+                e.bool(o);
+            }
+            e.byte(b'}');
+        }
+        e.byte(b'}');
+    }
+    e.byte(b'}');
+}
+
+fn enc_resource_list(e: &mut Encoder, m: &ResourceList<'_>) {
+    e.byte(b'{');
+    for (i, (k, q)) in m.iter().enumerate() {
+        if i > 0 {
+            e.byte(b',');
+        }
+        e.string(k);
+        e.byte(b':');
+        e.string(q.text());
+    }
+    e.byte(b'}');
+}
+
+fn enc_resources(e: &mut Encoder, r: &ResourceRequirements<'_>) {
+    let mut f = true;
+    e.byte(b'{');
+    if let Some(m) = r.limits.as_ref().filter(|m| !m.is_empty()) {
+        key!(e, f, "limits");
+        enc_resource_list(e, m);
+    }
+    if let Some(m) = r.requests.as_ref().filter(|m| !m.is_empty()) {
+        key!(e, f, "requests");
+        enc_resource_list(e, m);
+    }
+    if !r.claims.is_empty() {
+        key!(e, f, "claims");
+        enc_slice(e, r.claims.as_slice(), |e, c| {
+            e.raw(b"{\"name\":");
+            e.string(&c.name);
+            if !c.request.is_empty() {
+                e.raw(b",\"request\":");
+                e.string(&c.request);
+            }
+            e.byte(b'}');
+        });
+    }
+    e.byte(b'}');
+}
+
+fn enc_restart_rule(e: &mut Encoder, r: &RestartRule<'_>) {
+    let mut f = true;
+    e.byte(b'{');
+    if !r.action.is_empty() {
+        key!(e, f, "action");
+        e.string(&r.action);
+    }
+    if let Some(x) = &r.exit_codes {
+        key!(e, f, "exitCodes");
+        let mut g = true;
+        e.byte(b'{');
+        if !x.operator.is_empty() {
+            key!(e, g, "operator");
+            e.string(&x.operator);
+        }
+        if !x.values.is_empty() {
+            key!(e, g, "values");
+            enc_slice(e, x.values.as_slice(), |e, v| e.int(i64::from(*v)));
+        }
+        e.byte(b'}');
+    }
+    e.byte(b'}');
+}
+
+fn enc_volume_mount(e: &mut Encoder, m: &VolumeMount<'_>) {
+    e.raw(b"{\"name\":");
+    e.string(&m.name);
+    if m.read_only {
+        e.raw(b",\"readOnly\":true");
+    }
+    if let Some(r) = &m.recursive_read_only {
+        e.raw(b",\"recursiveReadOnly\":");
+        e.string(r);
+    }
+    e.raw(b",\"mountPath\":");
+    e.string(&m.mount_path);
+    if !m.sub_path.is_empty() {
+        e.raw(b",\"subPath\":");
+        e.string(&m.sub_path);
+    }
+    if let Some(p) = &m.mount_propagation {
+        e.raw(b",\"mountPropagation\":");
+        e.string(p);
+    }
+    if !m.sub_path_expr.is_empty() {
+        e.raw(b",\"subPathExpr\":");
+        e.string(&m.sub_path_expr);
+    }
+    e.byte(b'}');
+}
+
+fn enc_int_or_str(e: &mut Encoder, v: &IntOrStr<'_>) {
+    if v.is_str {
+        e.string(&v.str_val);
+    } else {
+        e.int(i64::from(v.int_val));
+    }
+}
+
+fn enc_exec(e: &mut Encoder, x: &ExecAction<'_>) {
+    e.byte(b'{');
+    if !x.command.is_empty() {
+        e.raw(b"\"command\":");
+        enc_str_slice(e, x.command.as_slice());
+    }
+    e.byte(b'}');
+}
+
+fn enc_http_get(e: &mut Encoder, h: &HttpGet<'_>) {
+    let mut f = true;
+    e.byte(b'{');
+    if !h.path.is_empty() {
+        key!(e, f, "path");
+        e.string(&h.path);
+    }
+    key!(e, f, "port");
+    enc_int_or_str(e, &h.port);
+    if !h.host.is_empty() {
+        key!(e, f, "host");
+        e.string(&h.host);
+    }
+    if !h.scheme.is_empty() {
+        key!(e, f, "scheme");
+        e.string(&h.scheme);
+    }
+    if !h.http_headers.is_empty() {
+        key!(e, f, "httpHeaders");
+        enc_slice(e, h.http_headers.as_slice(), |e, hd| {
+            e.raw(b"{\"name\":");
+            e.string(&hd.name);
+            e.raw(b",\"value\":");
+            e.string(&hd.value);
+            e.byte(b'}');
+        });
+    }
+    e.byte(b'}');
+}
+
+fn enc_tcp_socket(e: &mut Encoder, t: &TcpSocket<'_>) {
+    e.raw(b"{\"port\":");
+    enc_int_or_str(e, &t.port);
+    if !t.host.is_empty() {
+        e.raw(b",\"host\":");
+        e.string(&t.host);
+    }
+    e.byte(b'}');
+}
+
+fn enc_probe(e: &mut Encoder, p: &Probe<'_>) {
+    let mut f = true;
+    e.byte(b'{');
+    if let Some(x) = &p.exec {
+        key!(e, f, "exec");
+        enc_exec(e, x);
+    }
+    if let Some(h) = &p.http_get {
+        key!(e, f, "httpGet");
+        enc_http_get(e, h);
+    }
+    if let Some(t) = &p.tcp_socket {
+        key!(e, f, "tcpSocket");
+        enc_tcp_socket(e, t);
+    }
+    if let Some(g) = &p.grpc {
+        key!(e, f, "grpc");
+        e.raw(b"{\"port\":");
+        e.int(i64::from(g.port));
+        e.raw(b",\"service\":");
+        match &g.service {
+            Some(s) => e.string(s),
+            None => e.raw(b"null"),
+        }
+        e.byte(b'}');
+    }
+    let ints = [
+        (p.initial_delay_seconds, &b"\"initialDelaySeconds\":"[..]),
+        (p.timeout_seconds, b"\"timeoutSeconds\":"),
+        (p.period_seconds, b"\"periodSeconds\":"),
+        (p.success_threshold, b"\"successThreshold\":"),
+        (p.failure_threshold, b"\"failureThreshold\":"),
+    ];
+    for (v, k) in ints {
+        if v != 0 {
+            e.key(&mut f, k);
+            e.int(i64::from(v));
+        }
+    }
+    if let Some(t) = p.termination_grace_period_seconds {
+        key!(e, f, "terminationGracePeriodSeconds");
+        e.int(t);
+    }
+    e.byte(b'}');
+}
+
+fn enc_handler(e: &mut Encoder, h: &LifecycleHandler<'_>) {
+    let mut f = true;
+    e.byte(b'{');
+    if let Some(x) = &h.exec {
+        key!(e, f, "exec");
+        enc_exec(e, x);
+    }
+    if let Some(x) = &h.http_get {
+        key!(e, f, "httpGet");
+        enc_http_get(e, x);
+    }
+    if let Some(x) = &h.tcp_socket {
+        key!(e, f, "tcpSocket");
+        enc_tcp_socket(e, x);
+    }
+    if let Some(s) = &h.sleep {
+        key!(e, f, "sleep");
+        e.raw(b"{\"seconds\":");
+        e.int(s.seconds);
+        e.byte(b'}');
+    }
+    e.byte(b'}');
+}
+
+fn enc_lifecycle(e: &mut Encoder, l: &Lifecycle<'_>) {
+    let mut f = true;
+    e.byte(b'{');
+    if let Some(h) = &l.post_start {
+        key!(e, f, "postStart");
+        enc_handler(e, h);
+    }
+    if let Some(h) = &l.pre_stop {
+        key!(e, f, "preStop");
+        enc_handler(e, h);
+    }
+    if let Some(s) = &l.stop_signal {
+        key!(e, f, "stopSignal");
+        e.string(s);
+    }
+    e.byte(b'}');
+}
+
+fn enc_profile(e: &mut Encoder, p: &Profile<'_>) {
+    e.raw(b"{\"type\":");
+    e.string(&p.type_);
+    if let Some(l) = &p.localhost_profile {
+        e.raw(b",\"localhostProfile\":");
+        e.string(l);
+    }
+    e.byte(b'}');
+}
+
+fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
+    let mut f = true;
+    e.byte(b'{');
+    if let Some(c) = &s.capabilities {
+        key!(e, f, "capabilities");
+        let mut g = true;
+        e.byte(b'{');
+        if !c.add.is_empty() {
+            key!(e, g, "add");
+            enc_str_slice(e, c.add.as_slice());
+        }
+        if !c.drop.is_empty() {
+            key!(e, g, "drop");
+            enc_str_slice(e, c.drop.as_slice());
+        }
+        e.byte(b'}');
+    }
+    if let Some(v) = s.privileged {
+        key!(e, f, "privileged");
+        e.bool(v);
+    }
+    if let Some(o) = &s.se_linux_options {
+        key!(e, f, "seLinuxOptions");
+        let mut g = true;
+        e.byte(b'{');
+        for (v, k) in [
+            (&o.user, &b"\"user\":"[..]),
+            (&o.role, b"\"role\":"),
+            (&o.type_, b"\"type\":"),
+            (&o.level, b"\"level\":"),
+        ] {
+            if !v.is_empty() {
+                e.key(&mut g, k);
+                e.string(v);
+            }
+        }
+        e.byte(b'}');
+    }
+    if let Some(w) = &s.windows_options {
+        key!(e, f, "windowsOptions");
+        let mut g = true;
+        e.byte(b'{');
+        for (v, k) in [
+            (
+                &w.gmsa_credential_spec_name,
+                &b"\"gmsaCredentialSpecName\":"[..],
+            ),
+            (&w.gmsa_credential_spec, b"\"gmsaCredentialSpec\":"),
+            (&w.run_as_user_name, b"\"runAsUserName\":"),
+        ] {
+            if let Some(v) = v {
+                e.key(&mut g, k);
+                e.string(v);
+            }
+        }
+        if let Some(h) = w.host_process {
+            key!(e, g, "hostProcess");
+            e.bool(h);
+        }
+        e.byte(b'}');
+    }
+    if let Some(v) = s.run_as_user {
+        key!(e, f, "runAsUser");
+        e.int(v);
+    }
+    if let Some(v) = s.run_as_group {
+        key!(e, f, "runAsGroup");
+        e.int(v);
+    }
+    for (v, k) in [
+        (s.run_as_non_root, &b"\"runAsNonRoot\":"[..]),
+        (s.read_only_root_filesystem, b"\"readOnlyRootFilesystem\":"),
+        (
+            s.allow_privilege_escalation,
+            b"\"allowPrivilegeEscalation\":",
+        ),
+    ] {
+        if let Some(v) = v {
+            e.key(&mut f, k);
+            e.bool(v);
+        }
+    }
+    if let Some(v) = &s.proc_mount {
+        key!(e, f, "procMount");
+        e.string(v);
+    }
+    if let Some(p) = &s.seccomp_profile {
+        key!(e, f, "seccompProfile");
+        enc_profile(e, p);
+    }
+    if let Some(p) = &s.app_armor_profile {
+        key!(e, f, "appArmorProfile");
+        enc_profile(e, p);
+    }
+    e.byte(b'}');
+}

@@ -1,0 +1,799 @@
+//! A Go-faithful JSON reader over bytes (the part of `encoding/json` the kubelet hash depends on).
+//!
+//! Decisions:
+//! - One pass does both what Go's `checkValid` and its decoder do. Every byte is still
+//!   syntax-checked (unknown fields are skipped *with* validation), so the accept/reject outcome
+//!   equals Go's: any syntax error or type error rejects the whole document. When a type error is
+//!   found first, the caller re-validates the rest so that, as in Go, a syntax error anywhere
+//!   takes precedence in the message.
+//! - Nesting is limited to 10000 levels like Go's scanner (`maxNestingDepth`); skipping uses an
+//!   explicit stack, and schema decoding recurses only as deep as the v1.Container schema, so no
+//!   input can overflow the native stack.
+//! - Strings decode like Go's `unquote`: escapes, surrogate pairs, lone surrogates and each byte
+//!   of invalid UTF-8 become U+FFFD. Strings without escapes or invalid UTF-8 are borrowed.
+//! - Whitespace is exactly Go's: space, tab, CR, LF.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use super::quantity::QuantityError;
+
+/// Go's `maxNestingDepth`.
+pub const MAX_DEPTH: u32 = 10_000;
+
+/// One step of a JSON path, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathSeg {
+    Field(&'static str),
+    Index(usize),
+    Key(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeErrorKind {
+    /// Not JSON at all (Go's `SyntaxError`).
+    Syntax(String),
+    /// Valid JSON of the wrong type for the field (Go's `UnmarshalTypeError`).
+    Type {
+        found: String,
+        expected: &'static str,
+    },
+    /// A resource quantity apimachinery refuses.
+    Quantity { text: String, error: QuantityError },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    pub kind: DecodeErrorKind,
+    /// Byte offset in the input where the problem was found.
+    pub offset: usize,
+    /// Outermost first once fully unwound.
+    pub path: Vec<PathSeg>,
+}
+
+impl DecodeError {
+    pub fn is_syntax(&self) -> bool {
+        matches!(self.kind, DecodeErrorKind::Syntax(_))
+    }
+
+    /// Prepends a path step while the error unwinds through the schema.
+    pub fn at(mut self, seg: PathSeg) -> Self {
+        self.path.push(seg);
+        self
+    }
+
+    /// `ports[0].containerPort` style path (empty for the top level).
+    pub fn path_string(&self) -> String {
+        let mut s = String::new();
+        for seg in self.path.iter().rev() {
+            match seg {
+                PathSeg::Field(f) => {
+                    if !s.is_empty() {
+                        s.push('.');
+                    }
+                    s.push_str(f);
+                }
+                PathSeg::Index(i) => {
+                    s.push('[');
+                    s.push_str(&i.to_string());
+                    s.push(']');
+                }
+                PathSeg::Key(k) => {
+                    s.push('[');
+                    s.push_str(&format!("{k:?}"));
+                    s.push(']');
+                }
+            }
+        }
+        s
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = self.path_string();
+        let at = if path.is_empty() {
+            String::from("the container")
+        } else {
+            path
+        };
+        match &self.kind {
+            DecodeErrorKind::Syntax(m) => write!(f, "invalid JSON at byte {}: {m}", self.offset),
+            DecodeErrorKind::Type { found, expected } => {
+                write!(
+                    f,
+                    "cannot use {found} as {expected} at {at} (byte {})",
+                    self.offset
+                )
+            }
+            DecodeErrorKind::Quantity { text, error } => {
+                write!(f, "invalid quantity {text:?} at {at}: {error}")
+            }
+        }
+    }
+}
+
+pub type DResult<T> = Result<T, DecodeError>;
+
+/// Byte classes for the string scanner.
+const PLAIN: u8 = 0;
+const QUOTE: u8 = 1;
+const BACKSLASH: u8 = 2;
+const CONTROL: u8 = 3;
+const HIGH: u8 = 4;
+
+static CLASS: [u8; 256] = {
+    let mut t = [PLAIN; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = if i < 0x20 {
+            CONTROL
+        } else if i == b'"' as usize {
+            QUOTE
+        } else if i == b'\\' as usize {
+            BACKSLASH
+        } else if i >= 0x80 {
+            HIGH
+        } else {
+            PLAIN
+        };
+        i += 1;
+    }
+    t
+};
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+#[inline(always)]
+fn has_zero_byte(v: u64) -> u64 {
+    v.wrapping_sub(ONES) & !v & HIGHS
+}
+
+pub struct Parser<'a> {
+    src: &'a [u8],
+    pos: usize,
+    depth: u32,
+}
+
+/// What a string scan found.
+struct StrScan {
+    start: usize,
+    end: usize,
+    escaped: bool,
+    non_ascii: bool,
+}
+
+impl<'a> Parser<'a> {
+    pub fn new(src: &'a [u8]) -> Self {
+        Parser {
+            src,
+            pos: 0,
+            depth: 0,
+        }
+    }
+
+    pub fn offset(&self) -> usize {
+        self.pos
+    }
+
+    fn syntax<T>(&self, msg: impl Into<String>) -> DResult<T> {
+        Err(DecodeError {
+            kind: DecodeErrorKind::Syntax(msg.into()),
+            offset: self.pos,
+            path: Vec::new(),
+        })
+    }
+
+    fn unexpected<T>(&self, context: &str) -> DResult<T> {
+        match self.src.get(self.pos) {
+            None => self.syntax("unexpected end of JSON input"),
+            Some(&c) => self.syntax(format!("invalid character {} {context}", describe_byte(c))),
+        }
+    }
+
+    /// A type mismatch at the value starting here. The value is *not* consumed.
+    pub fn type_error<T>(&self, expected: &'static str) -> DResult<T> {
+        let found = match self.src.get(self.pos) {
+            Some(b'{') => "an object",
+            Some(b'[') => "an array",
+            Some(b'"') => "a string",
+            Some(b't') | Some(b'f') => "a boolean",
+            Some(b'n') => "null",
+            _ => "a number",
+        };
+        Err(DecodeError {
+            kind: DecodeErrorKind::Type {
+                found: found.to_owned(),
+                expected,
+            },
+            offset: self.pos,
+            path: Vec::new(),
+        })
+    }
+
+    pub fn number_type_error<T>(
+        &self,
+        literal: &[u8],
+        expected: &'static str,
+        offset: usize,
+    ) -> DResult<T> {
+        Err(DecodeError {
+            kind: DecodeErrorKind::Type {
+                found: format!("number {}", String::from_utf8_lossy(literal)),
+                expected,
+            },
+            offset,
+            path: Vec::new(),
+        })
+    }
+
+    #[inline(always)]
+    pub fn ws(&mut self) {
+        while let Some(&c) = self.src.get(self.pos) {
+            if c == b' ' || c == b'\n' || c == b'\r' || c == b'\t' {
+                self.pos += 1;
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// Skips whitespace and returns the first byte of the next value (not consumed).
+    #[inline]
+    pub fn peek_value(&mut self) -> DResult<u8> {
+        self.ws();
+        match self.src.get(self.pos) {
+            Some(&c) => Ok(c),
+            None => self.syntax("unexpected end of JSON input"),
+        }
+    }
+
+    /// After the top-level value: only whitespace may follow.
+    pub fn finish(&mut self) -> DResult<()> {
+        self.ws();
+        if self.pos < self.src.len() {
+            return self.unexpected("after top-level value");
+        }
+        Ok(())
+    }
+
+    fn enter(&mut self) -> DResult<()> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return self.syntax("exceeded max depth");
+        }
+        Ok(())
+    }
+
+    /// Consumes `{`; then call [`Parser::next_key`] until it returns `None`.
+    pub fn begin_object(&mut self) -> DResult<()> {
+        self.pos += 1;
+        self.enter()
+    }
+
+    /// The next key of an object (decoded), positioned at its value; `None` at `}`.
+    #[inline]
+    pub fn next_key(&mut self, first: &mut bool) -> DResult<Option<Cow<'a, [u8]>>> {
+        self.ws();
+        let c = self.src.get(self.pos).copied();
+        if *first {
+            *first = false;
+            if c == Some(b'}') {
+                self.pos += 1;
+                self.depth -= 1;
+                return Ok(None);
+            }
+        } else {
+            match c {
+                Some(b',') => {
+                    self.pos += 1;
+                    self.ws();
+                }
+                Some(b'}') => {
+                    self.pos += 1;
+                    self.depth -= 1;
+                    return Ok(None);
+                }
+                _ => return self.unexpected("after object key:value pair"),
+            }
+        }
+        if self.src.get(self.pos) != Some(&b'"') {
+            return self.unexpected("looking for beginning of object key string");
+        }
+        let key = self.string()?;
+        self.ws();
+        if self.src.get(self.pos) != Some(&b':') {
+            return self.unexpected("after object key");
+        }
+        self.pos += 1;
+        Ok(Some(key))
+    }
+
+    /// Consumes `[`; then call [`Parser::next_elem`] until it returns false.
+    pub fn begin_array(&mut self) -> DResult<()> {
+        self.pos += 1;
+        self.enter()
+    }
+
+    #[inline]
+    pub fn next_elem(&mut self, first: &mut bool) -> DResult<bool> {
+        self.ws();
+        let c = self.src.get(self.pos).copied();
+        if *first {
+            *first = false;
+            if c == Some(b']') {
+                self.pos += 1;
+                self.depth -= 1;
+                return Ok(false);
+            }
+            return Ok(true);
+        }
+        match c {
+            Some(b',') => {
+                self.pos += 1;
+                Ok(true)
+            }
+            Some(b']') => {
+                self.pos += 1;
+                self.depth -= 1;
+                Ok(false)
+            }
+            _ => self.unexpected("after array element"),
+        }
+    }
+
+    /// Consumes one of `true`, `false`, `null` (first byte already peeked).
+    pub fn literal(&mut self) -> DResult<&'a [u8]> {
+        let word: &[u8] = match self.src.get(self.pos) {
+            Some(b't') => b"true",
+            Some(b'f') => b"false",
+            _ => b"null",
+        };
+        let end = self.pos + word.len();
+        if self.src.get(self.pos..end) == Some(word) {
+            let lit = &self.src[self.pos..end];
+            self.pos = end;
+            return Ok(lit);
+        }
+        // Report the first byte that differs, like Go's scanner.
+        for (i, &w) in word.iter().enumerate() {
+            if self.src.get(self.pos + i) != Some(&w) {
+                self.pos += i;
+                return self.unexpected("in literal");
+            }
+        }
+        self.syntax("invalid literal")
+    }
+
+    /// Consumes a number and returns its literal text (JSON grammar checked).
+    pub fn number(&mut self) -> DResult<&'a [u8]> {
+        let s = self.src;
+        let start = self.pos;
+        let mut p = self.pos;
+        if s.get(p) == Some(&b'-') {
+            p += 1;
+        }
+        match s.get(p) {
+            Some(b'0') => p += 1,
+            Some(c) if c.is_ascii_digit() => {
+                while s.get(p).is_some_and(u8::is_ascii_digit) {
+                    p += 1;
+                }
+            }
+            _ => {
+                self.pos = p;
+                return self.unexpected("in numeric literal");
+            }
+        }
+        if s.get(p) == Some(&b'.') {
+            p += 1;
+            if !s.get(p).is_some_and(u8::is_ascii_digit) {
+                self.pos = p;
+                return self.unexpected("after decimal point in numeric literal");
+            }
+            while s.get(p).is_some_and(u8::is_ascii_digit) {
+                p += 1;
+            }
+        }
+        if matches!(s.get(p), Some(b'e') | Some(b'E')) {
+            p += 1;
+            if matches!(s.get(p), Some(b'+') | Some(b'-')) {
+                p += 1;
+            }
+            if !s.get(p).is_some_and(u8::is_ascii_digit) {
+                self.pos = p;
+                return self.unexpected("in exponent of numeric literal");
+            }
+            while s.get(p).is_some_and(u8::is_ascii_digit) {
+                p += 1;
+            }
+        }
+        self.pos = p;
+        Ok(&s[start..p])
+    }
+
+    /// Scans a string starting at its opening quote; validates escapes.
+    #[inline]
+    fn scan_string(&mut self) -> DResult<StrScan> {
+        let s = self.src;
+        let start = self.pos + 1;
+        let mut p = start;
+        let mut escaped = false;
+        let mut high: u64 = 0;
+        loop {
+            // Eight plain bytes at a time.
+            while let Some(chunk) = s.get(p..p + 8) {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(chunk);
+                let w = u64::from_le_bytes(w);
+                let special = has_zero_byte(w ^ (ONES * u64::from(b'"')))
+                    | has_zero_byte(w ^ (ONES * u64::from(b'\\')))
+                    | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS);
+                if special != 0 {
+                    break;
+                }
+                high |= w;
+                p += 8;
+            }
+            let Some(&c) = s.get(p) else {
+                self.pos = p;
+                return self.syntax("unexpected end of JSON input");
+            };
+            match CLASS[c as usize] {
+                PLAIN => p += 1,
+                HIGH => {
+                    high |= HIGHS;
+                    p += 1;
+                }
+                QUOTE => {
+                    self.pos = p + 1;
+                    return Ok(StrScan {
+                        start,
+                        end: p,
+                        escaped,
+                        non_ascii: high & HIGHS != 0,
+                    });
+                }
+                BACKSLASH => {
+                    escaped = true;
+                    match s.get(p + 1) {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => p += 2,
+                        Some(b'u') => {
+                            for i in 0..4 {
+                                if !s.get(p + 2 + i).is_some_and(u8::is_ascii_hexdigit) {
+                                    self.pos = p + 2 + i;
+                                    return self.unexpected("in \\u hexadecimal character escape");
+                                }
+                            }
+                            p += 6;
+                        }
+                        _ => {
+                            self.pos = p + 1;
+                            return self.unexpected("in string escape code");
+                        }
+                    }
+                }
+                _ => {
+                    self.pos = p;
+                    return self.unexpected("in string literal");
+                }
+            }
+        }
+    }
+
+    /// Consumes a string and returns its raw bytes between the quotes (escapes not processed).
+    pub fn string_raw(&mut self) -> DResult<&'a [u8]> {
+        let sc = self.scan_string()?;
+        Ok(&self.src[sc.start..sc.end])
+    }
+
+    /// Consumes a string and returns its decoded bytes (always valid UTF-8).
+    #[inline]
+    pub fn string(&mut self) -> DResult<Cow<'a, [u8]>> {
+        let sc = self.scan_string()?;
+        let raw = &self.src[sc.start..sc.end];
+        if !sc.escaped && (!sc.non_ascii || std::str::from_utf8(raw).is_ok()) {
+            return Ok(Cow::Borrowed(raw));
+        }
+        Ok(Cow::Owned(unquote(raw)))
+    }
+
+    /// Skips one value of any type, validating it (iteratively, depth-limited).
+    pub fn skip_value(&mut self) -> DResult<()> {
+        let mut stack: Vec<u8> = Vec::new();
+        loop {
+            let c = self.peek_value()?;
+            match c {
+                b'{' => {
+                    self.pos += 1;
+                    self.enter()?;
+                    self.ws();
+                    if self.src.get(self.pos) == Some(&b'}') {
+                        self.pos += 1;
+                        self.depth -= 1;
+                    } else {
+                        stack.push(b'{');
+                        self.object_key_colon()?;
+                        continue;
+                    }
+                }
+                b'[' => {
+                    self.pos += 1;
+                    self.enter()?;
+                    self.ws();
+                    if self.src.get(self.pos) == Some(&b']') {
+                        self.pos += 1;
+                        self.depth -= 1;
+                    } else {
+                        stack.push(b'[');
+                        continue;
+                    }
+                }
+                b'"' => {
+                    self.scan_string()?;
+                }
+                b't' | b'f' | b'n' => {
+                    self.literal()?;
+                }
+                b'-' | b'0'..=b'9' => {
+                    self.number()?;
+                }
+                _ => return self.unexpected("looking for beginning of value"),
+            }
+            // A value is complete: close containers or move to the next element.
+            loop {
+                let Some(&top) = stack.last() else {
+                    return Ok(());
+                };
+                self.ws();
+                match self.src.get(self.pos).copied() {
+                    Some(b',') => {
+                        self.pos += 1;
+                        if top == b'{' {
+                            self.ws();
+                            self.object_key_colon()?;
+                        }
+                        break;
+                    }
+                    Some(b'}') if top == b'{' => {
+                        self.pos += 1;
+                        self.depth -= 1;
+                        stack.pop();
+                    }
+                    Some(b']') if top == b'[' => {
+                        self.pos += 1;
+                        self.depth -= 1;
+                        stack.pop();
+                    }
+                    _ if top == b'{' => return self.unexpected("after object key:value pair"),
+                    _ => return self.unexpected("after array element"),
+                }
+            }
+        }
+    }
+
+    fn object_key_colon(&mut self) -> DResult<()> {
+        if self.src.get(self.pos) != Some(&b'"') {
+            return self.unexpected("looking for beginning of object key string");
+        }
+        self.scan_string()?;
+        self.ws();
+        if self.src.get(self.pos) != Some(&b':') {
+            return self.unexpected("after object key");
+        }
+        self.pos += 1;
+        Ok(())
+    }
+}
+
+/// Validates a whole document like Go's `checkValid` (used to prefer syntax errors in messages).
+pub fn validate(src: &[u8]) -> DResult<()> {
+    let mut p = Parser::new(src);
+    p.skip_value()?;
+    p.finish()
+}
+
+fn describe_byte(c: u8) -> String {
+    match c {
+        b'\'' => "'\\''".to_owned(),
+        b'"' => "'\"'".to_owned(),
+        0x20..=0x7e => format!("'{}'", c as char),
+        _ => format!("byte 0x{c:02x}"),
+    }
+}
+
+/// Length of the valid UTF-8 sequence at the start of `s` (Go's DecodeRune acceptance).
+#[inline]
+pub fn utf8_len(s: &[u8]) -> Option<usize> {
+    let b0 = *s.first()?;
+    let cont = |i: usize, lo: u8, hi: u8| s.get(i).is_some_and(|&b| (lo..=hi).contains(&b));
+    match b0 {
+        0x00..=0x7f => Some(1),
+        0xc2..=0xdf => cont(1, 0x80, 0xbf).then_some(2),
+        0xe0 => (cont(1, 0xa0, 0xbf) && cont(2, 0x80, 0xbf)).then_some(3),
+        0xe1..=0xec | 0xee..=0xef => (cont(1, 0x80, 0xbf) && cont(2, 0x80, 0xbf)).then_some(3),
+        0xed => (cont(1, 0x80, 0x9f) && cont(2, 0x80, 0xbf)).then_some(3),
+        0xf0 => (cont(1, 0x90, 0xbf) && cont(2, 0x80, 0xbf) && cont(3, 0x80, 0xbf)).then_some(4),
+        0xf1..=0xf3 => {
+            (cont(1, 0x80, 0xbf) && cont(2, 0x80, 0xbf) && cont(3, 0x80, 0xbf)).then_some(4)
+        }
+        0xf4 => (cont(1, 0x80, 0x8f) && cont(2, 0x80, 0xbf) && cont(3, 0x80, 0xbf)).then_some(4),
+        _ => None,
+    }
+}
+
+fn hex4(s: &[u8]) -> Option<u32> {
+    let s = s.get(..4)?;
+    let mut v = 0u32;
+    for &c in s {
+        let d = (c as char).to_digit(16)?;
+        v = v * 16 + d;
+    }
+    Some(v)
+}
+
+fn push_char(out: &mut Vec<u8>, c: u32) {
+    let ch = char::from_u32(c).unwrap_or('\u{fffd}');
+    let mut buf = [0u8; 4];
+    out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+}
+
+/// Go's `unquoteBytes` on the raw content of an already-validated string.
+pub fn unquote(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let c = raw[i];
+        if c == b'\\' {
+            let e = raw.get(i + 1).copied().unwrap_or(b'\\');
+            i += 2;
+            match e {
+                b'b' => out.push(0x08),
+                b'f' => out.push(0x0c),
+                b'n' => out.push(b'\n'),
+                b'r' => out.push(b'\r'),
+                b't' => out.push(b'\t'),
+                b'u' => {
+                    let mut r = hex4(&raw[i..]).unwrap_or(0xfffd);
+                    i += 4;
+                    if (0xd800..0xe000).contains(&r) {
+                        // A surrogate: valid only as a high+low pair, else U+FFFD.
+                        let next = if raw.get(i) == Some(&b'\\') && raw.get(i + 1) == Some(&b'u') {
+                            hex4(&raw[i + 2..])
+                        } else {
+                            None
+                        };
+                        match next {
+                            Some(lo)
+                                if (0xd800..0xdc00).contains(&r)
+                                    && (0xdc00..0xe000).contains(&lo) =>
+                            {
+                                r = 0x10000 + ((r - 0xd800) << 10) + (lo - 0xdc00);
+                                i += 6;
+                            }
+                            _ => r = 0xfffd,
+                        }
+                    }
+                    push_char(&mut out, r);
+                }
+                other => out.push(other),
+            }
+        } else if c < 0x80 {
+            out.push(c);
+            i += 1;
+        } else {
+            match utf8_len(&raw[i..]) {
+                Some(n) => {
+                    out.extend_from_slice(&raw[i..i + n]);
+                    i += n;
+                }
+                None => {
+                    out.extend_from_slice("\u{fffd}".as_bytes());
+                    i += 1;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Go's `strconv.ParseInt(lit, 10, 64)` on a JSON number literal.
+pub fn parse_int(lit: &[u8]) -> Option<i64> {
+    let (neg, digits) = match lit.first() {
+        Some(b'-') => (true, &lit[1..]),
+        _ => (false, lit),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    if neg {
+        if v > i64::MAX as u64 + 1 {
+            None
+        } else {
+            Some((v as i64).wrapping_neg())
+        }
+    } else {
+        i64::try_from(v).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unquote_like_go() {
+        assert_eq!(unquote(br"\ud83d\ude00"), "😀".as_bytes());
+        assert_eq!(unquote(br"\ud800\ud800"), "\u{fffd}\u{fffd}".as_bytes());
+        assert_eq!(unquote(br"\udc00x"), "\u{fffd}x".as_bytes());
+        assert_eq!(unquote(br"\ud800\u0041"), "\u{fffd}A".as_bytes());
+        assert_eq!(unquote(b"\xe2\x82x"), "\u{fffd}\u{fffd}x".as_bytes());
+        assert_eq!(
+            unquote(b"\xed\xa0\x80"),
+            "\u{fffd}\u{fffd}\u{fffd}".as_bytes()
+        );
+        assert_eq!(unquote(br"\u00C9\/"), "É/".as_bytes());
+    }
+
+    #[test]
+    fn depth_limit_matches_go() {
+        let ok = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        assert!(validate(ok.as_bytes()).is_ok());
+        let deep = format!("{}{}", "[".repeat(10_001), "]".repeat(10_001));
+        assert!(validate(deep.as_bytes()).is_err());
+        let unclosed = "[".repeat(1_000_000);
+        assert!(validate(unclosed.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn syntax() {
+        for bad in [
+            "",
+            " ",
+            "{",
+            "{\"a\"}",
+            "{\"a\":1,}",
+            "[1,]",
+            "01",
+            "1.",
+            "-",
+            "1e",
+            "tru",
+            "nul",
+            "\"\\x\"",
+            "\"\u{1}\"",
+            "{} {}",
+            "\"\\u12\"",
+            "[1 2]",
+            "{\"a\" 1}",
+        ] {
+            assert!(validate(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+        for good in [
+            &b"{}"[..],
+            b" [ ] ",
+            b"\"\\u00e9\"",
+            b"-0.5e+3",
+            b"{\"a\":[1,{\"b\":null}]}",
+            b"\"\xff\"",
+        ] {
+            assert!(validate(good).is_ok(), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn ints() {
+        assert_eq!(parse_int(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_int(b"9223372036854775808"), None);
+        assert_eq!(parse_int(b"1e3"), None);
+        assert_eq!(parse_int(b"-0"), Some(0));
+    }
+}
