@@ -225,7 +225,12 @@ pub(crate) async fn handle(
             }
             if let Some(e) = &decision.respond {
                 entry.fault = Some(format!("respond {}", e.code));
-                error_response(e)
+                if info.verb == "watch" && e.code == 410 {
+                    // The real server reports an expired watch inside a 200 stream.
+                    error_event_stream(e)
+                } else {
+                    error_response(e)
+                }
             } else {
                 if decision.drop_after.is_some() || decision.stall.is_some() {
                     entry.fault = Some(format!("{decision:?}"));
@@ -588,15 +593,21 @@ fn watch(
             tokio::spawn(w.run(sub));
         }
         // A too-old resourceVersion is reported in the stream, as the real server does.
-        Err(e) if e.code == 410 => {
-            let line = watch_line("ERROR", &e.to_status());
-            tokio::spawn(async move {
-                let _ = tx.send(Ok(Frame::data(line))).await;
-            });
-        }
+        Err(e) if e.code == 410 => return Ok(error_event_stream(&e)),
         Err(e) => return Err(e),
     }
     Ok(resp)
+}
+
+/// A 200 watch response carrying one ERROR event, then the end of the stream.
+fn error_event_stream(e: &ApiError) -> Response<Body> {
+    // A channel (not a sized body) so it is chunked like every other watch response.
+    let (tx, rx) = mpsc::channel(1);
+    let _ = tx.try_send(Ok(Frame::data(watch_line("ERROR", &e.to_status()))));
+    let mut resp = Response::new(ChannelBody(rx).boxed());
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
 }
 
 struct WatchTask {
