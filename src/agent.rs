@@ -171,8 +171,9 @@ fn admin_handler(view: Arc<RwLock<NodeView>>) -> admin::Handler {
     })
 }
 
-/// Lists the runtime every `refresh_interval` (containerd 1.6 has no event stream), resolving
-/// and re-resolving the endpoint while none is found.
+/// Lists the runtime on every container event where the runtime streams them, and every
+/// `refresh_interval` regardless (containerd 1.6 has no event stream; events can be lost),
+/// resolving and re-resolving the endpoint while none is found.
 async fn refresh_runtime(
     config: Config,
     metrics: Metrics,
@@ -180,6 +181,8 @@ async fn refresh_runtime(
     snapshots: watch::Sender<Arc<RuntimeSnapshot>>,
 ) {
     let mut tracker: Option<RuntimeTracker> = None;
+    let mut events: Option<tonic::Streaming<crate::cri::proto::ContainerEventResponse>> = None;
+    let mut events_supported = true;
     let mut last_error = String::new();
     loop {
         if tracker.is_none() {
@@ -193,6 +196,19 @@ async fn refresh_runtime(
             }
         }
         if let Some(tracker) = tracker.as_mut() {
+            if events.is_none() && events_supported {
+                match tracker.client().container_events().await {
+                    Ok(stream) => events = Some(stream),
+                    Err(err) if err.code() == tonic::Code::Unimplemented => {
+                        tracing::info!(
+                            interval = ?config.refresh_interval,
+                            "the runtime has no container event stream; polling"
+                        );
+                        events_supported = false;
+                    }
+                    Err(err) => tracing::debug!(error = %err, "container event stream not open"),
+                }
+            }
             let result = tracker.refresh().await;
             metrics.count_node_view_refresh(result.is_ok());
             match result {
@@ -201,10 +217,20 @@ async fn refresh_runtime(
                     last_error.clear();
                     snapshots.send_replace(Arc::new(snapshot));
                 }
-                Err(err) => report(&health, &mut last_error, err.to_string()),
+                Err(err) => {
+                    events = None;
+                    report(&health, &mut last_error, err.to_string());
+                }
             }
         }
-        tokio::time::sleep(config.refresh_interval).await;
+        let sleep = tokio::time::sleep(config.refresh_interval);
+        match events.as_mut() {
+            Some(stream) => tokio::select! {
+                _ = sleep => {}
+                event = stream.message() => if !matches!(event, Ok(Some(_))) { events = None },
+            },
+            None => sleep.await,
+        }
     }
 }
 

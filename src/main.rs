@@ -38,6 +38,9 @@ struct AgentArgs {
     config: Option<PathBuf>,
     #[command(flatten)]
     settings: Settings,
+    /// Print the configuration in force (after flags, environment, file and defaults) and exit.
+    #[arg(long)]
+    print_config: bool,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -70,8 +73,13 @@ const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let print_config = matches!(&cli.command, Command::Agent(a) if a.print_config);
     let result = match cli.command {
         Command::Agent(args) => match load_config(args) {
+            Ok(config) if print_config => {
+                println!("{config:#?}");
+                return ExitCode::SUCCESS;
+            }
             Ok(config) => {
                 init_logging(config.log_format, &config.log_level);
                 run_async(async move { agent::run(config).await.map(|()| ExitCode::SUCCESS) })
@@ -112,6 +120,7 @@ fn init_logging(format: LogFormat, filter: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter);
     match format {
         LogFormat::Human => builder.init(),

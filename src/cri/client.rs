@@ -456,6 +456,21 @@ impl CriClient {
         .map(drop)
     }
 
+    /// The runtime's container event stream (`GetContainerEvents`), where it has one;
+    /// `Unimplemented` (containerd 1.6) means: poll `ListContainers` instead.
+    pub async fn container_events(
+        &self,
+    ) -> Result<tonic::Streaming<ContainerEventResponse>, CriError> {
+        self.timed(
+            "GetContainerEvents",
+            self.config.call_timeout,
+            self.runtime
+                .clone()
+                .get_container_events(GetEventsRequest {}),
+        )
+        .await
+    }
+
     pub async fn image_status(&self, image: &str) -> Result<Option<Image>, CriError> {
         let request = ImageStatusRequest {
             image: Some(ImageSpec {

@@ -2,6 +2,8 @@
 //! `tests/node/containerd.sh up` (the README's test command does that first).
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod agent;
+
 use std::collections::HashMap;
 
 use inplaced::cri::labels;
@@ -42,8 +44,6 @@ pub struct TestPod {
 
 impl TestPod {
     pub async fn run(client: &CriClient, prefix: &str) -> TestPod {
-        let name = unique(prefix);
-        let namespace = "inplaced-test".to_string();
         let uid = format!(
             "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
             rand::random::<u32>(),
@@ -51,6 +51,23 @@ impl TestPod {
             rand::random::<u16>() & 0xfff,
             rand::random::<u16>() & 0xfff,
             rand::random::<u64>() & 0xffff_ffff_ffff
+        );
+        Self::run_for(client, &unique(prefix), "inplaced-test", &uid, prefix).await
+    }
+
+    /// The sandbox of an API pod: same name, namespace and UID.
+    pub async fn run_for(
+        client: &CriClient,
+        name: &str,
+        namespace: &str,
+        uid: &str,
+        app: &str,
+    ) -> TestPod {
+        let (name, namespace, uid, prefix) = (
+            name.to_string(),
+            namespace.to_string(),
+            uid.to_string(),
+            app,
         );
         let mut sandbox_labels = HashMap::from([("app".to_string(), prefix.to_string())]);
         sandbox_labels.insert(labels::POD_NAME.into(), name.clone());

@@ -1,0 +1,327 @@
+//! The agent binary end to end: the API server double for pods, the real containerd for
+//! containers, a real NOTIFY_SOCKET, real HTTP.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use apiserver_double::{ApiServer, ServerConfig};
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use support::agent::AgentProcess;
+use support::{TEST_IMAGE, TestPod, client, endpoint, unique};
+
+const NAMESPACE: &str = "inplaced-test";
+
+/// A node, a two-container pod on it (only `app` runs in containerd), and a pod on another node.
+struct Fixture {
+    server: ApiServer,
+    node: String,
+    pod_name: String,
+    runtime_pod: TestPod,
+    app_id: String,
+    kubeconfig: tempfile::NamedTempFile,
+}
+
+async fn fixture() -> Fixture {
+    let server = ApiServer::start(ServerConfig::default()).await.unwrap();
+    let node = unique("node");
+    let store = server.store();
+    store
+        .create(
+            "nodes",
+            json!({"metadata": {"name": node}, "status": {"nodeInfo": {"kubeletVersion": "v1.30.7"}}}),
+        )
+        .unwrap();
+    let pod_name = unique("web");
+    let pod = store
+        .create(
+            "pods",
+            json!({
+                "metadata": {"name": pod_name, "namespace": NAMESPACE},
+                "spec": {"nodeName": node, "containers": [
+                    {"name": "app", "image": TEST_IMAGE},
+                    {"name": "sidecar", "image": TEST_IMAGE}
+                ]}
+            }),
+        )
+        .unwrap();
+    store
+        .create(
+            "pods",
+            json!({
+                "metadata": {"name": unique("elsewhere"), "namespace": NAMESPACE},
+                "spec": {"nodeName": "another-node", "containers": [{"name": "app", "image": TEST_IMAGE}]}
+            }),
+        )
+        .unwrap();
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    let cri = client();
+    let runtime_pod = TestPod::run_for(&cri, &pod_name, NAMESPACE, &uid, "web").await;
+    let app_id = runtime_pod
+        .start_container(&cri, "app", "exec sleep 600", "5d295228")
+        .await;
+    let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+    server.write_kubeconfig(kubeconfig.path(), None).unwrap();
+    Fixture {
+        server,
+        node,
+        pod_name,
+        runtime_pod,
+        app_id,
+        kubeconfig,
+    }
+}
+
+fn agent_args(f: &Fixture) -> Vec<String> {
+    vec![
+        "--node-name".into(),
+        f.node.clone(),
+        "--kubeconfig".into(),
+        f.kubeconfig.path().display().to_string(),
+        "--cri-endpoint".into(),
+        endpoint().to_string(),
+    ]
+}
+
+fn pods_json(args: &[String]) -> (Value, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_inplaced"))
+        .args(["pods", "-o", "json"])
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(output.status.success(), "inplaced pods failed: {stderr}");
+    (
+        serde_json::from_slice(&output.stdout).expect("pods JSON"),
+        stderr,
+    )
+}
+
+fn check_view(view: &Value, f: &Fixture) {
+    let pods = view["pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 1, "only this node's pods: {view:#}");
+    let pod = &pods[0];
+    assert_eq!(pod["name"], f.pod_name.as_str());
+    assert_eq!(pod["sandbox_id"], f.runtime_pod.sandbox_id.as_str());
+    assert_eq!(pod["sandbox_ready"], true);
+    let app = &pod["containers"][0];
+    assert_eq!(app["name"], "app");
+    assert_eq!(
+        app["runtime"]["container_id"],
+        format!("containerd://{}", f.app_id)
+    );
+    assert_eq!(app["runtime"]["state"], "running");
+    assert_eq!(app["runtime"]["restart_count"], 0);
+    assert_eq!(app["runtime"]["stored_hash"], "5d295228");
+    assert!(
+        app["runtime"]["times"]["started_at"].as_i64().unwrap() > 0,
+        "CRI start time: {app:#}"
+    );
+    let sidecar = &pod["containers"][1];
+    assert_eq!(sidecar["name"], "sidecar");
+    assert!(
+        sidecar["runtime"].is_null(),
+        "not in the runtime: {sidecar:#}"
+    );
+    assert!(view["runtime"].as_str().unwrap().starts_with("containerd "));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_notifies_systemd_serves_health_and_the_node_view() {
+    let f = fixture().await;
+    let args = agent_args(&f);
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut agent = AgentProcess::start(&arg_refs, Some(Duration::from_secs(1)));
+
+    agent.wait_notification(Duration::from_secs(10), |n| n == "READY=1");
+    agent.wait_http("/readyz", 200, Duration::from_secs(20));
+    agent.wait_notification(Duration::from_secs(10), |n| {
+        n.starts_with("STATUS=ready: 1 pods")
+    });
+    agent.wait_notification(Duration::from_secs(5), |n| n == "WATCHDOG=1");
+    assert_eq!(agent.get("/healthz").unwrap(), (200, "ok\n".to_string()));
+
+    // The operator command asks the running agent over its admin socket.
+    let (view, stderr) = pods_json(&[
+        "--node-name".into(),
+        f.node.clone(),
+        "--admin-socket".into(),
+        agent.admin_socket.display().to_string(),
+    ]);
+    assert!(!stderr.contains("no agent answers"), "{stderr}");
+    check_view(&view, &f);
+    assert_eq!(view["kubelet_version"], "v1.30.7");
+
+    let (code, metrics) = agent.get("/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains(
+            "inplaced_cri_request_duration_seconds_count{method=\"ListContainers\",code=\"Ok\"}"
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains("inplaced_api_request_duration_seconds_count{verb=\"list\",resource=\"pods\",code=\"200\"}"), "{metrics}");
+    assert!(metrics.contains("inplaced_build_info"), "{metrics}");
+
+    // A good citizen: pods are listed and watched for this node only.
+    let pod_requests: Vec<_> = f
+        .server
+        .audit()
+        .entries()
+        .into_iter()
+        .filter(|e| e.rbac_resource() == "pods")
+        .collect();
+    assert!(!pod_requests.is_empty());
+    for entry in &pod_requests {
+        assert!(
+            matches!(entry.request.verb.as_str(), "list" | "watch")
+                && entry.query.contains("spec.nodeName"),
+            "unexpected pod request {entry:?}"
+        );
+    }
+
+    agent.signal(Signal::SIGTERM);
+    agent.wait_notification(Duration::from_secs(5), |n| n == "STOPPING=1");
+    assert!(agent.wait_exit(Duration::from_secs(10)).success());
+    assert!(!agent.admin_socket.exists(), "admin socket removed on exit");
+    f.runtime_pod.remove(&client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_command_builds_the_view_itself_when_no_agent_runs() {
+    let f = fixture().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = agent_args(&f);
+    args.extend([
+        "--admin-socket".into(),
+        dir.path().join("none.sock").display().to_string(),
+    ]);
+    let (view, stderr) = pods_json(&args);
+    assert!(stderr.contains("no agent answers"), "{stderr}");
+    check_view(&view, &f);
+    f.runtime_pod.remove(&client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_stays_up_and_unready_while_the_api_is_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    // Nothing listens on this port: the API "server" is down.
+    let down = support::agent::free_port();
+    std::fs::write(
+        &kubeconfig,
+        apiserver_double::kubeconfig_for(&format!("http://{down}"), None),
+    )
+    .unwrap();
+    let kubeconfig = kubeconfig.display().to_string();
+    let node = unique("node");
+    let cri = endpoint().to_string();
+    let mut agent = AgentProcess::start(
+        &[
+            "--node-name",
+            &node,
+            "--kubeconfig",
+            &kubeconfig,
+            "--cri-endpoint",
+            &cri,
+        ],
+        None,
+    );
+    // READY=1 does not wait for the API server: an outage at boot must not be a restart loop.
+    agent.wait_notification(Duration::from_secs(10), |n| n == "READY=1");
+    let body = agent.wait_http("/readyz", 503, Duration::from_secs(10));
+    assert!(body.contains("pods: pod cache not synced yet"), "{body}");
+    agent.wait_notification(Duration::from_secs(5), |n| {
+        n.starts_with("STATUS=waiting: pods")
+    });
+    assert_eq!(agent.get("/healthz").unwrap().0, 200);
+    // Watch failures are retried and counted.
+    std::thread::sleep(Duration::from_secs(2));
+    let (_, metrics) = agent.get("/metrics").unwrap();
+    assert!(
+        metrics.contains("inplaced_watch_restarts_total{resource=\"pods\"}"),
+        "{metrics}"
+    );
+    agent.signal(Signal::SIGTERM);
+    assert!(agent.wait_exit(Duration::from_secs(10)).success());
+}
+
+#[test]
+fn configuration_precedence_is_flags_then_environment_then_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    std::fs::write(
+        &file,
+        "node-name = \"from-file\"\nlisten-address = \"127.0.0.1:3333\"\nrefresh-interval = \"7s\"\napi-qps = 9\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_inplaced"))
+        .args([
+            "agent",
+            "--print-config",
+            "--config",
+            file.to_str().unwrap(),
+        ])
+        .args(["--listen-address", "127.0.0.1:1111"])
+        .env("INPLACED_LISTEN_ADDRESS", "127.0.0.1:2222")
+        .env("INPLACED_REFRESH_INTERVAL", "5s")
+        .env_remove("NODE_NAME")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        text.contains("listen_address: 127.0.0.1:1111"),
+        "flag beats env and file: {text}"
+    );
+    assert!(
+        text.contains("refresh_interval: 5s"),
+        "env beats file: {text}"
+    );
+    assert!(
+        text.contains("node_name: \"from-file\""),
+        "file beats default: {text}"
+    );
+    assert!(text.contains("api_qps: 9"), "{text}");
+    assert!(text.contains("api_burst: 10"), "default: {text}");
+}
+
+#[test]
+fn bad_configuration_is_one_clear_error_and_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "listen-adress = \"127.0.0.1:1\"\n",
+            "unknown field `listen-adress`",
+        ),
+        (
+            "refresh-interval = \"soon\"\n",
+            "invalid refresh-interval \"soon\"",
+        ),
+        ("api-qps = \"many\"\n", "line 1"),
+    ];
+    for (content, expected) in cases {
+        let file = dir.path().join("config.toml");
+        std::fs::write(&file, content).unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_inplaced"))
+            .args([
+                "agent",
+                "--node-name",
+                "n1",
+                "--config",
+                file.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{content}: {stderr}");
+        assert!(stderr.contains(expected), "{content}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one error line: {stderr}");
+    }
+}

@@ -1,0 +1,173 @@
+//! The agent binary as a child process, with a real `NOTIFY_SOCKET` datagram socket and HTTP.
+
+use std::net::SocketAddr;
+use std::os::unix::net::UnixDatagram;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+pub struct AgentProcess {
+    child: Child,
+    notify: UnixDatagram,
+    pub listen: SocketAddr,
+    pub admin_socket: PathBuf,
+    pub dir: tempfile::TempDir,
+    /// Every notification received so far, in order.
+    pub notifications: Vec<String>,
+}
+
+/// A free loopback port (bound and released: the agent binds it right after).
+pub fn free_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr")
+}
+
+impl AgentProcess {
+    /// Starts `inplaced agent` with `args` plus a private admin socket, listen address and
+    /// NOTIFY_SOCKET; `watchdog` sets WATCHDOG_USEC.
+    pub fn start(args: &[&str], watchdog: Option<Duration>) -> AgentProcess {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let notify_path = dir.path().join("notify.sock");
+        let notify = UnixDatagram::bind(&notify_path).expect("bind notify socket");
+        notify
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let listen = free_port();
+        let admin_socket = dir.path().join("admin/admin.sock");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_inplaced"));
+        command
+            .arg("agent")
+            .args(["--listen-address", &listen.to_string()])
+            .args(["--admin-socket", admin_socket.to_str().unwrap()])
+            .args(["--state-dir", dir.path().join("state").to_str().unwrap()])
+            .args(["--startup-jitter", "0s", "--refresh-interval", "300ms"])
+            .args(args)
+            .env("NOTIFY_SOCKET", &notify_path)
+            .env_remove("KUBECONFIG")
+            .env_remove("NODE_NAME")
+            .stdin(Stdio::null());
+        if let Some(interval) = watchdog {
+            command.env("WATCHDOG_USEC", interval.as_micros().to_string());
+        }
+        let child = command.spawn().expect("start inplaced agent");
+        AgentProcess {
+            child,
+            notify,
+            listen,
+            admin_socket,
+            dir,
+            notifications: Vec::new(),
+        }
+    }
+
+    /// Waits until a notification line satisfies `matches`; returns that line.
+    pub fn wait_notification(
+        &mut self,
+        timeout: Duration,
+        matches: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = Instant::now() + timeout;
+        if let Some(found) = self.notifications.iter().find(|n| matches(n)) {
+            return found.clone();
+        }
+        while Instant::now() < deadline {
+            let mut buf = [0u8; 4096];
+            if let Ok(n) = self.notify.recv(&mut buf) {
+                for line in String::from_utf8_lossy(&buf[..n]).lines() {
+                    self.notifications.push(line.to_string());
+                    if matches(line) {
+                        return line.to_string();
+                    }
+                }
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "agent exited early with {status}; notifications: {:?}",
+                    self.notifications
+                );
+            }
+        }
+        panic!(
+            "no matching notification within {timeout:?}; got {:?}",
+            self.notifications
+        );
+    }
+
+    /// Drains notifications for `duration` and returns those that arrived.
+    pub fn collect_notifications(&mut self, duration: Duration) -> Vec<String> {
+        let deadline = Instant::now() + duration;
+        let mut got = Vec::new();
+        while Instant::now() < deadline {
+            let mut buf = [0u8; 4096];
+            if let Ok(n) = self.notify.recv(&mut buf) {
+                for line in String::from_utf8_lossy(&buf[..n]).lines() {
+                    got.push(line.to_string());
+                }
+            }
+        }
+        self.notifications.extend(got.iter().cloned());
+        got
+    }
+
+    /// `GET path` over plain HTTP/1.0: (status code, body).
+    pub fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        use std::io::{Read, Write};
+        let mut stream =
+            std::net::TcpStream::connect_timeout(&self.listen, Duration::from_secs(2))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        let code = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Ok((code, body))
+    }
+
+    /// Polls `path` until its status is `code`; returns the body.
+    pub fn wait_http(&self, path: &str, code: u16, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        let mut last = None;
+        while Instant::now() < deadline {
+            match self.get(path) {
+                Ok((c, body)) if c == code => return body,
+                other => last = Some(other),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{path} did not answer {code} within {timeout:?}; last: {last:?}");
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.child.id() as i32), signal).expect("signal the agent");
+    }
+
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("agent did not exit within {timeout:?}");
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
