@@ -14,10 +14,11 @@ use tokio::sync::watch;
 use crate::admin::{self, AdminRequest};
 use crate::config::Config;
 use crate::cri::{CriClient, CriConfig, CriEndpoint};
+use crate::hashing::KubeletVersion;
 use crate::http::{self, Health};
 use crate::kube::{self, NodeObject, NodePods};
 use crate::metrics::Metrics;
-use crate::nodeview::{self, NodeView, RuntimeSnapshot, RuntimeTracker};
+use crate::nodeview::{self, HashCache, NodeView, RuntimeSnapshot, RuntimeTracker};
 use crate::systemd::{self, Heartbeat, Notifier};
 
 /// How often the main loop turns even when nothing happens (its heartbeat).
@@ -78,6 +79,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut ticker = tokio::time::interval(TICK);
     let mut last_status = String::new();
     let mut pod_changes: Option<watch::Receiver<u64>> = None;
+    let mut hash_cache = HashCache::default();
     loop {
         tokio::select! {
             _ = sigterm.recv() => break,
@@ -98,7 +100,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             pod_changes = sources.as_ref().map(|(pods, _)| pods.changes.clone());
         }
         let snapshot = snapshots.borrow().clone();
-        let joined = build_view(&config.node_name, sources.as_ref(), &snapshot, &health);
+        let mut joined = build_view(&config.node_name, sources.as_ref(), &snapshot, &health);
+        nodeview::annotate(&mut joined, &mut hash_cache);
         let status = status_line(&joined, &health);
         if let Ok(mut shared) = view.write() {
             *shared = joined;
@@ -164,9 +167,10 @@ fn admin_handler(view: Arc<RwLock<NodeView>>) -> admin::Handler {
             .map_err(|_| "node view unavailable".to_string())?;
         match request {
             AdminRequest::Pods => serde_json::to_value(&*view).map_err(|e| e.to_string()),
-            AdminRequest::UpgradeCheck { to } => Err(format!(
-                "upgrade-check to {to} is not available yet in this build"
-            )),
+            AdminRequest::UpgradeCheck { to } => {
+                let to = KubeletVersion::parse(&to).map_err(|e| e.to_string())?;
+                serde_json::to_value(nodeview::upgrade_check(&view, &to)).map_err(|e| e.to_string())
+            }
         }
     })
 }

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use crate::config::Config;
 use crate::cri::{CriClient, CriConfig, CriEndpoint};
 use crate::metrics::Metrics;
-use crate::nodeview::{self, NodeView, RuntimeTracker};
+use crate::nodeview::{self, NodeView, RuntimeTracker, UpgradeReport};
 
 /// The node view built here and now. The runtime must answer; the API is optional (without it
 /// the view shows the runtime's sandboxes as unmatched, and says why on stderr).
@@ -27,6 +27,7 @@ pub async fn snapshot(config: &Config) -> anyhow::Result<NodeView> {
     };
     let mut view = nodeview::join(&config.node_name, &pods, &runtime);
     view.kubelet_version = kubelet_version;
+    nodeview::annotate(&mut view, &mut nodeview::HashCache::default());
     Ok(view)
 }
 
@@ -61,6 +62,8 @@ pub fn table(view: &NodeView) -> String {
         "CONTAINER ID".into(),
         "RESTARTS".into(),
         "STORED HASH".into(),
+        "WRITTEN BY".into(),
+        "CURRENT".into(),
     ]];
     for pod in &view.pods {
         let pod_name = format!(
@@ -79,10 +82,27 @@ pub fn table(view: &NodeView) -> String {
                 ),
                 None => ("absent".into(), "-".into(), "-".into(), "-".into()),
             };
-            rows.push([pod_name.clone(), c.name.clone(), state, id, restarts, hash]);
+            let (written_by, current) = match &c.hash_check {
+                Some(check) if check.note.is_some() => ("?".to_string(), "?".to_string()),
+                Some(check) if check.written_by.is_empty() => {
+                    ("none (spec changed)".into(), yes_no(check.current))
+                }
+                Some(check) => (check.written_by.join(","), yes_no(check.current)),
+                None => ("-".into(), "-".into()),
+            };
+            rows.push([
+                pod_name.clone(),
+                c.name.clone(),
+                state,
+                id,
+                restarts,
+                hash,
+                written_by,
+                current,
+            ]);
         }
     }
-    let mut widths = [0usize; 6];
+    let mut widths = [0usize; 8];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -114,5 +134,41 @@ pub fn table(view: &NodeView) -> String {
             );
         }
     }
+    out
+}
+
+fn yes_no(value: Option<bool>) -> String {
+    match value {
+        Some(true) => "yes".into(),
+        Some(false) => "no".into(),
+        None => "?".into(),
+    }
+}
+
+/// The upgrade report as text: one line per running container, then the totals.
+pub fn upgrade_table(report: &UpgradeReport) -> String {
+    let mut out = String::new();
+    for c in &report.containers {
+        let _ = writeln!(
+            out,
+            "{:<8} {}/{} {} (stored {}, kubelet {} computes {}){}",
+            c.verdict,
+            c.namespace,
+            c.pod,
+            c.container,
+            c.stored_hash.as_deref().unwrap_or("-"),
+            report.to,
+            c.target_hash.as_deref().unwrap_or("-"),
+            c.note
+                .as_deref()
+                .map(|n| format!(": {n}"))
+                .unwrap_or_default()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "kubelet {}: {} would restart, {} keep running, {} unknown",
+        report.to, report.restart, report.keep, report.unknown
+    );
     out
 }

@@ -7,7 +7,8 @@ use clap::{Parser, Subcommand};
 use inplaced::admin::{self, AdminError, AdminRequest};
 use inplaced::config::{Config, LogFormat, Settings};
 use inplaced::cri::{CriClient, CriConfig, CriEndpoint};
-use inplaced::nodeview::NodeView;
+use inplaced::hashing::KubeletVersion;
+use inplaced::nodeview::{self, NodeView, UpgradeReport};
 use inplaced::{agent, inspect};
 
 #[derive(Parser)]
@@ -27,8 +28,13 @@ enum Command {
     Agent(AgentArgs),
     /// This node's pods joined with their runtime containers: a pod-aware `crictl ps`.
     Pods(PodsArgs),
+    /// For every running container: would kubelet --to X.Y restart it because its stored hash
+    /// no longer matches? (The kubelet 1.30 -> 1.31 surprise, kubernetes issue 129385.)
+    UpgradeCheck(UpgradeCheckArgs),
     /// Ask the container runtime who it is (CRI Version) and whether it speaks CRI v1.
     Runtime(RuntimeArgs),
+    /// Kubelet container hashes (io.kubernetes.container.hash) for any release.
+    Hash(inplaced::hashing::cli::HashArgs),
 }
 
 #[derive(clap::Args)]
@@ -51,6 +57,18 @@ enum Output {
 
 #[derive(clap::Args)]
 struct PodsArgs {
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    output: Output,
+    #[command(flatten)]
+    agent: AgentArgs,
+}
+
+#[derive(clap::Args)]
+struct UpgradeCheckArgs {
+    /// The kubelet release to check against, X.Y or X.Y.Z.
+    #[arg(long)]
+    to: String,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     output: Output,
@@ -94,6 +112,15 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             }
         }
+        Command::UpgradeCheck(args) => {
+            init_logging(LogFormat::Human, "warn");
+            let (to, output) = (args.to, args.output);
+            match load_config(args.agent) {
+                Ok(config) => run_async(upgrade_check_command(config, to, output)),
+                Err(code) => return code,
+            }
+        }
+        Command::Hash(args) => inplaced::hashing::cli::run(&args),
         Command::Runtime(args) => {
             init_logging(LogFormat::Human, "warn");
             run_async(runtime_command(args))
@@ -172,6 +199,32 @@ async fn pods_command(config: Config, output: Output) -> anyhow::Result<ExitCode
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&view)?),
         Output::Table => print!("{}", inspect::table(&view)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Asks the running agent; when none answers, checks a view built here.
+async fn upgrade_check_command(
+    config: Config,
+    to: String,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    let target = KubeletVersion::parse(&to)?;
+    let request = AdminRequest::UpgradeCheck { to: to.clone() };
+    let report: UpgradeReport = match admin::request(&config.admin_socket, &request).await {
+        Ok(value) => serde_json::from_value(value)?,
+        Err(AdminError::Connect { .. }) => {
+            eprintln!(
+                "note: no agent answers on {}; listing the runtime and the API directly",
+                config.admin_socket.display()
+            );
+            nodeview::upgrade_check(&inspect::snapshot(&config).await?, &target)
+        }
+        Err(err) => return Err(err.into()),
+    };
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Table => print!("{}", inspect::upgrade_table(&report)),
     }
     Ok(ExitCode::SUCCESS)
 }

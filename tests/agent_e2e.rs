@@ -325,3 +325,147 @@ fn bad_configuration_is_one_clear_error_and_exit_code_2() {
         assert_eq!(stderr.lines().count(), 1, "one error line: {stderr}");
     }
 }
+
+/// Golden containers (as an API server returns them) run with the hash kubelet 1.30.7 stored.
+/// What a kubelet upgrade would do, and which releases wrote the stored hash, must agree with
+/// the golden hashes of every release — values from the real Go code, not from inplaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_check_and_era_detection_agree_with_golden_hashes() {
+    const TAGS: &[&str] = &[
+        "real-nginx-apiserver-defaulted",
+        "real-coredns-apiserver-defaulted",
+        "real-redis-apiserver-defaulted",
+        "real-etcd-apiserver-defaulted",
+        "real-cilium-agent-apiserver-defaulted",
+    ];
+    const GOLDEN_RELEASES: &[(u32, &str)] = &[
+        (26, "1.26.15"),
+        (27, "1.27.15"),
+        (28, "1.28.11"),
+        (29, "1.29.6"),
+        (30, "1.30.7"),
+        (31, "1.31.12"),
+        (32, "1.32.10"),
+        (33, "1.33.13"),
+        (34, "1.34.10"),
+        (35, "1.35.7"),
+        (36, "1.36.3"),
+    ];
+    let server = ApiServer::start(ServerConfig::default()).await.unwrap();
+    let node = unique("node");
+    server
+        .store()
+        .create("nodes", json!({"metadata": {"name": node}, "status": {"nodeInfo": {"kubeletVersion": "v1.30.7"}}}))
+        .unwrap();
+    let cri = client();
+    let mut runtime_pods = Vec::new();
+    for tag in TAGS {
+        let golden = support::golden::row("1.30.7", tag);
+        let container: Value =
+            serde_json::from_str(golden["input_text"].as_str().unwrap()).unwrap();
+        let name = container["name"].as_str().unwrap().to_string();
+        let pod_name = unique(&name);
+        let pod = server
+            .store()
+            .create(
+                "pods",
+                json!({"metadata": {"name": pod_name, "namespace": NAMESPACE}, "spec": {"nodeName": node, "containers": [container]}}),
+            )
+            .unwrap();
+        let uid = pod["metadata"]["uid"].as_str().unwrap();
+        let runtime_pod = TestPod::run_for(&cri, &pod_name, NAMESPACE, uid, "golden").await;
+        // The runtime runs busybox under the spec container's name, with kubelet 1.30's hash.
+        runtime_pod
+            .start_container(
+                &cri,
+                &name,
+                "exec sleep 600",
+                golden["hash"].as_str().unwrap(),
+            )
+            .await;
+        runtime_pods.push((tag, pod_name, runtime_pod));
+    }
+    let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+    server.write_kubeconfig(kubeconfig.path(), None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--node-name".to_string(),
+        node.clone(),
+        "--kubeconfig".into(),
+        kubeconfig.path().display().to_string(),
+        "--cri-endpoint".into(),
+        endpoint().to_string(),
+        "--admin-socket".into(),
+        dir.path().join("none.sock").display().to_string(),
+    ];
+
+    let (view, _) = pods_json(&args);
+    for (tag, pod_name, _) in &runtime_pods {
+        let pod = view["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == pod_name.as_str())
+            .unwrap();
+        let check = &pod["containers"][0]["hash_check"];
+        assert_eq!(
+            check["current"], true,
+            "{tag}: kubelet 1.30.7 wrote it: {check:#}"
+        );
+        let written_by = check["written_by"].as_array().unwrap();
+        let covers = |minor: u32| {
+            written_by.iter().any(|range| {
+                let range = range.as_str().unwrap();
+                let (lo, hi) = range.split_once('–').unwrap_or((range, range));
+                let minor_of = |v: &str| v.trim_start_matches("1.").parse::<u32>().unwrap();
+                (minor_of(lo)..=minor_of(hi)).contains(&minor)
+            })
+        };
+        let stored = support::golden::row("1.30.7", tag)["hash"].clone();
+        for (minor, release) in GOLDEN_RELEASES {
+            let golden_hash = support::golden::row(release, tag)["hash"].clone();
+            assert_eq!(
+                covers(*minor),
+                golden_hash == stored,
+                "{tag}: release 1.{minor} in {written_by:?}?"
+            );
+        }
+    }
+
+    for (to, release) in [
+        ("1.31", "1.31.12"),
+        ("1.30.7", "1.30.7"),
+        ("1.26", "1.26.15"),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_inplaced"))
+            .args(["upgrade-check", "--to", to, "-o", "json"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        for (tag, pod_name, _) in &runtime_pods {
+            let verdict = report["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["pod"] == pod_name.as_str())
+                .unwrap();
+            let stored = support::golden::row("1.30.7", tag)["hash"].clone();
+            let target = support::golden::row(release, tag)["hash"].clone();
+            assert_eq!(verdict["target_hash"], target, "{tag} under {to}");
+            let expected = if target == stored { "keep" } else { "restart" };
+            assert_eq!(
+                verdict["verdict"], expected,
+                "{tag} under {to}: {verdict:#}"
+            );
+        }
+    }
+    for (_, _, runtime_pod) in runtime_pods {
+        runtime_pod.remove(&cri).await;
+    }
+}

@@ -2,6 +2,7 @@
 //! the way kubelet labels them (`io.kubernetes.pod.uid`, `io.kubernetes.container.name`), per
 //! container: its runtime ID, state, restart count, stored hash(es) and CRI timestamps.
 
+mod hashes;
 mod runtime;
 
 use std::collections::HashMap;
@@ -11,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cri::labels;
 use crate::cri::proto::{Container, ContainerState, PodSandbox, PodSandboxState};
+pub use hashes::{HashCache, HashCheck, UpgradeReport, UpgradeVerdict, annotate, upgrade_check};
 pub use runtime::{ContainerTimes, RuntimeSnapshot, RuntimeTracker};
 
 /// Annotation a mirror pod carries: the static pod's UID as kubelet knows it (its config hash).
@@ -73,6 +75,8 @@ pub struct ContainerView {
     #[serde(skip)]
     pub spec: Option<SpecContainer>,
     pub runtime: Option<RuntimeContainer>,
+    /// Era detection for the stored hash (filled by [`annotate`]).
+    pub hash_check: Option<HashCheck>,
 }
 
 /// The newest runtime container of one spec container.
@@ -222,6 +226,7 @@ fn container_views(
             kind,
             spec: container.cloned(),
             runtime: newest.map(|c| runtime_container(c, runtime_name, snapshot)),
+            hash_check: None,
         });
     };
     for c in spec.init_containers.iter().flatten() {

@@ -1,0 +1,247 @@
+//! Per container: which kubelet releases wrote its stored hash for the current spec, whether
+//! the node's kubelet considers it current, and whether another release would restart it.
+//! Detection hashes the spec for every release, so results are cached per container ID and
+//! spec until either changes.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{ContainerView, NodeView, RuntimeState};
+use crate::hashing::{self, KubeletVersion, StoredHashes};
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HashCheck {
+    /// Kubelet releases whose hash of the current spec equals the stored hash, as ranges
+    /// ("1.16–1.26"); empty when none does (the spec changed since the container started).
+    pub written_by: Vec<String>,
+    /// Whether the node's kubelet (its reported version) would leave the container running:
+    /// `None` when that version is unknown or the check was not possible.
+    pub current: Option<bool>,
+    /// Why a check was not possible, when it was not.
+    pub note: Option<String>,
+}
+
+/// Releases that match as ranges, or why the spec cannot be hashed.
+type Detection = Result<Vec<String>, String>;
+
+/// Remembers detection results between refreshes.
+#[derive(Default)]
+pub struct HashCache {
+    /// Container ID → (spec JSON it was computed for, its detection).
+    written_by: HashMap<String, (Vec<u8>, Detection)>,
+}
+
+const STATIC_POD_NOTE: &str =
+    "static pod: kubelet hashed the manifest on disk, not the mirror pod's spec; cannot check";
+
+/// Fills `hash_check` for every container that has a spec and a runtime container.
+pub fn annotate(view: &mut NodeView, cache: &mut HashCache) {
+    let kubelet = view
+        .kubelet_version
+        .as_deref()
+        .and_then(|v| KubeletVersion::parse(v).ok());
+    let mut live = std::collections::HashSet::new();
+    for pod in &mut view.pods {
+        for container in &mut pod.containers {
+            let Some(runtime) = container.runtime.as_ref() else {
+                continue;
+            };
+            live.insert(runtime.id.clone());
+            container.hash_check = Some(if pod.static_pod {
+                HashCheck {
+                    note: Some(STATIC_POD_NOTE.into()),
+                    ..Default::default()
+                }
+            } else {
+                check(container, kubelet.as_ref(), cache)
+            });
+        }
+    }
+    cache.written_by.retain(|id, _| live.contains(id));
+}
+
+fn check(
+    container: &ContainerView,
+    kubelet: Option<&KubeletVersion>,
+    cache: &mut HashCache,
+) -> HashCheck {
+    let (Some(spec), Some(runtime)) = (container.spec.as_ref(), container.runtime.as_ref()) else {
+        return HashCheck::default();
+    };
+    if runtime.stored_hash.is_none() {
+        return HashCheck {
+            note: Some(
+                "no io.kubernetes.container.hash annotation: not created by a kubelet".into(),
+            ),
+            ..Default::default()
+        };
+    }
+    let spec_json = match serde_json::to_vec(spec) {
+        Ok(json) => json,
+        Err(err) => {
+            return HashCheck {
+                note: Some(format!("cannot serialise the spec: {err}")),
+                ..Default::default()
+            };
+        }
+    };
+    let stored = stored_hashes(container);
+    let entry = cache
+        .written_by
+        .entry(runtime.id.clone())
+        .or_insert_with(|| (Vec::new(), Ok(Vec::new())));
+    if entry.0 != spec_json {
+        let detected = hashing::detect_writers(&stored, &spec_json)
+            .map(|matches| {
+                let minors: Vec<u32> = matches
+                    .iter()
+                    .filter(|m| m.hash_matches)
+                    .map(|m| m.minor)
+                    .collect();
+                ranges(&minors)
+            })
+            .map_err(|err| format!("the spec cannot be hashed: {err}"));
+        *entry = (spec_json.clone(), detected);
+    }
+    let (written_by, note) = match &entry.1 {
+        Ok(ranges) => (ranges.clone(), None),
+        Err(err) => (Vec::new(), Some(err.clone())),
+    };
+    let current = match kubelet {
+        Some(version) if note.is_none() => hashing::would_restart(&stored, &spec_json, version)
+            .ok()
+            .map(|restart| !restart),
+        _ => None,
+    };
+    HashCheck {
+        written_by,
+        current,
+        note,
+    }
+}
+
+fn stored_hashes(container: &ContainerView) -> StoredHashes {
+    let runtime = container.runtime.as_ref();
+    StoredHashes::from_annotations(
+        runtime.and_then(|r| r.stored_hash.as_deref()),
+        runtime.and_then(|r| r.stored_hash_without_resources.as_deref()),
+    )
+}
+
+/// `[16,17,18,27,28]` → `["1.16–1.18", "1.27–1.28"]`.
+fn ranges(minors: &[u32]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut iter = minors.iter().copied().peekable();
+    while let Some(start) = iter.next() {
+        let mut end = start;
+        while iter.peek() == Some(&(end + 1)) {
+            end += 1;
+            iter.next();
+        }
+        out.push(if start == end {
+            format!("1.{start}")
+        } else {
+            format!("1.{start}–1.{end}")
+        });
+    }
+    out
+}
+
+/// What a kubelet upgrade to one release would do to each running container.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct UpgradeReport {
+    pub to: String,
+    pub node_kubelet_version: Option<String>,
+    pub restart: usize,
+    pub keep: usize,
+    pub unknown: usize,
+    pub containers: Vec<UpgradeVerdict>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct UpgradeVerdict {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub container_id: String,
+    pub stored_hash: Option<String>,
+    /// The hash the target release computes for the spec.
+    pub target_hash: Option<String>,
+    /// "restart", "keep" or "unknown".
+    pub verdict: String,
+    pub note: Option<String>,
+}
+
+/// For every running container: would kubelet `to` restart it because its stored hash no longer
+/// matches (the 1.30 → 1.31 surprise, kubernetes issue 129385)?
+pub fn upgrade_check(view: &NodeView, to: &KubeletVersion) -> UpgradeReport {
+    let mut containers = Vec::new();
+    for pod in &view.pods {
+        for container in &pod.containers {
+            let Some(runtime) = container.runtime.as_ref() else {
+                continue;
+            };
+            if runtime.state != RuntimeState::Running {
+                continue;
+            }
+            let mut verdict = UpgradeVerdict {
+                namespace: pod.namespace.clone(),
+                pod: pod.name.clone(),
+                container: container.name.clone(),
+                container_id: runtime.container_id.clone(),
+                stored_hash: runtime.stored_hash.clone(),
+                target_hash: None,
+                verdict: "unknown".into(),
+                note: None,
+            };
+            match (pod.static_pod, container.spec.as_ref()) {
+                (true, _) => verdict.note = Some(STATIC_POD_NOTE.into()),
+                (false, None) => {
+                    verdict.note = Some(
+                        "no spec (ephemeral container): kubelet never restarts it for its hash"
+                            .into(),
+                    )
+                }
+                (false, Some(spec)) => match serde_json::to_vec(spec) {
+                    Err(err) => verdict.note = Some(err.to_string()),
+                    Ok(json) => {
+                        let stored = stored_hashes(container);
+                        if let Ok(h) = hashing::hash_container(&json, to, &Default::default()) {
+                            verdict.target_hash = Some(hashing::format_hash(h.hash));
+                        }
+                        match hashing::would_restart(&stored, &json, to) {
+                            Ok(true) => verdict.verdict = "restart".into(),
+                            Ok(false) => verdict.verdict = "keep".into(),
+                            Err(err) => verdict.note = Some(err.to_string()),
+                        }
+                    }
+                },
+            }
+            containers.push(verdict);
+        }
+    }
+    let count = |v: &str| containers.iter().filter(|c| c.verdict == v).count();
+    UpgradeReport {
+        to: to.to_string(),
+        node_kubelet_version: view.kubelet_version.clone(),
+        restart: count("restart"),
+        keep: count("keep"),
+        unknown: count("unknown"),
+        containers,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minors_fold_into_ranges() {
+        assert_eq!(
+            ranges(&[16, 17, 18, 27, 28, 31]),
+            vec!["1.16–1.18", "1.27–1.28", "1.31"]
+        );
+        assert!(ranges(&[]).is_empty());
+    }
+}
