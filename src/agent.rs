@@ -32,6 +32,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let heartbeat = Heartbeat::default();
     let health = Health::new(heartbeat.clone());
     health.set("pods", Err("pod cache not synced yet".into()));
+    health.set("node", Err("node object not synced yet".into()));
     health.set("runtime", Err("container runtime not listed yet".into()));
 
     let listener = TcpListener::bind(config.listen_address)
@@ -78,7 +79,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut ticker = tokio::time::interval(TICK);
     let mut last_status = String::new();
-    let mut pod_changes: Option<watch::Receiver<u64>> = None;
+    let mut api_changes: Option<(watch::Receiver<u64>, watch::Receiver<u64>)> = None;
     let mut hash_cache = HashCache::default();
     loop {
         tokio::select! {
@@ -88,16 +89,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             changed = snapshots.changed() => if changed.is_err() { break },
             changed = api.changed() => if changed.is_err() { break },
             Some(()) = async {
-                match pod_changes.as_mut() {
-                    Some(rx) => rx.changed().await.ok(),
+                match api_changes.as_mut() {
+                    Some((pods, node)) => tokio::select! {
+                        changed = pods.changed() => changed.ok(),
+                        changed = node.changed() => changed.ok(),
+                    },
                     None => std::future::pending().await,
                 }
             } => {}
         }
         heartbeat.beat();
         let sources = api.borrow().clone();
-        if pod_changes.is_none() {
-            pod_changes = sources.as_ref().map(|(pods, _)| pods.changes.clone());
+        if api_changes.is_none() {
+            api_changes = sources
+                .as_ref()
+                .map(|(pods, node)| (pods.changes.clone(), node.changes.clone()));
         }
         let snapshot = snapshots.borrow().clone();
         let mut joined = build_view(&config.node_name, sources.as_ref(), &snapshot, &health);
@@ -129,13 +135,23 @@ fn build_view(
 ) -> NodeView {
     let (pods, kubelet_version) = match sources {
         Some((pods, node)) => {
-            let ready = matches!(pods.store.wait_until_ready().now_or_never(), Some(Ok(())));
+            let synced = |ready: Option<Result<(), _>>| matches!(ready, Some(Ok(())));
+            let pods_ready = synced(pods.store.wait_until_ready().now_or_never());
+            let node_ready = synced(node.store.wait_until_ready().now_or_never());
             health.set(
                 "pods",
-                if ready {
+                if pods_ready {
                     Ok(())
                 } else {
                     Err("pod cache not synced yet".into())
+                },
+            );
+            health.set(
+                "node",
+                if node_ready {
+                    Ok(())
+                } else {
+                    Err("node object not synced yet".into())
                 },
             );
             (pods.store.state(), node.kubelet_version())

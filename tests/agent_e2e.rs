@@ -174,6 +174,12 @@ async fn agent_notifies_systemd_serves_health_and_the_node_view() {
         .filter(|e| e.rbac_resource() == "pods")
         .collect();
     assert!(!pod_requests.is_empty());
+    assert!(
+        pod_requests[0].request.verb == "list"
+            && pod_requests[0].query.contains("resourceVersion=0"),
+        "initial list served from the watch cache: {:?}",
+        pod_requests[0]
+    );
     for entry in &pod_requests {
         assert!(
             matches!(entry.request.verb.as_str(), "list" | "watch")
@@ -181,6 +187,22 @@ async fn agent_notifies_systemd_serves_health_and_the_node_view() {
             "unexpected pod request {entry:?}"
         );
     }
+
+    // The pod cache survives dropped watches and a 410 relist: a pod created meanwhile shows up.
+    f.server.store().compact();
+    f.server.faults().drop_watches();
+    let late = unique("late");
+    f.server
+        .store()
+        .create(
+            "pods",
+            json!({"metadata": {"name": late, "namespace": NAMESPACE},
+                   "spec": {"nodeName": f.node, "containers": [{"name": "app", "image": TEST_IMAGE}]}}),
+        )
+        .unwrap();
+    agent.wait_notification(Duration::from_secs(30), |n| {
+        n.starts_with("STATUS=ready: 2 pods")
+    });
 
     agent.signal(Signal::SIGTERM);
     agent.wait_notification(Duration::from_secs(5), |n| n == "STOPPING=1");
@@ -234,7 +256,7 @@ async fn agent_stays_up_and_unready_while_the_api_is_unreachable() {
     let body = agent.wait_http("/readyz", 503, Duration::from_secs(10));
     assert!(body.contains("pods: pod cache not synced yet"), "{body}");
     agent.wait_notification(Duration::from_secs(5), |n| {
-        n.starts_with("STATUS=waiting: pods")
+        n.starts_with("STATUS=waiting: node: node object not synced yet; pods")
     });
     assert_eq!(agent.get("/healthz").unwrap().0, 200);
     // Watch failures are retried and counted.

@@ -64,10 +64,12 @@ pub struct NodePods {
     pub changes: watch::Receiver<u64>,
 }
 
-/// The node object (for the kubelet's version), kept current by a watch.
+/// The node object (for the kubelet's version), kept current by a watch; `changes` ticks on
+/// every change.
 #[derive(Clone)]
 pub struct NodeObject {
     pub store: Store<Node>,
+    pub changes: watch::Receiver<u64>,
 }
 
 impl NodeObject {
@@ -98,9 +100,11 @@ pub fn watch_node_pods(
 ) -> (NodePods, impl Future<Output = ()> + Send + 'static) {
     let (reader, writer) = reflector::store();
     let (tick, changes) = watch::channel(0u64);
-    let config = watcher::Config::default()
+    let mut config = watcher::Config::default()
         .fields(&format!("spec.nodeName={node_name}"))
         .any_semantic();
+    // kube-rs drops resourceVersion=0 from paged lists; one node's pods fit in one page.
+    config.page_size = None;
     let api: Api<Pod> = Api::all(client);
     let stream = watcher(api, config).default_backoff().reflect(writer);
     let task = drive(stream, "pods", metrics, startup_jitter, Arc::new(tick));
@@ -120,14 +124,21 @@ pub fn watch_node(
     metrics: Metrics,
 ) -> (NodeObject, impl Future<Output = ()> + Send + 'static) {
     let (reader, writer) = reflector::store();
-    let (tick, _) = watch::channel(0u64);
-    let config = watcher::Config::default()
+    let (tick, changes) = watch::channel(0u64);
+    let mut config = watcher::Config::default()
         .fields(&format!("metadata.name={node_name}"))
         .any_semantic();
+    config.page_size = None;
     let api: Api<Node> = Api::all(client);
     let stream = watcher(api, config).default_backoff().reflect(writer);
     let task = drive(stream, "nodes", metrics, Duration::ZERO, Arc::new(tick));
-    (NodeObject { store: reader }, task)
+    (
+        NodeObject {
+            store: reader,
+            changes,
+        },
+        task,
+    )
 }
 
 async fn drive<S, K>(
