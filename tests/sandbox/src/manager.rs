@@ -1,0 +1,3 @@
+//! kruise-manager stand-in (in progress).
+pub struct ManagerConfig;
+pub struct ManagerStandIn;
