@@ -12,4 +12,5 @@ pub mod inspect;
 pub mod kube;
 pub mod metrics;
 pub mod nodeview;
+pub mod recreate;
 pub mod systemd;

@@ -1,0 +1,448 @@
+//! The ContainerRecreateRequest (apps.kruise.io/v1alpha1) as the node agent reads and writes it.
+//! Objects arrive as JSON and are decoded one by one, so a malformed CRR is reported on its own
+//! status instead of breaking the watch for every other CRR.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "apps.kruise.io";
+pub const VERSION: &str = "v1alpha1";
+pub const KIND: &str = "ContainerRecreateRequest";
+pub const PLURAL: &str = "containerrecreaterequests";
+
+pub const LABEL_NODE_NAME: &str = "crr.apps.kruise.io/node-name";
+pub const LABEL_POD_UID: &str = "crr.apps.kruise.io/pod-uid";
+pub const LABEL_ACTIVE: &str = "crr.apps.kruise.io/active";
+pub const ANNOTATION_SYNC_CONTAINER_STATUSES: &str = "crr.apps.kruise.io/sync-container-statuses";
+pub const ANNOTATION_UNREADY_ACQUIRED: &str = "crr.apps.kruise.io/unready-acquired";
+
+/// The daemon's default when the strategy does not say.
+pub const DEFAULT_TERMINATION_GRACE_SECONDS: i64 = 30;
+/// StopContainer always gets at least this long after the preStop hook.
+pub const MIN_STOP_GRACE_SECONDS: i64 = 2;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CrrSpec {
+    pub pod_name: String,
+    pub containers: Vec<CrrContainer>,
+    #[serde(default)]
+    pub strategy: Option<Strategy>,
+    #[serde(default)]
+    pub active_deadline_seconds: Option<i64>,
+    #[serde(default)]
+    pub ttl_seconds_after_finished: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CrrContainer {
+    pub name: String,
+    #[serde(default)]
+    pub pre_stop: Option<PreStop>,
+    #[serde(default)]
+    pub ports: Vec<ContainerPort>,
+    #[serde(default)]
+    pub status_context: Option<StatusContext>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerPort {
+    #[serde(default)]
+    pub name: Option<String>,
+    pub container_port: i32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusContext {
+    /// `<runtime>://<id>` of the container the request was made against.
+    #[serde(rename = "containerID", default)]
+    pub container_id: String,
+    #[serde(default)]
+    pub restart_count: i32,
+}
+
+/// A lifecycle handler: kruise's webhook copies the pod's preStop here.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreStop {
+    #[serde(default)]
+    pub exec: Option<ExecAction>,
+    #[serde(default)]
+    pub http_get: Option<HttpGetAction>,
+    #[serde(default)]
+    pub tcp_socket: Option<TcpSocketAction>,
+    #[serde(default)]
+    pub sleep: Option<SleepAction>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecAction {
+    #[serde(default)]
+    pub command: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpGetAction {
+    #[serde(default)]
+    pub path: Option<String>,
+    pub port: IntOrString,
+    #[serde(default)]
+    pub host: Option<String>,
+    #[serde(default)]
+    pub scheme: Option<String>,
+    #[serde(default)]
+    pub http_headers: Vec<HttpHeader>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HttpHeader {
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TcpSocketAction {
+    pub port: IntOrString,
+    #[serde(default)]
+    pub host: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SleepAction {
+    pub seconds: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum IntOrString {
+    Int(i32),
+    String(String),
+}
+
+impl Default for IntOrString {
+    fn default() -> Self {
+        IntOrString::Int(0)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Strategy {
+    #[serde(default)]
+    pub failure_policy: Option<String>,
+    #[serde(default)]
+    pub ordered_recreate: bool,
+    #[serde(default)]
+    pub force_recreate: bool,
+    #[serde(default)]
+    pub termination_grace_period_seconds: Option<i64>,
+    #[serde(default)]
+    pub unready_grace_period_seconds: Option<i64>,
+    #[serde(default)]
+    pub min_started_seconds: i32,
+}
+
+impl Strategy {
+    /// failurePolicy Fail (the default): the first failed container completes the request.
+    pub fn fail_fast(&self) -> bool {
+        self.failure_policy.as_deref() != Some("Ignore")
+    }
+}
+
+/// The CRR-level phase. Succeeded/Failed exist only per container.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CrrPhase {
+    #[default]
+    #[serde(rename = "")]
+    None,
+    Pending,
+    Recreating,
+    Completed,
+}
+
+impl CrrPhase {
+    /// kruise-daemon's order for picking the one active request of a pod.
+    pub fn weight(self) -> u8 {
+        match self {
+            CrrPhase::Completed => 1,
+            CrrPhase::Recreating => 2,
+            CrrPhase::Pending => 3,
+            CrrPhase::None => 4,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContainerPhase {
+    #[default]
+    Pending,
+    Recreating,
+    Succeeded,
+    Failed,
+}
+
+impl ContainerPhase {
+    pub fn is_final(self) -> bool {
+        matches!(self, ContainerPhase::Succeeded | ContainerPhase::Failed)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CrrStatus {
+    #[serde(default)]
+    pub phase: CrrPhase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub container_recreate_states: Vec<ContainerRecreateState>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerRecreateState {
+    pub name: String,
+    pub phase: ContainerPhase,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_killed: bool,
+}
+
+/// One entry of the manager's `sync-container-statuses` annotation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncedContainerStatus {
+    pub name: String,
+    #[serde(default)]
+    pub ready: bool,
+    #[serde(default)]
+    pub restart_count: i32,
+    #[serde(rename = "containerID", default)]
+    pub container_id: String,
+}
+
+/// A CRR as the controller works with it: identity, decoded spec and status, the labels and
+/// annotations the webhook and manager wrote.
+#[derive(Clone, Debug)]
+pub struct Crr {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub created_at: Option<Timestamp>,
+    pub deleting: bool,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub spec: Result<CrrSpec, String>,
+    pub status: CrrStatus,
+}
+
+impl Crr {
+    /// Decodes an object from the API. Only identity is required; a bad spec is kept as its
+    /// error so that it can be reported on the object's status.
+    pub fn from_object(object: &serde_json::Value) -> Result<Crr, String> {
+        let meta = object.get("metadata").ok_or("no metadata")?;
+        let text = |v: &serde_json::Value, key: &str| {
+            v.get(key).and_then(|x| x.as_str()).map(str::to_owned)
+        };
+        let name = text(meta, "name").ok_or("no metadata.name")?;
+        let namespace = text(meta, "namespace").ok_or("no metadata.namespace")?;
+        let uid = text(meta, "uid").ok_or("no metadata.uid")?;
+        let map = |key: &str| -> BTreeMap<String, String> {
+            meta.get(key)
+                .and_then(|m| m.as_object())
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let spec = match object.get("spec") {
+            None => Err("the request has no spec".to_string()),
+            Some(spec) => serde_json::from_value::<CrrSpec>(spec.clone())
+                .map_err(|e| format!("invalid spec: {e}"))
+                .and_then(validate),
+        };
+        let status = object
+            .get("status")
+            .and_then(|s| serde_json::from_value::<CrrStatus>(s.clone()).ok())
+            .unwrap_or_default();
+        Ok(Crr {
+            created_at: text(meta, "creationTimestamp").and_then(|t| t.parse().ok()),
+            deleting: meta.get("deletionTimestamp").is_some_and(|t| !t.is_null()),
+            labels: map("labels"),
+            annotations: map("annotations"),
+            namespace,
+            name,
+            uid,
+            spec,
+            status,
+        })
+    }
+
+    pub fn synced_statuses(&self) -> Vec<SyncedContainerStatus> {
+        self.annotations
+            .get(ANNOTATION_SYNC_CONTAINER_STATUSES)
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or_default()
+    }
+
+    pub fn unready_acquired_at(&self) -> Option<Timestamp> {
+        self.annotations
+            .get(ANNOTATION_UNREADY_ACQUIRED)?
+            .parse()
+            .ok()
+    }
+}
+
+/// What the API server's schema would not catch but the agent must refuse before acting.
+fn validate(spec: CrrSpec) -> Result<CrrSpec, String> {
+    if spec.containers.is_empty() {
+        return Err("spec.containers is empty".into());
+    }
+    let mut seen = std::collections::HashSet::new();
+    for c in &spec.containers {
+        if c.name.is_empty() {
+            return Err("a container in spec.containers has no name".into());
+        }
+        if !seen.insert(c.name.as_str()) {
+            return Err(format!(
+                "container {:?} is listed twice in spec.containers",
+                c.name
+            ));
+        }
+    }
+    if let Some(strategy) = &spec.strategy {
+        if strategy
+            .termination_grace_period_seconds
+            .is_some_and(|s| s < 0)
+        {
+            return Err("strategy.terminationGracePeriodSeconds is negative".into());
+        }
+        if strategy.unready_grace_period_seconds.is_some_and(|s| s < 0) {
+            return Err("strategy.unreadyGracePeriodSeconds is negative".into());
+        }
+        if strategy.min_started_seconds < 0 {
+            return Err("strategy.minStartedSeconds is negative".into());
+        }
+        if let Some(policy) = &strategy.failure_policy
+            && policy != "Fail"
+            && policy != "Ignore"
+        {
+            return Err(format!(
+                "strategy.failurePolicy {policy:?} is neither Fail nor Ignore"
+            ));
+        }
+    }
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(spec: serde_json::Value) -> serde_json::Value {
+        json!({"metadata": {"name": "r", "namespace": "ns", "uid": "u1",
+                            "creationTimestamp": "2026-11-22T06:00:00Z",
+                            "labels": {LABEL_POD_UID: "p1"}},
+               "spec": spec})
+    }
+
+    #[test]
+    fn decodes_the_kruise_shape() {
+        let crr = Crr::from_object(&object(json!({
+            "podName": "web-0",
+            "containers": [{"name": "app", "preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 1"]}},
+                            "ports": [{"name": "http", "containerPort": 80}],
+                            "statusContext": {"containerID": "containerd://abc", "restartCount": 2}}],
+            "strategy": {"failurePolicy": "Ignore", "orderedRecreate": true, "forceRecreate": true,
+                         "terminationGracePeriodSeconds": 5, "minStartedSeconds": 3},
+            "activeDeadlineSeconds": 300
+        })))
+        .unwrap();
+        let spec = crr.spec.unwrap();
+        assert_eq!(
+            spec.containers[0]
+                .status_context
+                .as_ref()
+                .unwrap()
+                .container_id,
+            "containerd://abc"
+        );
+        let strategy = spec.strategy.unwrap();
+        assert!(!strategy.fail_fast() && strategy.ordered_recreate && strategy.force_recreate);
+        assert_eq!(crr.labels[LABEL_POD_UID], "p1");
+        assert_eq!(crr.status.phase, CrrPhase::None);
+    }
+
+    #[test]
+    fn status_serialises_as_kruise_writes_it() {
+        let status = CrrStatus {
+            phase: CrrPhase::Recreating,
+            completion_time: None,
+            message: None,
+            container_recreate_states: vec![
+                ContainerRecreateState {
+                    name: "a".into(),
+                    phase: ContainerPhase::Recreating,
+                    message: String::new(),
+                    is_killed: true,
+                },
+                ContainerRecreateState {
+                    name: "b".into(),
+                    phase: ContainerPhase::Pending,
+                    message: "not found container on Node".into(),
+                    is_killed: false,
+                },
+            ],
+        };
+        assert_eq!(
+            serde_json::to_value(&status).unwrap(),
+            json!({"phase": "Recreating", "containerRecreateStates": [
+                {"name": "a", "phase": "Recreating", "isKilled": true},
+                {"name": "b", "phase": "Pending", "message": "not found container on Node"}]})
+        );
+        let empty: CrrStatus = serde_json::from_value(json!({"phase": ""})).unwrap();
+        assert_eq!(empty.phase, CrrPhase::None);
+    }
+
+    #[test]
+    fn bad_specs_are_errors_not_panics() {
+        let cases = [
+            (json!({"podName": "p", "containers": []}), "empty"),
+            (
+                json!({"podName": "p", "containers": [{"name": "a"}, {"name": "a"}]}),
+                "twice",
+            ),
+            (
+                json!({"podName": "p", "containers": [{"name": "a"}], "strategy": {"terminationGracePeriodSeconds": -1}}),
+                "negative",
+            ),
+            (
+                json!({"podName": "p", "containers": [{"name": "a"}], "strategy": {"failurePolicy": "Retry"}}),
+                "Retry",
+            ),
+            (json!({"podName": "p", "containers": "a"}), "invalid spec"),
+            (
+                json!({"podName": "p", "containers": [{"name": "a"}], "strategy": {"minStartedSeconds": 1e99}}),
+                "invalid spec",
+            ),
+        ];
+        for (spec, expected) in cases {
+            let crr = Crr::from_object(&object(spec.clone())).unwrap();
+            let err = crr.spec.unwrap_err();
+            assert!(err.contains(expected), "{spec}: {err}");
+        }
+        assert!(Crr::from_object(&json!({"spec": {}})).is_err());
+    }
+}

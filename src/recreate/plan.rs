@@ -1,0 +1,655 @@
+//! The decisions, without I/O: given a request, what the runtime shows of its pod, what the
+//! journal says was already killed, and the time, which status the request should have and
+//! which containers to kill now. Everything here is level-triggered and idempotent: deciding
+//! twice from the same facts gives the same answer, and a kill is only ever ordered for a
+//! running container that has neither restarted nor been killed for this request.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::crr::*;
+use super::journal::KillIntent;
+
+/// The newest runtime container of one name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeFacts {
+    /// `<runtime>://<id>`.
+    pub container_id: String,
+    pub id: String,
+    pub running: bool,
+    pub restart_count: i32,
+    pub started_at: Option<Timestamp>,
+}
+
+/// The pod as this node sees it.
+#[derive(Clone, Debug, Default)]
+pub struct PodFacts {
+    pub uid: String,
+    pub terminating: bool,
+    pub containers: HashMap<String, RuntimeFacts>,
+}
+
+/// Everything a decision depends on besides the request.
+pub struct Facts<'a> {
+    pub now: Timestamp,
+    /// `None`: no such pod on this node.
+    pub pod: Option<&'a PodFacts>,
+    /// Kill intents recorded for this request, by container name.
+    pub intents: HashMap<&'a str, &'a KillIntent>,
+    /// Containers of this request with a kill under way.
+    pub in_flight: &'a HashSet<String>,
+    /// Containers of this request whose kill failed, with the reason.
+    pub kill_failures: &'a HashMap<String, String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct KillOrder {
+    pub container: String,
+    pub container_id: String,
+    pub pre_stop: Option<PreStop>,
+    pub ports: Vec<ContainerPort>,
+    pub grace: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub status: CrrStatus,
+    pub kills: Vec<KillOrder>,
+    /// Decide again after this long even if nothing changes (time-based conditions).
+    pub requeue_after: Option<Duration>,
+}
+
+pub const NOT_FOUND_MESSAGE: &str = "not found container on Node";
+
+/// Picks the one request of a pod to work on: kruise's order (phase weight, then creation
+/// time), skipping completed and deleting ones. Returns its index.
+pub fn pick_active(requests: &[&Crr]) -> Option<usize> {
+    requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.deleting && r.status.phase != CrrPhase::Completed)
+        .min_by_key(|(_, r)| (r.status.phase.weight(), r.created_at, r.name.clone()))
+        .map(|(i, _)| i)
+}
+
+/// The status of a request that waits behind another request of the same pod.
+pub fn waiting_status(request: &Crr, active: &Crr) -> CrrStatus {
+    let mut status = request.status.clone();
+    if status.phase == CrrPhase::None {
+        status.phase = CrrPhase::Pending;
+        status.message = Some(format!(
+            "waiting for {} of the same pod to complete",
+            active.name
+        ));
+    }
+    status
+}
+
+pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
+    let mut status = request.status.clone();
+    let unchanged = |status: CrrStatus| Decision {
+        status,
+        kills: Vec::new(),
+        requeue_after: None,
+    };
+    if status.phase == CrrPhase::Completed {
+        return unchanged(status);
+    }
+    let spec = match &request.spec {
+        Ok(spec) => spec,
+        Err(reason) => {
+            status.phase = CrrPhase::Completed;
+            status.completion_time = Some(facts.now.to_string());
+            status.message = Some(format!("invalid request, nothing done: {reason}"));
+            return unchanged(status);
+        }
+    };
+    let Some(pod) = facts.pod else {
+        // kruise-manager completes requests whose pod is gone; nothing to kill here.
+        status.message = Some(format!("pod {} not found on this node", spec.pod_name));
+        if status.phase == CrrPhase::None {
+            status.phase = CrrPhase::Pending;
+        }
+        return unchanged(status);
+    };
+    if let Some(wanted) = request.labels.get(LABEL_POD_UID)
+        && *wanted != pod.uid
+    {
+        status.message = Some(format!(
+            "pod {} has UID {}, the request was made for UID {wanted}: not acting",
+            spec.pod_name, pod.uid
+        ));
+        if status.phase == CrrPhase::None {
+            status.phase = CrrPhase::Pending;
+        }
+        return unchanged(status);
+    }
+    if pod.terminating {
+        status.message = Some(format!("pod {} is terminating: not acting", spec.pod_name));
+        if status.phase == CrrPhase::None {
+            status.phase = CrrPhase::Pending;
+        }
+        return unchanged(status);
+    }
+
+    let strategy = spec.strategy.clone().unwrap_or_default();
+    let synced = request.synced_statuses();
+    let previous: HashMap<&str, &ContainerRecreateState> = request
+        .status
+        .container_recreate_states
+        .iter()
+        .map(|s| (s.name.as_str(), s))
+        .collect();
+    let mut states = Vec::with_capacity(spec.containers.len());
+    let mut kills = Vec::new();
+    let mut requeue: Option<Duration> = None;
+    let mut wake = |after: Duration| requeue = Some(requeue.map_or(after, |r| r.min(after)));
+    // orderedRecreate: only the first container not yet final may move.
+    let mut earlier_unfinished = false;
+
+    for container in &spec.containers {
+        let previous = previous.get(container.name.as_str());
+        let mut state = ContainerRecreateState {
+            name: container.name.clone(),
+            phase: previous.map_or(ContainerPhase::Pending, |p| p.phase),
+            message: String::new(),
+            is_killed: previous.is_some_and(|p| p.is_killed),
+        };
+        if state.phase.is_final() {
+            state.message = previous.map(|p| p.message.clone()).unwrap_or_default();
+            states.push(state);
+            continue;
+        }
+        let intent = facts.intents.get(container.name.as_str()).copied();
+        // Written only after a stop succeeded, so it means the kill really happened.
+        let kill_confirmed = state.is_killed;
+        state.is_killed |= intent.is_some();
+        let blocked = strategy.ordered_recreate && earlier_unfinished;
+        earlier_unfinished = true;
+
+        if let Some(failure) = facts.kill_failures.get(&container.name) {
+            state.phase = ContainerPhase::Failed;
+            state.message = failure.clone();
+            states.push(state);
+            continue;
+        }
+        let Some(runtime) = pod.containers.get(&container.name) else {
+            state.phase = ContainerPhase::Pending;
+            state.message = NOT_FOUND_MESSAGE.into();
+            states.push(state);
+            continue;
+        };
+        let context = container.status_context.clone().unwrap_or_default();
+        let restarted = (!context.container_id.is_empty()
+            && runtime.container_id != context.container_id)
+            || runtime.restart_count > context.restart_count;
+        let in_flight = facts.in_flight.contains(&container.name);
+
+        // The container this request killed has been replaced.
+        let killed_and_replaced = intent.is_some_and(|i| i.container_id != runtime.id);
+        let recreated = if strategy.force_recreate {
+            kill_confirmed || killed_and_replaced
+        } else {
+            restarted || killed_and_replaced
+        };
+        // Already recreated: wait for it to run, be ready (as the manager saw it) and stay up.
+        if recreated {
+            state.phase = ContainerPhase::Recreating;
+            if runtime.running {
+                let ready = synced.iter().any(|s| {
+                    s.name == container.name && s.container_id == runtime.container_id && s.ready
+                });
+                let min_started =
+                    Duration::from_secs(u64::try_from(strategy.min_started_seconds).unwrap_or(0));
+                let up_for = runtime
+                    .started_at
+                    .map(|started| facts.now.duration_since(started))
+                    .unwrap_or(SignedDuration::ZERO);
+                let up_for = Duration::try_from(up_for).unwrap_or(Duration::ZERO);
+                if ready && up_for >= min_started {
+                    state.phase = ContainerPhase::Succeeded;
+                } else if ready {
+                    wake(min_started - up_for);
+                }
+            }
+            states.push(state);
+            continue;
+        }
+        // Stopped but not yet restarted by kubelet, or being killed right now.
+        if !runtime.running || in_flight {
+            state.phase = ContainerPhase::Recreating;
+            states.push(state);
+            continue;
+        }
+        // Running and neither restarted nor (forceRecreate) killed: a kill is due, unless one was
+        // recorded for this very container and may still be in progress (agent restarted mid-kill).
+        if let Some(intent) = intent
+            && intent.container_id == runtime.id
+        {
+            let now_ms = facts.now.as_millisecond();
+            if now_ms < intent.deadline_ms {
+                state.phase = ContainerPhase::Recreating;
+                wake(Duration::from_millis(
+                    u64::try_from(intent.deadline_ms - now_ms).unwrap_or(0),
+                ));
+                states.push(state);
+                continue;
+            }
+            // Past the deadline and still running: the stop was never issued. Kill now.
+        }
+        if blocked {
+            state.phase = ContainerPhase::Pending;
+            state.message = "waiting for the containers before it (orderedRecreate)".into();
+            states.push(state);
+            continue;
+        }
+        if let Some(grace) = strategy.unready_grace_period_seconds.filter(|g| *g > 0) {
+            match request.unready_acquired_at() {
+                None => {
+                    state.phase = ContainerPhase::Pending;
+                    state.message = "waiting for the pod to be marked unready".into();
+                    states.push(state);
+                    continue;
+                }
+                Some(acquired) => {
+                    let due = acquired + SignedDuration::from_secs(grace);
+                    if facts.now < due {
+                        state.phase = ContainerPhase::Pending;
+                        state.message = "waiting for unreadyGracePeriodSeconds".into();
+                        wake(
+                            Duration::try_from(due.duration_since(facts.now))
+                                .unwrap_or(Duration::ZERO),
+                        );
+                        states.push(state);
+                        continue;
+                    }
+                }
+            }
+        }
+        let grace_seconds = strategy
+            .termination_grace_period_seconds
+            .unwrap_or(DEFAULT_TERMINATION_GRACE_SECONDS)
+            .max(0);
+        kills.push(KillOrder {
+            container: container.name.clone(),
+            container_id: runtime.id.clone(),
+            pre_stop: container.pre_stop.clone(),
+            ports: container.ports.clone(),
+            grace: Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0)),
+        });
+        state.phase = ContainerPhase::Recreating;
+        states.push(state);
+    }
+
+    let any_failed = states.iter().any(|s| s.phase == ContainerPhase::Failed);
+    let all_final = states.iter().all(|s| s.phase.is_final());
+    if all_final || (any_failed && strategy.fail_fast()) {
+        // Completing with failurePolicy Fail: nothing more is started.
+        if !all_final {
+            kills.clear();
+        }
+        status.phase = CrrPhase::Completed;
+        status.completion_time = Some(facts.now.to_string());
+        status.message = any_failed.then(|| "a container failed to be recreated".to_string());
+    } else {
+        let pending_only =
+            states.iter().all(|s| s.phase == ContainerPhase::Pending) && kills.is_empty();
+        status.phase = if pending_only {
+            CrrPhase::Pending
+        } else {
+            CrrPhase::Recreating
+        };
+        status.message = None;
+    }
+    status.container_recreate_states = states;
+    Decision {
+        status,
+        kills,
+        requeue_after: requeue,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NOW: &str = "2026-11-22T10:00:00Z";
+
+    fn now() -> Timestamp {
+        NOW.parse().unwrap()
+    }
+
+    fn crr(
+        spec: serde_json::Value,
+        status: serde_json::Value,
+        annotations: serde_json::Value,
+    ) -> Crr {
+        Crr::from_object(&json!({
+            "metadata": {"name": "r", "namespace": "ns", "uid": "crr-1", "creationTimestamp": "2026-11-22T09:59:00Z",
+                         "labels": {LABEL_POD_UID: "pod-1"}, "annotations": annotations},
+            "spec": spec, "status": status
+        }))
+        .unwrap()
+    }
+
+    fn one_container(strategy: serde_json::Value) -> serde_json::Value {
+        json!({"podName": "p", "containers": [{"name": "app",
+               "statusContext": {"containerID": "containerd://old", "restartCount": 0}}], "strategy": strategy})
+    }
+
+    fn pod(containers: &[(&str, &str, bool, i32)]) -> PodFacts {
+        PodFacts {
+            uid: "pod-1".into(),
+            terminating: false,
+            containers: containers
+                .iter()
+                .map(|(name, id, running, restarts)| {
+                    (
+                        name.to_string(),
+                        RuntimeFacts {
+                            container_id: format!("containerd://{id}"),
+                            id: id.to_string(),
+                            running: *running,
+                            restart_count: *restarts,
+                            started_at: Some("2026-11-22T09:59:30Z".parse().unwrap()),
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn decide_with(request: &Crr, pod: Option<&PodFacts>, intents: &[KillIntent]) -> Decision {
+        let in_flight = HashSet::new();
+        let failures = HashMap::new();
+        decide(
+            request,
+            &Facts {
+                now: now(),
+                pod,
+                intents: intents.iter().map(|i| (i.container.as_str(), i)).collect(),
+                in_flight: &in_flight,
+                kill_failures: &failures,
+            },
+        )
+    }
+
+    #[test]
+    fn a_running_original_container_is_killed_once() {
+        let request = crr(
+            one_container(json!({"terminationGracePeriodSeconds": 5})),
+            json!({}),
+            json!({}),
+        );
+        let decision = decide_with(&request, Some(&pod(&[("app", "old", true, 0)])), &[]);
+        assert_eq!(decision.kills.len(), 1);
+        assert_eq!(decision.kills[0].container_id, "old");
+        assert_eq!(decision.kills[0].grace, Duration::from_secs(5));
+        assert_eq!(decision.status.phase, CrrPhase::Recreating);
+
+        // The agent restarted mid-kill: the journal has the intent, the container still runs
+        // within the deadline. No second kill.
+        let intent = KillIntent {
+            crr_uid: "crr-1".into(),
+            container: "app".into(),
+            container_id: "old".into(),
+            started_ms: now().as_millisecond() - 1000,
+            deadline_ms: now().as_millisecond() + 6000,
+        };
+        let again = decide_with(
+            &request,
+            Some(&pod(&[("app", "old", true, 0)])),
+            std::slice::from_ref(&intent),
+        );
+        assert!(again.kills.is_empty());
+        assert!(again.status.container_recreate_states[0].is_killed);
+        assert_eq!(again.requeue_after, Some(Duration::from_secs(6)));
+
+        // Stopped, not yet restarted by kubelet: wait, don't kill.
+        let stopped = decide_with(
+            &request,
+            Some(&pod(&[("app", "old", false, 0)])),
+            std::slice::from_ref(&intent),
+        );
+        assert!(stopped.kills.is_empty());
+        assert_eq!(
+            stopped.status.container_recreate_states[0].phase,
+            ContainerPhase::Recreating
+        );
+    }
+
+    #[test]
+    fn past_the_deadline_a_recorded_but_unissued_kill_is_issued() {
+        let request = crr(one_container(json!({})), json!({}), json!({}));
+        let intent = KillIntent {
+            crr_uid: "crr-1".into(),
+            container: "app".into(),
+            container_id: "old".into(),
+            started_ms: now().as_millisecond() - 60_000,
+            deadline_ms: now().as_millisecond() - 1,
+        };
+        let decision = decide_with(&request, Some(&pod(&[("app", "old", true, 0)])), &[intent]);
+        assert_eq!(decision.kills.len(), 1);
+    }
+
+    #[test]
+    fn success_needs_the_managers_ready_entry_and_min_started_seconds() {
+        let request = crr(
+            one_container(json!({"minStartedSeconds": 60})),
+            json!({}),
+            json!({}),
+        );
+        let restarted = pod(&[("app", "new", true, 1)]);
+        let decision = decide_with(&request, Some(&restarted), &[]);
+        assert!(decision.kills.is_empty(), "already restarted: no kill");
+        assert_eq!(
+            decision.status.container_recreate_states[0].phase,
+            ContainerPhase::Recreating
+        );
+
+        let synced = json!({ANNOTATION_SYNC_CONTAINER_STATUSES:
+            r#"[{"name":"app","ready":true,"restartCount":1,"containerID":"containerd://new"}]"#});
+        let request = crr(
+            one_container(json!({"minStartedSeconds": 60})),
+            json!({}),
+            synced.clone(),
+        );
+        let decision = decide_with(&request, Some(&restarted), &[]);
+        // Started 30 s ago: 30 s to go.
+        assert_eq!(
+            decision.status.container_recreate_states[0].phase,
+            ContainerPhase::Recreating
+        );
+        assert_eq!(decision.requeue_after, Some(Duration::from_secs(30)));
+
+        let request = crr(
+            one_container(json!({"minStartedSeconds": 10})),
+            json!({}),
+            synced,
+        );
+        let decision = decide_with(&request, Some(&restarted), &[]);
+        assert_eq!(
+            decision.status.container_recreate_states[0].phase,
+            ContainerPhase::Succeeded
+        );
+        assert_eq!(decision.status.phase, CrrPhase::Completed);
+        assert_eq!(decision.status.completion_time.as_deref(), Some(NOW));
+    }
+
+    #[test]
+    fn force_recreate_kills_a_restarted_container_once() {
+        let request = crr(
+            one_container(json!({"forceRecreate": true})),
+            json!({}),
+            json!({}),
+        );
+        let decision = decide_with(&request, Some(&pod(&[("app", "new", true, 1)])), &[]);
+        assert_eq!(
+            decision.kills.len(),
+            1,
+            "forceRecreate kills even a restarted container"
+        );
+        let killed = crr(
+            one_container(json!({"forceRecreate": true})),
+            json!({"phase": "Recreating", "containerRecreateStates": [{"name": "app", "phase": "Recreating", "isKilled": true}]}),
+            json!({}),
+        );
+        let decision = decide_with(&killed, Some(&pod(&[("app", "new", true, 1)])), &[]);
+        assert!(decision.kills.is_empty(), "isKilled: never twice");
+    }
+
+    #[test]
+    fn identity_mismatches_never_kill() {
+        let request = crr(one_container(json!({})), json!({}), json!({}));
+        let mut other = pod(&[("app", "old", true, 0)]);
+        other.uid = "pod-2".into();
+        let decision = decide_with(&request, Some(&other), &[]);
+        assert!(decision.kills.is_empty());
+        assert!(decision.status.message.unwrap().contains("UID pod-2"));
+        let decision = decide_with(&request, None, &[]);
+        assert!(decision.kills.is_empty());
+        let mut terminating = pod(&[("app", "old", true, 0)]);
+        terminating.terminating = true;
+        assert!(
+            decide_with(&request, Some(&terminating), &[])
+                .kills
+                .is_empty()
+        );
+        let unknown = decide_with(&request, Some(&pod(&[("other", "x", true, 0)])), &[]);
+        assert!(unknown.kills.is_empty());
+        assert_eq!(
+            unknown.status.container_recreate_states[0].message,
+            NOT_FOUND_MESSAGE
+        );
+        assert_eq!(unknown.status.phase, CrrPhase::Pending);
+    }
+
+    #[test]
+    fn ordered_recreate_moves_one_container_at_a_time() {
+        let spec = json!({"podName": "p", "strategy": {"orderedRecreate": true}, "containers": [
+            {"name": "a", "statusContext": {"containerID": "containerd://a0"}},
+            {"name": "b", "statusContext": {"containerID": "containerd://b0"}}]});
+        let request = crr(spec.clone(), json!({}), json!({}));
+        let both = pod(&[("a", "a0", true, 0), ("b", "b0", true, 0)]);
+        let decision = decide_with(&request, Some(&both), &[]);
+        assert_eq!(
+            decision
+                .kills
+                .iter()
+                .map(|k| k.container.as_str())
+                .collect::<Vec<_>>(),
+            ["a"]
+        );
+        let unordered = crr(
+            spec.to_string().replace("true", "false").parse().unwrap(),
+            json!({}),
+            json!({}),
+        );
+        assert_eq!(decide_with(&unordered, Some(&both), &[]).kills.len(), 2);
+    }
+
+    #[test]
+    fn failure_policy_fail_completes_at_the_first_failure_ignore_carries_on() {
+        let spec = |policy: &str| {
+            json!({"podName": "p", "strategy": {"failurePolicy": policy}, "containers": [
+                {"name": "a", "statusContext": {"containerID": "containerd://a0"}},
+                {"name": "b", "statusContext": {"containerID": "containerd://b0"}}]})
+        };
+        let both = pod(&[("a", "a0", true, 0), ("b", "b0", true, 0)]);
+        let failures = HashMap::from([("a".to_string(), "preStop failed".to_string())]);
+        let in_flight = HashSet::new();
+        let facts = |pod| Facts {
+            now: now(),
+            pod,
+            intents: HashMap::new(),
+            in_flight: &in_flight,
+            kill_failures: &failures,
+        };
+        let fail = decide(
+            &crr(spec("Fail"), json!({}), json!({})),
+            &facts(Some(&both)),
+        );
+        assert_eq!(fail.status.phase, CrrPhase::Completed);
+        assert!(fail.kills.is_empty());
+        let ignore = decide(
+            &crr(spec("Ignore"), json!({}), json!({})),
+            &facts(Some(&both)),
+        );
+        assert_eq!(ignore.status.phase, CrrPhase::Recreating);
+        assert_eq!(ignore.kills.len(), 1);
+        assert_eq!(
+            ignore.status.container_recreate_states[0].phase,
+            ContainerPhase::Failed
+        );
+    }
+
+    #[test]
+    fn unready_grace_waits_for_the_annotation_then_the_grace() {
+        let strategy = json!({"unreadyGracePeriodSeconds": 20});
+        let running = pod(&[("app", "old", true, 0)]);
+        let waiting = decide_with(
+            &crr(one_container(strategy.clone()), json!({}), json!({})),
+            Some(&running),
+            &[],
+        );
+        assert!(waiting.kills.is_empty());
+        let acquired = json!({ANNOTATION_UNREADY_ACQUIRED: "2026-11-22T09:59:50Z"});
+        let early = decide_with(
+            &crr(one_container(strategy.clone()), json!({}), acquired),
+            Some(&running),
+            &[],
+        );
+        assert!(early.kills.is_empty());
+        assert_eq!(early.requeue_after, Some(Duration::from_secs(10)));
+        let acquired = json!({ANNOTATION_UNREADY_ACQUIRED: "2026-11-22T09:59:30Z"});
+        let due = decide_with(
+            &crr(one_container(strategy), json!({}), acquired),
+            Some(&running),
+            &[],
+        );
+        assert_eq!(due.kills.len(), 1);
+    }
+
+    #[test]
+    fn siblings_wait_for_the_active_request() {
+        let first = crr(
+            one_container(json!({})),
+            json!({"phase": "Recreating"}),
+            json!({}),
+        );
+        let mut second = crr(one_container(json!({})), json!({}), json!({}));
+        second.name = "r2".into();
+        let requests = [&second, &first];
+        assert_eq!(pick_active(&requests), Some(1));
+        let mut done = first.clone();
+        done.status.phase = CrrPhase::Completed;
+        assert_eq!(
+            pick_active(&[&second, &done]),
+            Some(0),
+            "the sibling starts once the active completes"
+        );
+        assert_eq!(waiting_status(&second, &first).phase, CrrPhase::Pending);
+    }
+
+    #[test]
+    fn an_invalid_request_is_completed_with_the_reason() {
+        let request = crr(
+            json!({"podName": "p", "containers": []}),
+            json!({}),
+            json!({}),
+        );
+        let decision = decide_with(&request, Some(&pod(&[])), &[]);
+        assert_eq!(decision.status.phase, CrrPhase::Completed);
+        assert!(
+            decision
+                .status
+                .message
+                .unwrap()
+                .contains("spec.containers is empty")
+        );
+        assert!(decision.kills.is_empty());
+    }
+}
