@@ -16,6 +16,6 @@ pub mod kubelet;
 pub mod manager;
 pub mod util;
 
-pub use criproxy::{CriProxy, Fault, FaultRule, Method};
+pub use criproxy::{CriProxy, Fault, FaultRule, RuleId};
 pub use kubelet::{KubeletConfig, KubeletStandIn};
 pub use manager::{ManagerConfig, ManagerStandIn};
