@@ -140,8 +140,10 @@ fn too_large(rv: u64, current: u64) -> ApiError {
         format!("Too large resource version: {rv}, current: {current}"),
     );
     e.details = Some(
-        json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}),
+        json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]}),
     );
+    // Like the real server: clients (kube-rs included) retry after a second.
+    e.retry_after = Some(1);
     e
 }
 

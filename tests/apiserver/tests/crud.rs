@@ -453,3 +453,70 @@ async fn malformed_requests_get_status_not_panics() {
         }
     }
 }
+
+#[tokio::test]
+async fn exact_list_rebuilds_an_older_snapshot_and_deletecollection() {
+    use kube::api::VersionMatch;
+    let server = server().await;
+    let store = server.store();
+    store.create("pods", pod("a", "n")).unwrap();
+    store.create("pods", pod("b", "n")).unwrap();
+    let then = store.resource_version().to_string();
+    store
+        .merge_patch(
+            "pods",
+            "default",
+            "a",
+            json!({"metadata": {"labels": {"app": "changed"}}}),
+        )
+        .unwrap();
+    store.delete("pods", "default", "b").unwrap();
+    store.create("pods", pod("c", "n")).unwrap();
+
+    let api: Api<Pod> = Api::namespaced(client(&server).await, "default");
+    let old = api
+        .list(
+            &ListParams::default()
+                .at(&then)
+                .matching(VersionMatch::Exact),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        old.metadata.resource_version.as_deref(),
+        Some(then.as_str())
+    );
+    let names: Vec<(String, String)> = old
+        .items
+        .iter()
+        .map(|p| {
+            (
+                p.metadata.name.clone().unwrap(),
+                p.metadata.labels.clone().unwrap()["app"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        vec![("a".into(), "web".into()), ("b".into(), "web".into())]
+    );
+    let future = (store.resource_version() + 10).to_string();
+    // kube-rs retries 504 by default (after Retry-After: 1); look at the first answer.
+    let no_retry: Api<Pod> = Api::namespaced(client_no_retry(&server).await, "default");
+    let lp = ListParams::default()
+        .at(&future)
+        .matching(VersionMatch::NotOlderThan);
+    let (code, _) = api_code(no_retry.list(&lp).await);
+    assert_eq!(code, 504);
+
+    let deleted = api
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("app=web"),
+        )
+        .await
+        .unwrap();
+    let deleted = deleted.left().expect("list of deleted objects");
+    assert_eq!(deleted.items.len(), 1);
+    assert_eq!(store.list("pods", "default").len(), 1);
+}

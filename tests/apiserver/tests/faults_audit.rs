@@ -332,6 +332,22 @@ async fn audit_log_records_calls_and_checks_them_against_rbac() {
         .map(|e| format!("{} {}", e.request.verb, e.rbac_resource()))
         .collect();
     assert_eq!(denied, vec!["delete pods"]);
+
+    // Non-resource requests are audited too and checked against nonResourceURLs.
+    client.apiserver_version().await.unwrap();
+    let denied = server.audit().not_allowed_by(&role);
+    assert_eq!(
+        denied.last().map(|e| e.request.path.as_str()),
+        Some("/version")
+    );
+    let with_version = json!([role, {"kind": "ClusterRole", "rules": [{"nonResourceURLs": ["/version"], "verbs": ["get"]}]}]);
+    assert!(
+        server
+            .audit()
+            .not_allowed_by(&with_version)
+            .iter()
+            .all(|e| e.request.path != "/version")
+    );
 }
 
 #[tokio::test]
