@@ -3,7 +3,7 @@
 //! (containerd, the API server) are states reported in `/readyz` and `STATUS=`, never a reason
 //! to exit: the agent retries with backoff.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -19,6 +19,7 @@ use crate::http::{self, Health};
 use crate::kube::{self, NodeObject, NodePods};
 use crate::metrics::Metrics;
 use crate::nodeview::{self, HashCache, NodeView, RuntimeSnapshot, RuntimeTracker};
+use crate::recreate::{self, RecreateConfig};
 use crate::systemd::{self, Heartbeat, Notifier};
 
 /// How often the main loop turns even when nothing happens (its heartbeat).
@@ -38,14 +39,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen_address)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen_address))?;
-    let view = Arc::new(RwLock::new(NodeView {
+    let (views_tx, views) = watch::channel(Arc::new(NodeView {
         node_name: config.node_name.clone(),
         ..Default::default()
     }));
     let admin_listener = admin::bind(&config.admin_socket)?;
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(http::serve(listener, metrics.clone(), health.clone()));
-    tasks.spawn(admin::serve(admin_listener, admin_handler(view.clone())));
+    tasks.spawn(admin::serve(admin_listener, admin_handler(views.clone())));
     tracing::info!(listen = %config.listen_address, admin = %config.admin_socket.display(), node = %config.node_name, "inplaced serving");
 
     // Ready means "the agent is up", not "its dependencies are": see the module docs.
@@ -60,19 +61,33 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
 
     let (snapshots_tx, mut snapshots) = watch::channel(Arc::new(RuntimeSnapshot::default()));
+    let (cri_tx, cri) = watch::channel(None::<CriClient>);
     tasks.spawn(refresh_runtime(
         config.clone(),
         metrics.clone(),
         health.clone(),
         snapshots_tx,
+        cri_tx,
     ));
 
-    let (api_tx, mut api) = watch::channel(None::<(NodePods, NodeObject)>);
+    let (api_tx, mut api) = watch::channel(None::<ApiSources>);
     tasks.spawn(connect_api(
         config.clone(),
         metrics.clone(),
         health.clone(),
         api_tx,
+    ));
+
+    // The workers that change containers; on shutdown they finish what they started.
+    let (shutdown_tx, shutdown) = watch::channel(false);
+    let workers = tokio::spawn(run_workers(
+        config.clone(),
+        api.clone(),
+        cri,
+        views.clone(),
+        health.clone(),
+        metrics.clone(),
+        shutdown,
     ));
 
     let mut sigterm = signal(SignalKind::terminate())?;
@@ -103,15 +118,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         if api_changes.is_none() {
             api_changes = sources
                 .as_ref()
-                .map(|(pods, node)| (pods.changes.clone(), node.changes.clone()));
+                .map(|sources| (sources.pods.changes.clone(), sources.node.changes.clone()));
         }
         let snapshot = snapshots.borrow().clone();
         let mut joined = build_view(&config.node_name, sources.as_ref(), &snapshot, &health);
         nodeview::annotate(&mut joined, &mut hash_cache);
         let status = status_line(&joined, &health);
-        if let Ok(mut shared) = view.write() {
-            *shared = joined;
-        }
+        views_tx.send_replace(Arc::new(joined));
         if status != last_status {
             notifier.status(&status);
             tracing::info!(status = %status, "state changed");
@@ -119,22 +132,69 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
     }
     notifier.stopping();
-    tracing::info!("stopping");
-    // Nothing in flight can be half done yet: the loops above only read. Later work (kills,
-    // resizes) is awaited here before the tasks are dropped.
+    tracing::info!("stopping: finishing work under way, starting nothing new");
+    let _ = shutdown_tx.send(true);
+    // A kill under way ends within its grace period; systemd's stop timeout bounds the wait.
+    let _ = workers.await;
     tasks.abort_all();
     let _ = std::fs::remove_file(&config.admin_socket);
     Ok(())
 }
 
+/// What the API side provides once the client is built.
+#[derive(Clone)]
+struct ApiSources {
+    client: ::kube::Client,
+    pods: NodePods,
+    node: NodeObject,
+}
+
+/// Starts the request handlers once both the API client and the runtime client exist.
+async fn run_workers(
+    config: Config,
+    mut api: watch::Receiver<Option<ApiSources>>,
+    mut cri: watch::Receiver<Option<CriClient>>,
+    views: watch::Receiver<Arc<NodeView>>,
+    health: Health,
+    metrics: Metrics,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let ready = async {
+        let api = api.wait_for(Option::is_some).await.ok()?.clone()?;
+        let cri = cri.wait_for(Option::is_some).await.ok()?.clone()?;
+        Some((api, cri))
+    };
+    let (api, cri) = tokio::select! {
+        ready = ready => match ready {
+            Some(ready) => ready,
+            None => return,
+        },
+        _ = shutdown.wait_for(|stop| *stop) => return,
+    };
+    recreate::run(
+        RecreateConfig {
+            node_name: config.node_name.clone(),
+            state_dir: config.state_dir.clone(),
+            ignore_kruise_daemon: config.ignore_kruise_daemon,
+        },
+        api.client,
+        cri,
+        views,
+        health,
+        metrics,
+        shutdown,
+    )
+    .await;
+}
+
 fn build_view(
     node_name: &str,
-    sources: Option<&(NodePods, NodeObject)>,
+    sources: Option<&ApiSources>,
     snapshot: &RuntimeSnapshot,
     health: &Health,
 ) -> NodeView {
     let (pods, kubelet_version) = match sources {
-        Some((pods, node)) => {
+        Some(ApiSources { pods, node, .. }) => {
             let synced = |ready: Option<Result<(), _>>| matches!(ready, Some(Ok(())));
             let pods_ready = synced(pods.store.wait_until_ready().now_or_never());
             let node_ready = synced(node.store.wait_until_ready().now_or_never());
@@ -176,13 +236,11 @@ fn status_line(view: &NodeView, health: &Health) -> String {
     }
 }
 
-fn admin_handler(view: Arc<RwLock<NodeView>>) -> admin::Handler {
+fn admin_handler(views: watch::Receiver<Arc<NodeView>>) -> admin::Handler {
     Arc::new(move |request| {
-        let view = view
-            .read()
-            .map_err(|_| "node view unavailable".to_string())?;
+        let view = views.borrow().clone();
         match request {
-            AdminRequest::Pods => serde_json::to_value(&*view).map_err(|e| e.to_string()),
+            AdminRequest::Pods => serde_json::to_value(view.as_ref()).map_err(|e| e.to_string()),
             AdminRequest::UpgradeCheck { to } => {
                 let to = KubeletVersion::parse(&to).map_err(|e| e.to_string())?;
                 serde_json::to_value(nodeview::upgrade_check(&view, &to)).map_err(|e| e.to_string())
@@ -199,6 +257,7 @@ async fn refresh_runtime(
     metrics: Metrics,
     health: Health,
     snapshots: watch::Sender<Arc<RuntimeSnapshot>>,
+    clients: watch::Sender<Option<CriClient>>,
 ) {
     let mut tracker: Option<RuntimeTracker> = None;
     let mut events: Option<tonic::Streaming<crate::cri::proto::ContainerEventResponse>> = None;
@@ -210,6 +269,7 @@ async fn refresh_runtime(
                 Ok(endpoint) => {
                     let client = CriClient::new(CriConfig::new(endpoint))
                         .with_observer(Arc::new(metrics.clone()));
+                    clients.send_replace(Some(client.clone()));
                     tracker = Some(RuntimeTracker::new(client));
                 }
                 Err(err) => report(&health, &mut last_error, err.to_string()),
@@ -268,7 +328,7 @@ async fn connect_api(
     config: Config,
     metrics: Metrics,
     health: Health,
-    sources: watch::Sender<Option<(NodePods, NodeObject)>>,
+    sources: watch::Sender<Option<ApiSources>>,
 ) {
     let mut delay = Duration::from_secs(1);
     let client = loop {
@@ -296,7 +356,7 @@ async fn connect_api(
         metrics.clone(),
         config.startup_jitter,
     );
-    let (node, node_task) = kube::watch_node(client, &config.node_name, metrics);
-    sources.send_replace(Some((pods, node)));
+    let (node, node_task) = kube::watch_node(client.clone(), &config.node_name, metrics);
+    sources.send_replace(Some(ApiSources { client, pods, node }));
     tokio::join!(pods_task, node_task);
 }

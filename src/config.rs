@@ -59,6 +59,10 @@ pub struct Settings {
     /// Requests allowed above api-qps in a burst [default: 10]
     #[arg(long, env = "INPLACED_API_BURST")]
     pub api_burst: Option<u32>,
+    /// Handle ContainerRecreateRequests even while a kruise-daemon pod runs on this node
+    /// (both agents would act on the same requests) [default: false]
+    #[arg(long, env = "INPLACED_IGNORE_KRUISE_DAEMON", num_args = 0..=1, default_missing_value = "true")]
+    pub ignore_kruise_daemon: Option<bool>,
     /// Log format on stderr [default: human]
     #[arg(long, env = "INPLACED_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -81,6 +85,7 @@ impl Settings {
             startup_jitter: self.startup_jitter.or(lower.startup_jitter),
             api_qps: self.api_qps.or(lower.api_qps),
             api_burst: self.api_burst.or(lower.api_burst),
+            ignore_kruise_daemon: self.ignore_kruise_daemon.or(lower.ignore_kruise_daemon),
             log_format: self.log_format.or(lower.log_format),
             log_level: self.log_level.or(lower.log_level),
         }
@@ -101,6 +106,7 @@ pub struct Config {
     pub startup_jitter: Duration,
     pub api_qps: u32,
     pub api_burst: u32,
+    pub ignore_kruise_daemon: bool,
     pub log_format: LogFormat,
     pub log_level: String,
 }
@@ -176,6 +182,7 @@ impl Config {
             startup_jitter: duration("startup-jitter", s.startup_jitter, "3s")?,
             api_qps,
             api_burst,
+            ignore_kruise_daemon: s.ignore_kruise_daemon.unwrap_or(false),
             log_format: s.log_format.unwrap_or_default(),
             log_level: s.log_level.unwrap_or_else(|| "info".into()),
         })

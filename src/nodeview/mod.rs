@@ -44,6 +44,8 @@ pub struct PodView {
     /// A static pod seen through its mirror pod: the mirror's spec is not what kubelet hashed.
     pub static_pod: bool,
     pub terminating: bool,
+    /// `status.podIP` (127.0.0.1 style host IP for host-network pods).
+    pub pod_ip: Option<String>,
     /// The newest sandbox of the pod, if the runtime has one.
     pub sandbox_id: Option<String>,
     pub sandbox_ready: bool,
@@ -154,6 +156,7 @@ pub fn join<P: std::borrow::Borrow<Pod>>(
                 runtime_uid,
                 static_pod,
                 terminating: meta.deletion_timestamp.is_some(),
+                pod_ip: pod.status.as_ref().and_then(|s| s.pod_ip.clone()),
                 sandbox_id: sandbox.map(|s| s.id.clone()),
                 sandbox_ready: sandbox
                     .is_some_and(|s| s.state == PodSandboxState::SandboxReady as i32),

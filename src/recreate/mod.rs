@@ -1,6 +1,10 @@
 //! In-place container recreation: the node half of OpenKruise's ContainerRecreateRequest
 //! contract (see `shared/reference/kruise-compat.md`), a drop-in for kruise-daemon's.
 
+mod controller;
 pub mod crr;
 pub mod journal;
+mod kill;
 pub mod plan;
+
+pub use controller::{RecreateConfig, crr_resource, run};

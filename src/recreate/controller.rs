@@ -1,0 +1,555 @@
+//! The request loop: watches this node's active CRRs, decides per pod (one request at a time),
+//! runs kills in the background, and writes only CRR status. Level-triggered: every change of
+//! the requests, of the node view, a finished kill, or a due time re-decides everything.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use ::kube::runtime::reflector::{self, Store};
+use ::kube::runtime::{WatchStreamExt, watcher};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use tokio::sync::{mpsc, watch};
+
+use super::crr::{self, Crr, CrrPhase, CrrStatus};
+use super::journal::{KillIntent, KillJournal};
+use super::kill;
+use super::plan::{self, Facts, KillOrder, PodFacts, RuntimeFacts};
+use crate::cri::CriClient;
+use crate::cri::labels;
+use crate::cri::proto::{ContainerFilter, ContainerState};
+use crate::http::Health;
+use crate::metrics::Metrics;
+use crate::nodeview::{NodeView, PodView, RuntimeState};
+
+#[derive(Clone, Debug)]
+pub struct RecreateConfig {
+    pub node_name: String,
+    pub state_dir: PathBuf,
+    /// Handle CRRs even while a kruise-daemon pod runs on this node (both would act: double kills).
+    pub ignore_kruise_daemon: bool,
+}
+
+/// How a kill ended, reported back to the loop.
+struct KillDone {
+    crr_uid: String,
+    container: String,
+    result: Result<(), String>,
+}
+
+pub fn crr_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(crr::GROUP, crr::VERSION, crr::KIND),
+        crr::PLURAL,
+    )
+}
+
+const HEALTH_KEY: &str = "recreate";
+
+/// Runs until `shutdown` turns true; then starts no new kill and returns once the kills under
+/// way have finished.
+pub async fn run(
+    config: RecreateConfig,
+    client: ::kube::Client,
+    cri: CriClient,
+    mut views: watch::Receiver<Arc<NodeView>>,
+    health: Health,
+    metrics: Metrics,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let resource = crr_resource();
+    let writer = reflector::store::Writer::new(resource.clone());
+    let store: Store<DynamicObject> = writer.as_reader();
+    let selector = format!(
+        "{}={},{}=true",
+        crr::LABEL_NODE_NAME,
+        config.node_name,
+        crr::LABEL_ACTIVE
+    );
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let (changed_tx, mut changed) = watch::channel(0u64);
+    let watch_metrics = metrics.clone();
+    let crr_watch = tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default().labels(&selector))
+            .default_backoff()
+            .reflect(writer);
+        let mut stream = std::pin::pin!(stream);
+        let mut failing = false;
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(_) => {
+                    failing = false;
+                    changed_tx.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                Err(err) => {
+                    watch_metrics.count_watch_restart("containerrecreaterequests");
+                    if !failing {
+                        tracing::warn!(error = %err, "watching ContainerRecreateRequests failed (is OpenKruise's CRD installed?); retrying");
+                    }
+                    failing = true;
+                }
+            }
+        }
+    });
+
+    let mut controller = Controller {
+        config,
+        client,
+        cri,
+        journal: None,
+        in_flight: HashMap::new(),
+        failures: HashMap::new(),
+        written: HashMap::new(),
+        health,
+    };
+    let (done_tx, mut done_rx) = mpsc::channel::<KillDone>(64);
+    let mut requeue = Duration::from_secs(1);
+    let mut last_compaction = std::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = changed.changed() => {}
+            _ = views.changed() => {}
+            Some(done) = done_rx.recv() => controller.finish(done),
+            _ = tokio::time::sleep(requeue) => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+        let view = views.borrow().clone();
+        let objects = store.state();
+        requeue = controller
+            .sync(&objects, &view, &done_tx)
+            .await
+            .unwrap_or(Duration::from_secs(1))
+            .min(Duration::from_secs(1));
+        if last_compaction.elapsed() > Duration::from_secs(600) {
+            controller.compact(&objects);
+            last_compaction = std::time::Instant::now();
+        }
+    }
+    crr_watch.abort();
+    // Never leave a kill half done: wait for the ones under way.
+    while controller.in_flight.values().any(|c| !c.is_empty()) {
+        match done_rx.recv().await {
+            Some(done) => controller.finish(done),
+            None => break,
+        }
+    }
+}
+
+struct Controller {
+    config: RecreateConfig,
+    client: ::kube::Client,
+    cri: CriClient,
+    journal: Option<KillJournal>,
+    /// Request UID → containers being killed.
+    in_flight: HashMap<String, HashSet<String>>,
+    /// Request UID → container → why its kill failed.
+    failures: HashMap<String, HashMap<String, String>>,
+    /// Request UID → the status last written (avoids rewriting an unchanged status while the
+    /// watch has not yet delivered our own write).
+    written: HashMap<String, (CrrStatus, std::time::Instant)>,
+    health: Health,
+}
+
+impl Controller {
+    fn finish(&mut self, done: KillDone) {
+        if let Some(containers) = self.in_flight.get_mut(&done.crr_uid) {
+            containers.remove(&done.container);
+        }
+        if let Err(reason) = done.result {
+            self.failures
+                .entry(done.crr_uid)
+                .or_default()
+                .insert(done.container, reason);
+        }
+    }
+
+    /// One pass over every request; returns when to look again at the latest.
+    async fn sync(
+        &mut self,
+        objects: &[Arc<DynamicObject>],
+        view: &NodeView,
+        done: &mpsc::Sender<KillDone>,
+    ) -> Option<Duration> {
+        if let Some(blocker) = (!self.config.ignore_kruise_daemon)
+            .then(|| kruise_daemon(view))
+            .flatten()
+        {
+            self.health.set(
+                HEALTH_KEY,
+                Err(format!(
+                    "kruise-daemon pod {blocker} runs on this node: not handling ContainerRecreateRequests until it is gone (or --ignore-kruise-daemon)"
+                )),
+            );
+            return None;
+        }
+        if self.journal.is_none() {
+            match KillJournal::open(&self.config.state_dir) {
+                Ok(journal) => self.journal = Some(journal),
+                Err(err) => {
+                    self.health.set(
+                        HEALTH_KEY,
+                        Err(format!(
+                            "cannot kill safely without the kill journal: {err}"
+                        )),
+                    );
+                    return Some(Duration::from_secs(5));
+                }
+            }
+        }
+        self.health.set(HEALTH_KEY, Ok(()));
+
+        let mut requests = Vec::new();
+        for object in objects {
+            match serde_json::to_value(object.as_ref())
+                .map_err(|e| e.to_string())
+                .and_then(|v| Crr::from_object(&v))
+            {
+                Ok(request) => requests.push(request),
+                Err(err) => {
+                    tracing::warn!(error = %err, "ignoring a ContainerRecreateRequest without identity")
+                }
+            }
+        }
+        // Group by pod; a request whose spec cannot be read is decided alone.
+        let mut by_pod: BTreeMap<(String, String), Vec<&Crr>> = BTreeMap::new();
+        for request in &requests {
+            let pod = match &request.spec {
+                Ok(spec) => spec.pod_name.clone(),
+                Err(_) => format!("\0invalid/{}", request.uid),
+            };
+            by_pod
+                .entry((request.namespace.clone(), pod))
+                .or_default()
+                .push(request);
+        }
+
+        let now = Timestamp::now();
+        let mut requeue: Option<Duration> = None;
+        for ((namespace, pod_name), group) in by_pod {
+            let Some(active) = plan::pick_active(&group) else {
+                continue;
+            };
+            for (i, request) in group.iter().enumerate() {
+                if i != active && request.status.phase == CrrPhase::None {
+                    self.write_status(request, plan::waiting_status(request, group[active]))
+                        .await;
+                }
+            }
+            let request = group[active];
+            let pod_view = view
+                .pods
+                .iter()
+                .find(|p| p.namespace == namespace && p.name == pod_name);
+            let pod_facts = pod_view.map(pod_facts);
+            let journal = self.journal.as_ref();
+            let intents: HashMap<&str, &KillIntent> = request
+                .spec
+                .as_ref()
+                .map(|spec| {
+                    spec.containers
+                        .iter()
+                        .filter_map(|c| {
+                            journal?
+                                .find(&request.uid, &c.name)
+                                .map(|i| (c.name.as_str(), i))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let no_containers = HashSet::new();
+            let no_failures = HashMap::new();
+            let decision = plan::decide(
+                request,
+                &Facts {
+                    now,
+                    pod: pod_facts.as_ref(),
+                    intents,
+                    in_flight: self.in_flight.get(&request.uid).unwrap_or(&no_containers),
+                    kill_failures: self.failures.get(&request.uid).unwrap_or(&no_failures),
+                },
+            );
+            if let Some(after) = decision.requeue_after {
+                requeue = Some(requeue.map_or(after, |r| r.min(after)));
+            }
+            let pod_ip = pod_view.and_then(|p| p.pod_ip.clone());
+            for order in decision.kills {
+                self.start_kill(request, order, pod_view, pod_ip.clone(), done)
+                    .await;
+            }
+            self.write_status(request, decision.status).await;
+        }
+        requeue
+    }
+
+    /// Records the intent durably, then kills in the background. Checks the runtime first, so a
+    /// stale view can never direct a kill at a container that has already been replaced.
+    async fn start_kill(
+        &mut self,
+        request: &Crr,
+        order: KillOrder,
+        pod: Option<&PodView>,
+        pod_ip: Option<String>,
+        done: &mpsc::Sender<KillDone>,
+    ) {
+        let Some(pod) = pod else { return };
+        match self
+            .newest_running(&pod.runtime_uid, &order.container)
+            .await
+        {
+            Ok(Some(id)) if id == order.container_id => {}
+            Ok(_) => {
+                tracing::debug!(container = %order.container, "runtime changed since the view was taken; deciding again");
+                return;
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot confirm the container before a kill; deciding again");
+                return;
+            }
+        }
+        let Some(journal) = self.journal.as_mut() else {
+            return;
+        };
+        let now_ms = Timestamp::now().as_millisecond();
+        // The container is surely dead this long after the stop began: grace, the 2 s floor,
+        // and slack for a slow runtime.
+        let deadline_ms = now_ms
+            + i64::try_from(order.grace.as_millis()).unwrap_or(i64::MAX / 2)
+            + 2_000
+            + 30_000;
+        let intent = KillIntent {
+            crr_uid: request.uid.clone(),
+            container: order.container.clone(),
+            container_id: order.container_id.clone(),
+            started_ms: now_ms,
+            deadline_ms,
+        };
+        if let Err(err) = journal.record(intent) {
+            tracing::error!(error = %err, "cannot record a kill intent; not killing");
+            self.health.set(HEALTH_KEY, Err(err.to_string()));
+            return;
+        }
+        self.in_flight
+            .entry(request.uid.clone())
+            .or_default()
+            .insert(order.container.clone());
+        tracing::info!(crr = %request.name, namespace = %request.namespace, pod = %pod.name, container = %order.container,
+            id = %order.container_id, "stopping container for ContainerRecreateRequest");
+        let cri = self.cri.clone();
+        let events = EventSink {
+            client: self.client.clone(),
+            node: self.config.node_name.clone(),
+            pod: pod.clone(),
+        };
+        let done = done.clone();
+        let crr_uid = request.uid.clone();
+        let crr_name = request.name.clone();
+        tokio::spawn(async move {
+            events
+                .emit(
+                    "Killing",
+                    format!(
+                        "Stopping container {} by ContainerRecreateRequest {crr_name}",
+                        order.container
+                    ),
+                    "Normal",
+                )
+                .await;
+            let result = kill::kill(&cri, &order, pod_ip.as_deref()).await;
+            let result = match result {
+                Ok(outcome) => {
+                    tracing::info!(container = %order.container, pre_stop = ?outcome.pre_stop_took,
+                        stop = ?outcome.stop_took, "container stopped for ContainerRecreateRequest");
+                    if let Some(reason) = outcome.pre_stop_failure {
+                        events.emit("FailedPreStopHook", reason, "Warning").await;
+                    }
+                    Ok(())
+                }
+                Err(reason) => Err(reason),
+            };
+            let _ = done
+                .send(KillDone {
+                    crr_uid,
+                    container: order.container,
+                    result,
+                })
+                .await;
+        });
+    }
+
+    /// The ID of the newest running container of that name in the pod, asked of the runtime now.
+    async fn newest_running(
+        &self,
+        pod_uid: &str,
+        container: &str,
+    ) -> Result<Option<String>, crate::cri::CriError> {
+        let filter = ContainerFilter {
+            label_selector: [
+                (labels::POD_UID.to_string(), pod_uid.to_string()),
+                (labels::CONTAINER_NAME.to_string(), container.to_string()),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let containers = self.cri.list_containers(Some(filter)).await?;
+        Ok(containers
+            .into_iter()
+            .max_by_key(|c| c.created_at)
+            .filter(|c| c.state == ContainerState::ContainerRunning as i32)
+            .map(|c| c.id))
+    }
+
+    /// Writes the status when it differs from what the request (or our last write) says.
+    /// Merge patch on the status subresource: no resourceVersion, so no conflicts with the
+    /// manager's writes of labels and annotations.
+    async fn write_status(&mut self, request: &Crr, status: CrrStatus) {
+        let just_written = self.written.get(&request.uid).is_some_and(|(written, at)| {
+            *written == status && at.elapsed() < Duration::from_secs(5)
+        });
+        if status == request.status || just_written {
+            return;
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &request.namespace, &crr_resource());
+        let patch = serde_json::json!({ "status": status });
+        match api
+            .patch_status(
+                &request.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => {
+                self.written
+                    .insert(request.uid.clone(), (status, std::time::Instant::now()));
+            }
+            Err(err) => {
+                tracing::warn!(crr = %request.name, namespace = %request.namespace, error = %err, "cannot write ContainerRecreateRequest status; retrying")
+            }
+        }
+    }
+
+    /// Drops journal entries and memory of requests no longer watched (completed ones lose
+    /// the active label) once their kills are long over.
+    fn compact(&mut self, objects: &[Arc<DynamicObject>]) {
+        let live: HashSet<String> = objects
+            .iter()
+            .filter_map(|o| o.metadata.uid.clone())
+            .collect();
+        let now_ms = Timestamp::now().as_millisecond();
+        if let Some(journal) = self.journal.as_mut()
+            && let Err(err) =
+                journal.retain(|e| live.contains(&e.crr_uid) || e.deadline_ms > now_ms)
+        {
+            tracing::warn!(error = %err, "kill journal compaction failed");
+        }
+        self.written.retain(|uid, _| live.contains(uid));
+        self.failures.retain(|uid, _| live.contains(uid));
+        self.in_flight
+            .retain(|uid, containers| live.contains(uid) || !containers.is_empty());
+    }
+}
+
+/// A running kruise-daemon pod on this node, as `namespace/name`.
+fn kruise_daemon(view: &NodeView) -> Option<String> {
+    view.pods
+        .iter()
+        .find(|p| {
+            p.name.starts_with("kruise-daemon-")
+                && !p.terminating
+                && p.containers.iter().any(|c| {
+                    c.runtime
+                        .as_ref()
+                        .is_some_and(|r| r.state == RuntimeState::Running)
+                })
+        })
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+}
+
+fn pod_facts(pod: &PodView) -> PodFacts {
+    PodFacts {
+        uid: pod.uid.clone(),
+        terminating: pod.terminating,
+        containers: pod
+            .containers
+            .iter()
+            .filter_map(|c| {
+                let r = c.runtime.as_ref()?;
+                Some((
+                    c.name.clone(),
+                    RuntimeFacts {
+                        container_id: r.container_id.clone(),
+                        id: r.id.clone(),
+                        running: r.state == RuntimeState::Running,
+                        restart_count: r
+                            .restart_count
+                            .and_then(|n| i32::try_from(n).ok())
+                            .unwrap_or(0),
+                        started_at: (r.times.started_at > 0)
+                            .then(|| {
+                                Timestamp::from_nanosecond(i128::from(r.times.started_at)).ok()
+                            })
+                            .flatten(),
+                    },
+                ))
+            })
+            .collect(),
+    }
+}
+
+/// Core/v1 events about a pod, from this node's agent.
+struct EventSink {
+    client: ::kube::Client,
+    node: String,
+    pod: PodView,
+}
+
+impl EventSink {
+    async fn emit(&self, reason: &str, message: String, kind: &str) {
+        let now = Timestamp::now();
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{}.{:x}", self.pod.name, now.as_nanosecond())),
+                namespace: Some(self.pod.namespace.clone()),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(self.pod.name.clone()),
+                namespace: Some(self.pod.namespace.clone()),
+                uid: Some(self.pod.uid.clone()),
+                ..Default::default()
+            },
+            reason: Some(reason.into()),
+            message: Some(message),
+            type_: Some(kind.into()),
+            source: Some(EventSource {
+                component: Some("inplaced".into()),
+                host: Some(self.node.clone()),
+            }),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            event_time: Some(MicroTime(now)),
+            count: Some(1),
+            reporting_component: Some("inplaced".into()),
+            reporting_instance: Some(self.node.clone()),
+            action: Some(reason.into()),
+            ..Default::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.pod.namespace);
+        if let Err(err) = api.create(&PostParams::default(), &event).await {
+            tracing::warn!(reason, error = %err, "cannot record an event");
+        }
+    }
+}
