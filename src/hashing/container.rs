@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use super::encode::Encoder;
 use super::json::{DResult, DecodeError, DecodeErrorKind, Parser, PathSeg, parse_int, validate};
-use super::quantity::{Quantity, go_trim_space};
+use super::quantity::{self, go_trim_space};
 
 pub type Str<'a> = Cow<'a, [u8]>;
 
@@ -1080,23 +1080,20 @@ fn dec_qty<'a>(p: &mut Parser<'a>, q: &mut Qty<'a>, ctx: &Ctx) -> DResult<()> {
             );
         }
     };
-    match Quantity::parse(text) {
-        Ok(parsed) => {
-            if parsed.is_cached() {
-                q.cached = Some(text);
-                q.canonical = None;
-            } else {
-                q.cached = None;
-                q.canonical = if ctx.need_output {
-                    Some(
-                        parsed
-                            .canonical()
-                            .or_else(|e| quantity_error(text, e, at))?,
-                    )
-                } else {
-                    None
-                };
-            }
+    let parsed = if ctx.need_output {
+        quantity::json_text(text)
+    } else {
+        quantity::validate(text).map(|()| None)
+    };
+    match parsed {
+        Ok(None) if ctx.need_output => {
+            q.cached = Some(text);
+            q.canonical = None;
+            Ok(())
+        }
+        Ok(canonical) => {
+            q.cached = None;
+            q.canonical = canonical;
             Ok(())
         }
         Err(e) => quantity_error(text, e, at),

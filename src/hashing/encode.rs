@@ -139,6 +139,8 @@ impl Encoder {
                     | has_byte(w, b'>')
                     | has_byte(w, b'&');
                 if special != 0 {
+                    // The lowest flagged byte is exact: jump straight to it.
+                    i += (special.trailing_zeros() / 8) as usize;
                     break;
                 }
                 i += 8;

@@ -115,33 +115,6 @@ impl fmt::Display for DecodeError {
 
 pub type DResult<T> = Result<T, DecodeError>;
 
-/// Byte classes for the string scanner.
-const PLAIN: u8 = 0;
-const QUOTE: u8 = 1;
-const BACKSLASH: u8 = 2;
-const CONTROL: u8 = 3;
-const HIGH: u8 = 4;
-
-static CLASS: [u8; 256] = {
-    let mut t = [PLAIN; 256];
-    let mut i = 0;
-    while i < 256 {
-        t[i] = if i < 0x20 {
-            CONTROL
-        } else if i == b'"' as usize {
-            QUOTE
-        } else if i == b'\\' as usize {
-            BACKSLASH
-        } else if i >= 0x80 {
-            HIGH
-        } else {
-            PLAIN
-        };
-        i += 1;
-    }
-    t
-};
-
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
 
@@ -422,7 +395,8 @@ impl<'a> Parser<'a> {
         let mut escaped = false;
         let mut high: u64 = 0;
         loop {
-            // Eight plain bytes at a time.
+            // Eight bytes at a time; the lowest flagged byte of the masks is exactly the first
+            // quote, backslash or control byte (borrows only propagate upwards).
             while let Some(chunk) = s.get(p..p + 8) {
                 let mut w = [0u8; 8];
                 w.copy_from_slice(chunk);
@@ -431,6 +405,9 @@ impl<'a> Parser<'a> {
                     | has_zero_byte(w ^ (ONES * u64::from(b'\\')))
                     | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS);
                 if special != 0 {
+                    let skip = (special.trailing_zeros() / 8) as usize;
+                    high |= w & ((1u64 << (skip * 8)) - 1);
+                    p += skip;
                     break;
                 }
                 high |= w;
@@ -440,44 +417,41 @@ impl<'a> Parser<'a> {
                 self.pos = p;
                 return self.syntax("unexpected end of JSON input");
             };
-            match CLASS[c as usize] {
-                PLAIN => p += 1,
-                HIGH => {
-                    high |= HIGHS;
-                    p += 1;
-                }
-                QUOTE => {
-                    self.pos = p + 1;
-                    return Ok(StrScan {
-                        start,
-                        end: p,
-                        escaped,
-                        non_ascii: high & HIGHS != 0,
-                    });
-                }
-                BACKSLASH => {
-                    escaped = true;
-                    match s.get(p + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => p += 2,
-                        Some(b'u') => {
-                            for i in 0..4 {
-                                if !s.get(p + 2 + i).is_some_and(u8::is_ascii_hexdigit) {
-                                    self.pos = p + 2 + i;
-                                    return self.unexpected("in \\u hexadecimal character escape");
-                                }
+            if c == b'"' {
+                self.pos = p + 1;
+                return Ok(StrScan {
+                    start,
+                    end: p,
+                    escaped,
+                    non_ascii: high & HIGHS != 0,
+                });
+            } else if c == b'\\' {
+                escaped = true;
+                match s.get(p + 1) {
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => p += 2,
+                    Some(b'u') => {
+                        for i in 0..4 {
+                            if !s.get(p + 2 + i).is_some_and(u8::is_ascii_hexdigit) {
+                                self.pos = p + 2 + i;
+                                return self.unexpected("in \\u hexadecimal character escape");
                             }
-                            p += 6;
                         }
-                        _ => {
-                            self.pos = p + 1;
-                            return self.unexpected("in string escape code");
-                        }
+                        p += 6;
+                    }
+                    _ => {
+                        self.pos = p + 1;
+                        return self.unexpected("in string escape code");
                     }
                 }
-                _ => {
-                    self.pos = p;
-                    return self.unexpected("in string literal");
+            } else if c < 0x20 {
+                self.pos = p;
+                return self.unexpected("in string literal");
+            } else {
+                // Fewer than eight bytes left in the input.
+                if c >= 0x80 {
+                    high |= HIGHS;
                 }
+                p += 1;
             }
         }
     }

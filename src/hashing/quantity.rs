@@ -335,15 +335,71 @@ fn interpret_suffix(s: &[u8]) -> Option<(u32, i32, Format)> {
 }
 
 fn parse_quantity(s: &[u8]) -> Result<Quantity, QuantityError> {
+    let (amount, format, cached) = parse_inner(s)?;
+    Ok(Quantity {
+        cached: cached.then(|| String::from_utf8_lossy(s).into_owned()),
+        amount,
+        format,
+    })
+}
+
+/// What `json.Marshal` prints for the quantity `s` (already trimmed): `Ok(None)` when it prints
+/// `s` itself (cached), else the canonical text. Allocation-free on the cached path.
+pub(crate) fn json_text(s: &[u8]) -> Result<Option<String>, QuantityError> {
+    let (amount, format, cached) = parse_inner(s)?;
+    if cached {
+        Ok(None)
+    } else {
+        canonicalize(&amount, format).map(Some)
+    }
+}
+
+/// Only checks that apimachinery would accept `s`.
+pub(crate) fn validate(s: &[u8]) -> Result<(), QuantityError> {
+    parse_inner(s).map(|_| ())
+}
+
+/// The digits `num` followed by `denom` as one string (apimachinery's `shifted`).
+struct Shifted<'s>(&'s [u8], &'s [u8]);
+
+impl Shifted<'_> {
+    fn len(&self) -> usize {
+        self.0.len() + self.1.len()
+    }
+    fn byte(&self, i: usize) -> u8 {
+        if i < self.0.len() {
+            self.0[i]
+        } else {
+            self.1[i - self.0.len()]
+        }
+    }
+    fn ends_with_000(&self) -> bool {
+        let n = self.len();
+        n >= 3 && (n - 3..n).all(|i| self.byte(i) == b'0')
+    }
+    /// `strconv.ParseInt(shifted, 10, 64)` (all digits, at most 18 of them here).
+    fn parse(&self) -> Option<i64> {
+        if self.len() == 0 {
+            return None;
+        }
+        let mut v: i64 = 0;
+        for i in 0..self.len() {
+            let d = self.byte(i);
+            if !d.is_ascii_digit() {
+                return None;
+            }
+            v = v.checked_mul(10)?.checked_add(i64::from(d - b'0'))?;
+        }
+        Some(v)
+    }
+}
+
+fn parse_inner(s: &[u8]) -> Result<(Amount, Format, bool), QuantityError> {
     if s.is_empty() {
         return Err(QuantityError::FormatWrong);
     }
     if s == b"0" {
-        return Ok(Quantity {
-            cached: Some("0".to_owned()),
-            amount: Amount::I64 { value: 0, scale: 0 },
-            format: Format::DecimalSI,
-        });
+        return Ok((Amount::I64 { value: 0, scale: 0 }, Format::DecimalSI, true));
     }
     let parts = split_quantity(s)?;
     let (base, exponent, format) = interpret_suffix(parts.suffix).ok_or(QuantityError::Suffix)?;
@@ -363,34 +419,29 @@ fn parse_quantity(s: &[u8]) -> Result<Quantity, QuantityError> {
     if precision >= 0 {
         scale = scale.wrapping_sub(parts.denom.len() as i32);
         if scale >= NANO {
-            let mut shifted = Vec::with_capacity(digits_len as usize);
-            shifted.extend_from_slice(parts.num);
-            shifted.extend_from_slice(parts.denom);
-            let value = go_parse_i64(&shifted).ok_or(QuantityError::Numeric)?;
+            let shifted = Shifted(parts.num, parts.denom);
+            let value = shifted.parse().ok_or(QuantityError::Numeric)?;
             if let Some(mut result) = go_mul_i64(value, mantissa) {
                 if !parts.positive {
                     result = -result;
                 }
                 let cache = match format {
                     Format::BinarySI => exponent % 10 == 0 && value & 7 != 0,
-                    _ => {
-                        scale % 3 == 0
-                            && !shifted.ends_with(b"000")
-                            && shifted.first() != Some(&b'0')
-                    }
+                    _ => scale % 3 == 0 && !shifted.ends_with_000() && shifted.byte(0) != b'0',
                 };
-                return Ok(Quantity {
-                    cached: cache.then(|| String::from_utf8_lossy(s).into_owned()),
-                    amount: Amount::I64 {
+                return Ok((
+                    Amount::I64 {
                         value: result,
                         scale,
                     },
                     format,
-                });
+                    cache,
+                ));
             }
         }
     }
-    slow_path(&parts, base, exponent, format)
+    let q = slow_path(&parts, base, exponent, format)?;
+    Ok((q.amount, q.format, false))
 }
 
 /// apimachinery's `int64Multiply`.
