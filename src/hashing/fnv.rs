@@ -18,12 +18,17 @@ fn step(h: u32, b: u8) -> u32 {
     (h ^ u32::from(b)).wrapping_mul(PRIME)
 }
 
-fn steps(mut h: u32, s: &[u8]) -> u32 {
-    for &b in s {
-        h = step(h, b);
+const fn steps(mut h: u32, s: &[u8]) -> u32 {
+    let mut i = 0;
+    while i < s.len() {
+        h = (h ^ s[i] as u32).wrapping_mul(PRIME);
+        i += 1;
     }
     h
 }
+
+/// State after the constant prefix `([]uint8)[`.
+const PREFIX_STATE: u32 = steps(OFFSET, b"([]uint8)[");
 
 /// Decimal text of a byte (no allocation).
 fn decimal(v: u8, buf: &mut [u8; 3]) -> &[u8] {
@@ -76,7 +81,7 @@ fn tables() -> &'static Tables {
 
 /// FNV-1a 32 of the go-spew dump of `data` as a `[]byte` (what `DeepHashObject` computes).
 pub fn spew_fnv32a(data: &[u8]) -> u32 {
-    let mut h = steps(OFFSET, b"([]uint8)[");
+    let mut h = PREFIX_STATE;
     if let Some((&first, rest)) = data.split_first() {
         let mut buf = [0u8; 3];
         h = steps(h, decimal(first, &mut buf));

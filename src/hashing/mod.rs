@@ -28,6 +28,8 @@ mod encode;
 mod fnv;
 mod json;
 mod kruise;
+#[cfg(test)]
+mod proptests;
 pub mod quantity;
 mod version;
 
