@@ -193,11 +193,12 @@ fn build_view(
     snapshot: &RuntimeSnapshot,
     health: &Health,
 ) -> NodeView {
+    let mut synced = false;
     let (pods, kubelet_version) = match sources {
         Some(ApiSources { pods, node, .. }) => {
-            let synced = |ready: Option<Result<(), _>>| matches!(ready, Some(Ok(())));
-            let pods_ready = synced(pods.store.wait_until_ready().now_or_never());
-            let node_ready = synced(node.store.wait_until_ready().now_or_never());
+            let is_synced = |ready: Option<Result<(), _>>| matches!(ready, Some(Ok(())));
+            let pods_ready = is_synced(pods.store.wait_until_ready().now_or_never());
+            let node_ready = is_synced(node.store.wait_until_ready().now_or_never());
             health.set(
                 "pods",
                 if pods_ready {
@@ -206,6 +207,7 @@ fn build_view(
                     Err("pod cache not synced yet".into())
                 },
             );
+            synced = pods_ready && node_ready;
             health.set(
                 "node",
                 if node_ready {
@@ -220,6 +222,7 @@ fn build_view(
     };
     let mut view = nodeview::join(node_name, &pods, snapshot);
     view.kubelet_version = kubelet_version;
+    view.synced = synced && snapshot.runtime.is_some();
     view
 }
 

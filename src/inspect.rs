@@ -27,6 +27,7 @@ pub async fn snapshot(config: &Config) -> anyhow::Result<NodeView> {
     };
     let mut view = nodeview::join(&config.node_name, &pods, &runtime);
     view.kubelet_version = kubelet_version;
+    view.synced = true;
     nodeview::annotate(&mut view, &mut nodeview::HashCache::default());
     Ok(view)
 }

@@ -27,6 +27,9 @@ pub struct NodeView {
     pub runtime: Option<String>,
     /// `status.nodeInfo.kubeletVersion` of the node object, when known.
     pub kubelet_version: Option<String>,
+    /// Both the API's pods and the runtime have been listed at least once.
+    #[serde(default)]
+    pub synced: bool,
     pub pods: Vec<PodView>,
     /// Sandboxes in the runtime with no API pod on this node (deleted pods being cleaned up,
     /// static pods without a mirror, or a stale pod cache).
@@ -195,6 +198,7 @@ pub fn join<P: std::borrow::Borrow<Pod>>(
             .as_ref()
             .map(|r| format!("{} {}", r.runtime_name, r.runtime_version)),
         kubelet_version: None,
+        synced: false,
         pods: pod_views,
         unmatched_sandboxes,
     }

@@ -207,6 +207,10 @@ impl Controller {
             }
         }
         self.health.set(HEALTH_KEY, Ok(()));
+        if !view.synced {
+            // Deciding from a view without pods would report live pods as missing.
+            return Some(Duration::from_millis(200));
+        }
 
         let mut requests = Vec::new();
         for object in objects {
@@ -319,31 +323,27 @@ impl Controller {
         let Some(journal) = self.journal.as_mut() else {
             return;
         };
-        let now_ms = Timestamp::now().as_millisecond();
-        // The container is surely dead this long after the stop began: grace, the 2 s floor,
-        // and slack for a slow runtime.
-        let deadline_ms = now_ms
-            + i64::try_from(order.grace.as_millis()).unwrap_or(i64::MAX / 2)
-            + 2_000
-            + 30_000;
-        let intent = KillIntent {
-            crr_uid: request.uid.clone(),
-            container: order.container.clone(),
-            container_id: order.container_id.clone(),
-            started_ms: now_ms,
-            deadline_ms,
-        };
-        if let Err(err) = journal.record(intent) {
-            tracing::error!(error = %err, "cannot record a kill intent; not killing");
-            self.health.set(HEALTH_KEY, Err(err.to_string()));
-            return;
+        // A resumed kill keeps the intent its first attempt recorded.
+        if !order.resumed {
+            let intent = KillIntent {
+                crr_uid: request.uid.clone(),
+                container: order.container.clone(),
+                container_id: order.container_id.clone(),
+                started_ms: Timestamp::now().as_millisecond(),
+                grace_ms: i64::try_from(order.grace.as_millis()).unwrap_or(i64::MAX / 2),
+            };
+            if let Err(err) = journal.record(intent) {
+                tracing::error!(error = %err, "cannot record a kill intent; not killing");
+                self.health.set(HEALTH_KEY, Err(err.to_string()));
+                return;
+            }
         }
         self.in_flight
             .entry(request.uid.clone())
             .or_default()
             .insert(order.container.clone());
         tracing::info!(crr = %request.name, namespace = %request.namespace, pod = %pod.name, container = %order.container,
-            id = %order.container_id, "stopping container for ContainerRecreateRequest");
+            id = %order.container_id, resumed = order.resumed, "stopping container for ContainerRecreateRequest");
         let cri = self.cri.clone();
         let events = EventSink {
             client: self.client.clone(),
@@ -420,7 +420,13 @@ impl Controller {
         }
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), &request.namespace, &crr_resource());
-        let patch = serde_json::json!({ "status": status });
+        let mut patch = serde_json::json!({ "status": status });
+        // A merge patch keeps fields it does not mention: clear what this status no longer has.
+        for key in ["message", "completionTime"] {
+            if patch["status"].get(key).is_none() {
+                patch["status"][key] = serde_json::Value::Null;
+            }
+        }
         match api
             .patch_status(
                 &request.name,
@@ -449,7 +455,7 @@ impl Controller {
         let now_ms = Timestamp::now().as_millisecond();
         if let Some(journal) = self.journal.as_mut()
             && let Err(err) =
-                journal.retain(|e| live.contains(&e.crr_uid) || e.deadline_ms > now_ms)
+                journal.retain(|e| live.contains(&e.crr_uid) || now_ms - e.started_ms < 3_600_000)
         {
             tracing::warn!(error = %err, "kill journal compaction failed");
         }

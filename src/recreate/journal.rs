@@ -21,9 +21,8 @@ pub struct KillIntent {
     pub container_id: String,
     /// Unix milliseconds when the kill (preStop + stop) began.
     pub started_ms: i64,
-    /// Unix milliseconds by which the container is surely dead if the stop was issued: the
-    /// grace period plus a margin. Past it, a container still running was never stopped.
-    pub deadline_ms: i64,
+    /// The grace period the kill was given: SIGKILL was due at `started_ms + grace_ms`.
+    pub grace_ms: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -166,7 +165,7 @@ mod tests {
             container: container.into(),
             container_id: format!("{container}-id"),
             started_ms: 1,
-            deadline_ms: 2,
+            grace_ms: 2,
         }
     }
 

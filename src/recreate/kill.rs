@@ -42,10 +42,14 @@ pub async fn kill(
         }
     };
     let pre_stop_took = started.elapsed();
-    let stop_grace = order
-        .grace
-        .saturating_sub(pre_stop_took)
-        .max(Duration::from_secs(MIN_STOP_GRACE_SECONDS as u64));
+    let stop_grace = if order.resumed {
+        Duration::ZERO
+    } else {
+        order
+            .grace
+            .saturating_sub(pre_stop_took)
+            .max(Duration::from_secs(MIN_STOP_GRACE_SECONDS as u64))
+    };
     let stop_started = Instant::now();
     cri.stop_container(&order.container_id, stop_grace)
         .await

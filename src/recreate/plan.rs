@@ -51,6 +51,8 @@ pub struct KillOrder {
     pub pre_stop: Option<PreStop>,
     pub ports: Vec<ContainerPort>,
     pub grace: Duration,
+    /// Finishes a kill an earlier run of the agent began: no hook, SIGKILL right away.
+    pub resumed: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -223,21 +225,32 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
             states.push(state);
             continue;
         }
-        // Running and neither restarted nor (forceRecreate) killed: a kill is due, unless one was
-        // recorded for this very container and may still be in progress (agent restarted mid-kill).
+        // Running and neither restarted nor (forceRecreate) killed: a kill is due. If one was
+        // recorded for this very container but is not under way, the agent died during it and
+        // the runtime abandoned the stop with it (a cancelled StopContainer has sent SIGTERM but
+        // never sends the SIGKILL). Resume it: SIGKILL when the first kill would have sent it.
         if let Some(intent) = intent
             && intent.container_id == runtime.id
         {
+            let due_ms = intent.started_ms.saturating_add(intent.grace_ms);
             let now_ms = facts.now.as_millisecond();
-            if now_ms < intent.deadline_ms {
-                state.phase = ContainerPhase::Recreating;
+            state.phase = ContainerPhase::Recreating;
+            if now_ms < due_ms {
                 wake(Duration::from_millis(
-                    u64::try_from(intent.deadline_ms - now_ms).unwrap_or(0),
+                    u64::try_from(due_ms - now_ms).unwrap_or(0),
                 ));
-                states.push(state);
-                continue;
+            } else {
+                kills.push(KillOrder {
+                    container: container.name.clone(),
+                    container_id: runtime.id.clone(),
+                    pre_stop: None,
+                    ports: Vec::new(),
+                    grace: Duration::ZERO,
+                    resumed: true,
+                });
             }
-            // Past the deadline and still running: the stop was never issued. Kill now.
+            states.push(state);
+            continue;
         }
         if blocked {
             state.phase = ContainerPhase::Pending;
@@ -278,6 +291,7 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
             pre_stop: container.pre_stop.clone(),
             ports: container.ports.clone(),
             grace: Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0)),
+            resumed: false,
         });
         state.phase = ContainerPhase::Recreating;
         states.push(state);
@@ -391,13 +405,13 @@ mod tests {
         assert_eq!(decision.status.phase, CrrPhase::Recreating);
 
         // The agent restarted mid-kill: the journal has the intent, the container still runs
-        // within the deadline. No second kill.
+        // before SIGKILL was due. No new kill yet; wake when it is due.
         let intent = KillIntent {
             crr_uid: "crr-1".into(),
             container: "app".into(),
             container_id: "old".into(),
             started_ms: now().as_millisecond() - 1000,
-            deadline_ms: now().as_millisecond() + 6000,
+            grace_ms: 7000,
         };
         let again = decide_with(
             &request,
@@ -422,17 +436,22 @@ mod tests {
     }
 
     #[test]
-    fn past_the_deadline_a_recorded_but_unissued_kill_is_issued() {
+    fn an_interrupted_kill_is_resumed_with_sigkill_when_it_was_due() {
         let request = crr(one_container(json!({})), json!({}), json!({}));
         let intent = KillIntent {
             crr_uid: "crr-1".into(),
             container: "app".into(),
             container_id: "old".into(),
             started_ms: now().as_millisecond() - 60_000,
-            deadline_ms: now().as_millisecond() - 1,
+            grace_ms: 30_000,
         };
         let decision = decide_with(&request, Some(&pod(&[("app", "old", true, 0)])), &[intent]);
         assert_eq!(decision.kills.len(), 1);
+        let order = &decision.kills[0];
+        assert!(
+            order.resumed && order.grace.is_zero() && order.pre_stop.is_none(),
+            "{order:?}"
+        );
     }
 
     #[test]

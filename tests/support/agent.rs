@@ -42,13 +42,15 @@ impl AgentProcess {
             .arg("agent")
             .args(["--listen-address", &listen.to_string()])
             .args(["--admin-socket", admin_socket.to_str().unwrap()])
-            .args(["--state-dir", dir.path().join("state").to_str().unwrap()])
             .args(["--startup-jitter", "0s", "--refresh-interval", "300ms"])
             .args(args)
             .env("NOTIFY_SOCKET", &notify_path)
             .env_remove("KUBECONFIG")
             .env_remove("NODE_NAME")
             .stdin(Stdio::null());
+        if !args.contains(&"--state-dir") {
+            command.args(["--state-dir", dir.path().join("state").to_str().unwrap()]);
+        }
         if let Some(interval) = watchdog {
             command.env("WATCHDOG_USEC", interval.as_micros().to_string());
         }

@@ -1,0 +1,522 @@
+//! ContainerRecreateRequests end to end: the agent against the kubelet and kruise-manager
+//! stand-ins, the API double and real containerd. The CRI proxy in front of the agent counts
+//! every StopContainer it sends: each request must kill each container exactly once.
+
+mod support;
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use node_sandbox::{Fault, FaultRule};
+use serde_json::{Value, json};
+use support::sandbox::{NS, Node, container_id, container_phase, container_status};
+use support::unique;
+use tonic::Code;
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn busybox(name: &str, script: &str) -> Value {
+    json!({"name": name, "image": "localhost/busybox:local", "command": ["/bin/sh", "-c", script]})
+}
+
+/// Exits promptly on SIGTERM, as a well-behaved application does.
+const POLITE: &str = "trap 'exit 0' TERM; while true; do sleep 0.1; done";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_container_is_recreated_once_with_its_exec_pre_stop() {
+    let node = Node::start().await;
+    let pod_name = unique("single");
+    let mut app = busybox("app", POLITE);
+    app["lifecycle"] = json!({"preStop": {"exec": {"command": ["/bin/sh", "-c", "echo bye > /tmp/pre-stop-ran"]}}});
+    let pod = node.run_pod(&pod_name, json!({"containers": [app]})).await;
+    let old = container_id(&pod, "app");
+
+    let crr_name = unique("crr");
+    node.create_crr(&crr_name, &pod_name, &["app"], json!({}))
+        .await;
+    let crr = node.wait_completed(&crr_name, LONG).await;
+    assert_eq!(container_phase(&crr, "app"), "Succeeded", "{crr:#}");
+    assert!(crr.pointer("/status/completionTime").is_some());
+
+    let pod = node.pod(&pod_name).unwrap();
+    let new = container_id(&pod, "app");
+    assert_ne!(new, old, "a new container runs");
+    assert_eq!(container_status(&pod, "app")["restartCount"], 1);
+    assert_eq!(node.proxy.stop_count(&old), 1, "exactly one kill");
+    assert_eq!(node.proxy.stop_count(&new), 0);
+    // The preStop hook ran inside the old container before it was stopped.
+    assert_eq!(node.proxy.calls("ExecSync"), 1);
+    let killing = node.events(&pod_name, "Killing");
+    assert_eq!(killing.len(), 1, "{killing:#?}");
+    assert_eq!(
+        killing[0]["message"],
+        format!("Stopping container app by ContainerRecreateRequest {crr_name}")
+    );
+    assert!(node.events(&pod_name, "FailedPreStopHook").is_empty());
+    // Status only: the agent never touched spec, labels or finalizers (the manager removed the
+    // active label after completion).
+    assert_eq!(crr.pointer("/spec/containers/0/name"), Some(&json!("app")));
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordered_recreate_with_http_and_tcp_pre_stops_goes_one_container_at_a_time() {
+    let node = Node::start().await;
+    let pod_name = unique("ordered");
+    let http_port = 20000 + u16::from(rand::random::<u8>()) * 10;
+    let tcp_port = http_port + 1;
+    let mut web = busybox(
+        "web",
+        &format!(
+            "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 127.0.0.1:{http_port} -h /www"
+        ),
+    );
+    web["ports"] = json!([{"name": "http", "containerPort": http_port}]);
+    web["lifecycle"] = json!({"preStop": {"httpGet": {"path": "/index.html", "port": "http", "host": "127.0.0.1"}}});
+    let mut side = busybox(
+        "side",
+        &format!("mkdir -p /www && exec httpd -f -p 127.0.0.1:{tcp_port} -h /www"),
+    );
+    side["lifecycle"] = json!({"preStop": {"tcpSocket": {"port": tcp_port, "host": "127.0.0.1"}}});
+    let pod = node
+        .run_pod(&pod_name, json!({"containers": [web, side]}))
+        .await;
+    let (old_web, old_side) = (container_id(&pod, "web"), container_id(&pod, "side"));
+
+    let crr_name = unique("crr");
+    node.create_crr(
+        &crr_name,
+        &pod_name,
+        &["web", "side"],
+        json!({"orderedRecreate": true, "terminationGracePeriodSeconds": 3}),
+    )
+    .await;
+    let crr = node.wait_completed(&crr_name, LONG).await;
+    assert_eq!(container_phase(&crr, "web"), "Succeeded", "{crr:#}");
+    assert_eq!(container_phase(&crr, "side"), "Succeeded", "{crr:#}");
+    assert!(
+        node.events(&pod_name, "FailedPreStopHook").is_empty(),
+        "{:#?}",
+        node.events(&pod_name, "FailedPreStopHook")
+    );
+    assert_eq!(node.proxy.stop_count(&old_web), 1);
+    assert_eq!(node.proxy.stop_count(&old_side), 1);
+
+    // Ordered: side was stopped only after the new web container had started.
+    let cri = support::client();
+    let old_side_status = cri
+        .container_status(&old_side, false)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    let pod = node.pod(&pod_name).unwrap();
+    let new_web = cri
+        .container_status(&container_id(&pod, "web"), false)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert!(
+        old_side_status.finished_at > new_web.started_at,
+        "side stopped at {} before the new web started at {}",
+        old_side_status.finished_at,
+        new_web.started_at
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_recreate_and_min_started_seconds() {
+    let node = Node::start().await;
+    let pod_name = unique("force");
+    let pod = node
+        .run_pod(&pod_name, json!({"containers": [busybox("app", POLITE)]}))
+        .await;
+    let old = container_id(&pod, "app");
+    // The container restarts on its own before the request is handled: without forceRecreate
+    // that would already count as recreated.
+    support::client()
+        .stop_container(&old, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let pod = node
+        .wait_pod(&pod_name, LONG, |p| {
+            container_id(p, "app") != old && support::sandbox::all_running(p)
+        })
+        .await;
+    let restarted = container_id(&pod, "app");
+
+    let crr_name = unique("crr");
+    node.create_crr(
+        &crr_name,
+        &pod_name,
+        &["app"],
+        json!({"forceRecreate": true, "minStartedSeconds": 3}),
+    )
+    .await;
+    let crr = node.wait_completed(&crr_name, LONG).await;
+    assert_eq!(container_phase(&crr, "app"), "Succeeded", "{crr:#}");
+    assert_eq!(
+        node.proxy.stop_count(&restarted),
+        1,
+        "forceRecreate kills the current container once"
+    );
+    let pod = node.pod(&pod_name).unwrap();
+    let newest = container_id(&pod, "app");
+    assert_ne!(newest, restarted);
+    let started: k8s_openapi::jiff::Timestamp = container_status(&pod, "app")
+        .pointer("/state/running/startedAt")
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let completed: k8s_openapi::jiff::Timestamp = crr
+        .pointer("/status/completionTime")
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        completed.duration_since(started).as_secs() >= 3,
+        "completed {completed} less than minStartedSeconds after the start {started}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policies_and_an_unknown_container() {
+    let node = Node::start().await;
+    let pod_name = unique("policies");
+    let pod = node
+        .run_pod(
+            &pod_name,
+            json!({"containers": [busybox("a", POLITE), busybox("b", POLITE)]}),
+        )
+        .await;
+    let (a, b) = (container_id(&pod, "a"), container_id(&pod, "b"));
+    // Every StopContainer of container a fails.
+    node.proxy
+        .add(FaultRule::new("StopContainer", Fault::error(Code::Internal)).for_container(&a));
+
+    let fail = unique("fail");
+    node.create_crr(
+        &fail,
+        &pod_name,
+        &["a", "b"],
+        json!({"failurePolicy": "Fail", "orderedRecreate": true}),
+    )
+    .await;
+    let crr = node.wait_completed(&fail, LONG).await;
+    assert_eq!(container_phase(&crr, "a"), "Failed", "{crr:#}");
+    assert_ne!(
+        container_phase(&crr, "b"),
+        "Succeeded",
+        "Fail stops at the first failure: {crr:#}"
+    );
+    assert_eq!(node.proxy.stops_forwarded(&b), 0, "b was never killed");
+
+    let ignore = unique("ignore");
+    node.create_crr(
+        &ignore,
+        &pod_name,
+        &["a", "b"],
+        json!({"failurePolicy": "Ignore", "orderedRecreate": true}),
+    )
+    .await;
+    let crr = node.wait_completed(&ignore, LONG).await;
+    assert_eq!(container_phase(&crr, "a"), "Failed", "{crr:#}");
+    assert_eq!(
+        container_phase(&crr, "b"),
+        "Succeeded",
+        "Ignore carries on: {crr:#}"
+    );
+    assert_eq!(node.proxy.stop_count(&b), 1);
+
+    // A container the pod does not have: a clear message, no kill, and the manager's deadline ends it.
+    node.proxy.clear();
+    let ghost = unique("ghost");
+    let stops_before: usize = node.proxy.stop_counts().values().sum();
+    create_ghost(&node, &ghost, &pod);
+    let crr = node
+        .wait_crr(&ghost, LONG, |c| {
+            c.pointer("/status/containerRecreateStates/0/message")
+                == Some(&json!("not found container on Node"))
+        })
+        .await;
+    assert_eq!(crr.pointer("/status/phase"), Some(&json!("Pending")));
+    node.wait_completed(&ghost, LONG).await;
+    let stops_after: usize = node.proxy.stop_counts().values().sum();
+    assert_eq!(
+        stops_after, stops_before,
+        "nothing killed for an unknown container"
+    );
+    node.stop().await;
+}
+
+/// A CRR naming a container the pod does not have. kruise's webhook would refuse it, so it goes
+/// straight into the store, labelled as the webhook labels.
+fn create_ghost(node: &Node, name: &str, pod: &Value) {
+    node.server
+        .store()
+        .create(
+            "containerrecreaterequests",
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+                   "metadata": {"name": name, "namespace": NS, "labels": {
+                       "crr.apps.kruise.io/node-name": node.node,
+                       "crr.apps.kruise.io/pod-uid": pod["metadata"]["uid"],
+                       "crr.apps.kruise.io/active": "true"}},
+                   "spec": {"podName": pod["metadata"]["name"], "containers": [{"name": "ghost"}],
+                            "strategy": {"failurePolicy": "Fail"}, "activeDeadlineSeconds": 5}}),
+        )
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_requests_for_one_pod_run_one_after_the_other() {
+    let node = Node::start().await;
+    let pod_name = unique("siblings");
+    let pod = node
+        .run_pod(&pod_name, json!({"containers": [busybox("app", POLITE)]}))
+        .await;
+    let first_target = container_id(&pod, "app");
+    let (first, second) = (unique("first"), unique("second"));
+    node.create_crr(&first, &pod_name, &["app"], json!({}))
+        .await;
+    node.create_crr(&second, &pod_name, &["app"], json!({}))
+        .await;
+    let crr = node
+        .wait_crr(&second, LONG, |c| {
+            c.pointer("/status/phase") == Some(&json!("Pending"))
+        })
+        .await;
+    assert!(
+        crr.pointer("/status/message")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .contains(&first),
+        "{crr:#}"
+    );
+    node.wait_completed(&first, LONG).await;
+    // kruise issues 1626/2474: the sibling must not stay Pending forever.
+    let done = node.wait_completed(&second, LONG).await;
+    // The second request was made against the container the first one replaced: by kruise's
+    // contract it is already recreated, so it succeeds without a kill of its own.
+    assert_eq!(container_phase(&done, "app"), "Succeeded", "{done:#}");
+    assert_eq!(node.proxy.stop_count(&first_target), 1);
+    let total: usize = node.proxy.stop_counts().values().sum();
+    assert_eq!(
+        total,
+        1,
+        "the replaced container is not killed again: {:?}",
+        node.proxy.stop_counts()
+    );
+    node.stop().await;
+}
+
+/// Waits until the proxy has seen the agent's first StopContainer of `id`, then SIGKILLs the
+/// agent and starts it again on the same state directory.
+async fn crash_agent_during_the_stop_of(node: &mut Node, id: &str) -> std::time::Instant {
+    let deadline = std::time::Instant::now() + LONG;
+    while node.proxy.stop_count(id) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no kill issued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stop_seen = std::time::Instant::now();
+    node.agent().signal(Signal::SIGKILL);
+    node.agent().wait_exit(Duration::from_secs(5));
+    node.start_agent();
+    stop_seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_sigkilled_during_a_graceful_stop_never_kills_twice() {
+    let mut node = Node::start().await;
+    let pod_name = unique("crash");
+    // Shuts down gracefully on SIGTERM, taking a second: the agent dies in that second.
+    let pod = node
+        .run_pod(
+            &pod_name,
+            json!({"containers": [busybox("app", "trap 'sleep 1; exit 0' TERM; while true; do sleep 0.1; done")]}),
+        )
+        .await;
+    let old = container_id(&pod, "app");
+    let crr_name = unique("crr");
+    node.create_crr(
+        &crr_name,
+        &pod_name,
+        &["app"],
+        json!({"terminationGracePeriodSeconds": 10}),
+    )
+    .await;
+    crash_agent_during_the_stop_of(&mut node, &old).await;
+    let crr = node.wait_completed(&crr_name, LONG).await;
+    assert_eq!(container_phase(&crr, "app"), "Succeeded", "{crr:#}");
+    assert_eq!(
+        node.proxy.stop_count(&old),
+        1,
+        "killed exactly once across the crash"
+    );
+    node.stop().await;
+}
+
+/// A container that ignores SIGTERM survives a stop the runtime abandoned when the agent died
+/// (containerd sends SIGTERM, then cancels the wait and never sends SIGKILL). The restarted agent
+/// finishes that one kill: SIGKILL at the moment the first attempt would have sent it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_sigkilled_during_a_stop_the_runtime_abandons_finishes_that_kill() {
+    let mut node = Node::start().await;
+    let pod_name = unique("stubborn");
+    let pod = node
+        .run_pod(
+            &pod_name,
+            json!({"containers": [busybox("app", "trap '' TERM; while true; do sleep 0.1; done")]}),
+        )
+        .await;
+    let old = container_id(&pod, "app");
+    let crr_name = unique("crr");
+    let grace = Duration::from_secs(4);
+    node.create_crr(
+        &crr_name,
+        &pod_name,
+        &["app"],
+        json!({"terminationGracePeriodSeconds": 4}),
+    )
+    .await;
+    let first_stop = crash_agent_during_the_stop_of(&mut node, &old).await;
+    let crr = node.wait_completed(&crr_name, LONG).await;
+    assert_eq!(container_phase(&crr, "app"), "Succeeded", "{crr:#}");
+    let stopped = support::client()
+        .container_status(&old, false)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(stopped.exit_code, 137, "SIGKILLed");
+    assert_eq!(
+        node.proxy.stop_count(&old),
+        2,
+        "the abandoned stop and its SIGKILL-only resumption"
+    );
+    // Not before the grace period of the first attempt was over.
+    let killed_after =
+        std::time::SystemTime::UNIX_EPOCH + Duration::from_nanos(stopped.finished_at as u64);
+    let first_stop_wall = std::time::SystemTime::now() - first_stop.elapsed();
+    assert!(
+        killed_after
+            .duration_since(first_stop_wall)
+            .unwrap_or_default()
+            + Duration::from_millis(300)
+            >= grace,
+        "SIGKILL came before the grace period was over"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_for_an_earlier_pod_with_the_same_name_kills_nothing() {
+    let node = Node::start().await;
+    let pod_name = unique("reborn");
+    let pod = node
+        .run_pod(&pod_name, json!({"containers": [busybox("app", POLITE)]}))
+        .await;
+    let current = container_id(&pod, "app");
+    let crr_name = unique("crr");
+    // A request made for an earlier incarnation of the pod (another UID), written straight
+    // into the store as the webhook would have labelled it back then.
+    node.server
+        .store()
+        .create(
+            "containerrecreaterequests",
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+                   "metadata": {"name": crr_name, "namespace": NS, "labels": {
+                       "crr.apps.kruise.io/node-name": node.node, "crr.apps.kruise.io/pod-uid": "an-earlier-uid",
+                       "crr.apps.kruise.io/active": "true"}},
+                   "spec": {"podName": pod_name, "containers": [{"name": "app",
+                       "statusContext": {"containerID": format!("containerd://{current}"), "restartCount": 0}}]}}),
+        )
+        .unwrap();
+    let crr = node.wait_completed(&crr_name, LONG).await;
+    assert_eq!(
+        crr.pointer("/status/message"),
+        Some(&json!(node_sandbox::manager::MSG_POD_GONE)),
+        "{crr:#}"
+    );
+    assert_eq!(node.proxy.stop_count(&current), 0);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unready_grace_period_delays_the_kill() {
+    let node = Node::start().await;
+    let pod_name = unique("unready");
+    let pod = node
+        .run_pod(&pod_name, json!({"containers": [busybox("app", POLITE)]}))
+        .await;
+    let old = container_id(&pod, "app");
+    let crr_name = unique("crr");
+    node.create_crr(
+        &crr_name,
+        &pod_name,
+        &["app"],
+        json!({"unreadyGracePeriodSeconds": 2}),
+    )
+    .await;
+    let crr = node.wait_completed(&crr_name, LONG).await;
+    assert_eq!(container_phase(&crr, "app"), "Succeeded", "{crr:#}");
+    let acquired: k8s_openapi::jiff::Timestamp = crr
+        .pointer("/metadata/annotations/crr.apps.kruise.io~1unready-acquired")
+        .and_then(Value::as_str)
+        .expect("the manager acquired unready")
+        .parse()
+        .unwrap();
+    let finished = support::client()
+        .container_status(&old, false)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .finished_at;
+    let finished = k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(finished)).unwrap();
+    assert!(
+        finished.duration_since(acquired).as_secs_f64() >= 2.0,
+        "killed at {finished}, unready acquired at {acquired}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_kruise_daemon_keeps_the_agent_off_requests() {
+    let mut node = Node::start().await;
+    let daemon = format!("kruise-daemon-{}", &unique("x")[2..]);
+    node.run_pod(&daemon, json!({"containers": [busybox("daemon", POLITE)]}))
+        .await;
+    let body = node
+        .agent()
+        .wait_http("/readyz", 503, Duration::from_secs(20));
+    assert!(body.contains("kruise-daemon pod"), "{body}");
+    let pod_name = unique("guarded");
+    let pod = node
+        .run_pod(&pod_name, json!({"containers": [busybox("app", POLITE)]}))
+        .await;
+    let crr_name = unique("crr");
+    node.create_crr(&crr_name, &pod_name, &["app"], json!({}))
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        node.proxy.stop_count(&container_id(&pod, "app")),
+        0,
+        "no kill while kruise-daemon runs"
+    );
+    assert!(
+        node.crr(&crr_name)
+            .pointer("/status/phase")
+            .is_none_or(|p| p == "")
+    );
+    // Once kruise-daemon is gone, the request is handled.
+    node.server.store().delete("pods", NS, &daemon).unwrap();
+    node.wait_completed(&crr_name, LONG).await;
+    node.stop().await;
+}

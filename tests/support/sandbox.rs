@@ -1,0 +1,254 @@
+//! A whole node for end-to-end tests: the API double, the kubelet stand-in (straight to
+//! containerd), the kruise-manager stand-in, the CRI fault proxy in front of containerd for the
+//! agent (it counts the agent's StopContainer calls), and the agent itself.
+
+use std::time::{Duration, Instant};
+
+use apiserver_double::{ApiServer, ServerConfig};
+use node_sandbox::{CriProxy, KubeletConfig, KubeletStandIn, ManagerConfig, ManagerStandIn};
+use serde_json::{Value, json};
+
+use super::agent::AgentProcess;
+use super::{endpoint, unique};
+
+pub const NS: &str = "inplaced-e2e";
+
+pub struct Node {
+    pub server: ApiServer,
+    pub node: String,
+    pub kubelet: Option<KubeletStandIn>,
+    pub manager: Option<ManagerStandIn>,
+    pub proxy: CriProxy,
+    pub client: ::kube::Client,
+    pub kubeconfig: tempfile::NamedTempFile,
+    pub state_dir: tempfile::TempDir,
+    pub agent: Option<AgentProcess>,
+}
+
+impl Node {
+    pub async fn start() -> Node {
+        let server = ApiServer::start(ServerConfig {
+            graceful_pod_deletion: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let node = unique("node");
+        let kubeconfig_text = server.kubeconfig(None);
+        let mut kubelet_config =
+            KubeletConfig::new(&node, &kubeconfig_text, &endpoint().to_string());
+        kubelet_config.restart_delay = Duration::from_millis(500);
+        kubelet_config.sync_period = Duration::from_millis(200);
+        let kubelet = KubeletStandIn::start(kubelet_config).await.unwrap();
+        let mut manager_config = ManagerConfig::new(&kubeconfig_text);
+        manager_config.namespace = Some(NS.into());
+        manager_config.resync = Duration::from_millis(200);
+        let manager = ManagerStandIn::start(manager_config).await.unwrap();
+        let proxy_dir = tempfile::tempdir().unwrap().keep();
+        let proxy = CriProxy::start(&proxy_dir, &endpoint().to_string())
+            .await
+            .unwrap();
+        let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+        server.write_kubeconfig(kubeconfig.path(), None).unwrap();
+        let client = node_sandbox::util::kube_client(&kubeconfig_text)
+            .await
+            .unwrap();
+        let mut node = Node {
+            server,
+            node,
+            kubelet: Some(kubelet),
+            manager: Some(manager),
+            proxy,
+            client,
+            kubeconfig,
+            state_dir: tempfile::tempdir().unwrap(),
+            agent: None,
+        };
+        node.start_agent();
+        node
+    }
+
+    /// (Re)starts the agent with the same state directory.
+    pub fn start_agent(&mut self) {
+        let kubeconfig = self.kubeconfig.path().display().to_string();
+        let state_dir = self.state_dir.path().display().to_string();
+        let cri = self.proxy.endpoint();
+        let agent = AgentProcess::start(
+            &[
+                "--node-name",
+                &self.node,
+                "--kubeconfig",
+                &kubeconfig,
+                "--cri-endpoint",
+                &cri,
+                "--state-dir",
+                &state_dir,
+            ],
+            None,
+        );
+        agent.wait_http("/readyz", 200, Duration::from_secs(30));
+        self.agent = Some(agent);
+    }
+
+    pub fn agent(&mut self) -> &mut AgentProcess {
+        self.agent.as_mut().unwrap()
+    }
+
+    /// A host-network pod on this node, waited for until every container runs.
+    pub async fn run_pod(&self, name: &str, spec: Value) -> Value {
+        let mut spec = spec;
+        spec["nodeName"] = json!(self.node);
+        spec["hostNetwork"] = json!(true);
+        spec["terminationGracePeriodSeconds"] = spec
+            .get("terminationGracePeriodSeconds")
+            .cloned()
+            .unwrap_or(json!(5));
+        self.server
+            .store()
+            .create(
+                "pods",
+                json!({"metadata": {"name": name, "namespace": NS}, "spec": spec}),
+            )
+            .unwrap();
+        self.wait_pod(name, Duration::from_secs(30), all_running)
+            .await
+    }
+
+    pub fn pod(&self, name: &str) -> Option<Value> {
+        self.server.store().get("pods", NS, name)
+    }
+
+    pub async fn wait_pod(
+        &self,
+        name: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(pod) = self.pod(name)
+                && pred(&pod)
+            {
+                return pod;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pod {name} never got there: {:#}",
+                self.pod(name).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Creates a CRR through the manager stand-in's webhook (labels, statusContext, preStop).
+    pub async fn create_crr(
+        &self,
+        name: &str,
+        pod: &str,
+        containers: &[&str],
+        strategy: Value,
+    ) -> Value {
+        let containers: Vec<Value> = containers.iter().map(|c| json!({"name": c})).collect();
+        node_sandbox::manager::create_crr(
+            &self.client,
+            json!({"metadata": {"name": name, "namespace": NS},
+                   "spec": {"podName": pod, "containers": containers, "strategy": strategy}}),
+        )
+        .await
+        .unwrap()
+    }
+
+    pub fn crr(&self, name: &str) -> Value {
+        self.server
+            .store()
+            .get("containerrecreaterequests", NS, name)
+            .unwrap_or_default()
+    }
+
+    pub async fn wait_crr(
+        &self,
+        name: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let crr = self.crr(name);
+            if pred(&crr) {
+                return crr;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "CRR {name} never got there: {crr:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn wait_completed(&self, name: &str, timeout: Duration) -> Value {
+        self.wait_crr(name, timeout, |c| {
+            c.pointer("/status/phase") == Some(&json!("Completed"))
+        })
+        .await
+    }
+
+    /// Core/v1 events about `pod` with `reason`.
+    pub fn events(&self, pod: &str, reason: &str) -> Vec<Value> {
+        self.server
+            .store()
+            .list("events", NS)
+            .into_iter()
+            .filter(|e| {
+                e.pointer("/involvedObject/name") == Some(&json!(pod)) && e["reason"] == reason
+            })
+            .collect()
+    }
+
+    pub async fn stop(mut self) {
+        drop(self.agent.take());
+        if let Some(manager) = self.manager.take() {
+            manager.stop();
+        }
+        if let Some(kubelet) = self.kubelet.take() {
+            kubelet.stop().await.unwrap();
+        }
+    }
+}
+
+pub fn all_running(pod: &Value) -> bool {
+    let want = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    pod.pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .is_some_and(|s| {
+            s.len() == want
+                && s.iter()
+                    .all(|c| c.pointer("/state/running").is_some() && c["ready"] == true)
+        })
+}
+
+pub fn container_status<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    pod.pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+/// The runtime ID (without `containerd://`) of a container in pod status.
+pub fn container_id(pod: &Value, name: &str) -> String {
+    container_status(pod, name)["containerID"]
+        .as_str()
+        .and_then(|id| id.split_once("://"))
+        .map(|(_, id)| id.to_string())
+        .unwrap_or_default()
+}
+
+pub fn container_phase(crr: &Value, name: &str) -> Value {
+    crr.pointer("/status/containerRecreateStates")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().find(|s| s["name"] == name))
+        .map(|s| s["phase"].clone())
+        .unwrap_or(Value::Null)
+}
