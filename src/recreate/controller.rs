@@ -41,7 +41,7 @@ pub struct RecreateConfig {
 struct KillDone {
     crr_uid: String,
     container: String,
-    result: Result<(), String>,
+    result: Result<(), kill::KillError>,
 }
 
 pub fn crr_resource() -> ApiResource {
@@ -165,11 +165,18 @@ impl Controller {
         if let Some(containers) = self.in_flight.get_mut(&done.crr_uid) {
             containers.remove(&done.container);
         }
-        if let Err(reason) = done.result {
-            self.failures
-                .entry(done.crr_uid)
-                .or_default()
-                .insert(done.container, reason);
+        match done.result {
+            Ok(()) => {}
+            Err(err) if err.transient => {
+                tracing::warn!(container = %done.container, error = %err.message,
+                "the runtime went away during a stop; the kill is resumed if the container still runs")
+            }
+            Err(err) => {
+                self.failures
+                    .entry(done.crr_uid)
+                    .or_default()
+                    .insert(done.container, err.message);
+            }
         }
     }
 

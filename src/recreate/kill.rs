@@ -12,6 +12,14 @@ use super::crr::{ContainerPort, IntOrString, MIN_STOP_GRACE_SECONDS, PreStop};
 use super::plan::KillOrder;
 use crate::cri::CriClient;
 
+/// A failed stop. Transient means the runtime went away mid-call: whether the container was
+/// stopped is unknown, so the kill is not a failure; the journal resumes it if it is still running.
+#[derive(Debug)]
+pub struct KillError {
+    pub transient: bool,
+    pub message: String,
+}
+
 /// What happened, for events and metrics.
 #[derive(Debug)]
 pub struct KillOutcome {
@@ -26,7 +34,7 @@ pub async fn kill(
     cri: &CriClient,
     order: &KillOrder,
     pod_ip: Option<&str>,
-) -> Result<KillOutcome, String> {
+) -> Result<KillOutcome, KillError> {
     let started = Instant::now();
     let pre_stop_failure = match &order.pre_stop {
         None => None,
@@ -53,7 +61,10 @@ pub async fn kill(
     let stop_started = Instant::now();
     cri.stop_container(&order.container_id, stop_grace)
         .await
-        .map_err(|e| format!("stopping container {}: {e}", order.container))?;
+        .map_err(|e| KillError {
+            transient: e.is_transient(),
+            message: format!("stopping container {}: {e}", order.container),
+        })?;
     Ok(KillOutcome {
         pre_stop_failure,
         pre_stop_took,

@@ -384,6 +384,17 @@ empty_mangle!(
     ImageFsInfoResponse,
 );
 
+/// An upstream failure as a gRPC proxy reports it: not reaching the runtime (a transport error
+/// of the proxy's own client) is UNAVAILABLE, as envoy and other gRPC proxies answer; the
+/// runtime's own answers pass through unchanged.
+fn relay(status: Status) -> Status {
+    if std::error::Error::source(&status).is_some() {
+        Status::unavailable(format!("upstream runtime: {}", status.message()))
+    } else {
+        status
+    }
+}
+
 /// Applies the rule for one unary call around `forward`.
 async fn intercept<Req, Resp, F, Fut>(
     state: &State,
@@ -407,7 +418,7 @@ where
         _ => {}
     }
     state.forwarded(method, cid.as_deref());
-    let answer = forward(req).await?.into_inner();
+    let answer = forward(req).await.map_err(relay)?.into_inner();
     match fault {
         Some(Fault::ErrorAfter { code, message }) => Err(Status::new(code, message)),
         Some(Fault::HangAfter(d)) => {
