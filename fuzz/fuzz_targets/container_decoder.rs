@@ -4,17 +4,33 @@
 #![no_main]
 
 use inplaced::hashing::{
-    GoJsonEscaping, HashOptions, HashedPayload, KubeletVersion, hash_container, hashed_json, spew_fnv32a,
+    GoJsonEscaping, HashOptions, HashedPayload, KubeletVersion, hash_container, hashed_json,
+    spew_fnv32a,
 };
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     for minor in [16, 26, 28, 30, 33, 36] {
-        let Ok(version) = KubeletVersion::from_minor(minor) else { return };
-        let legacy = hash_container(data, &version, &HashOptions::with_escaping(GoJsonEscaping::Legacy));
-        let modern = hash_container(data, &version, &HashOptions::with_escaping(GoJsonEscaping::Modern));
+        let Ok(version) = KubeletVersion::from_minor(minor) else {
+            return;
+        };
+        let legacy = hash_container(
+            data,
+            &version,
+            &HashOptions::with_escaping(GoJsonEscaping::Legacy),
+        );
+        let modern = hash_container(
+            data,
+            &version,
+            &HashOptions::with_escaping(GoJsonEscaping::Modern),
+        );
         assert_eq!(legacy.is_ok(), modern.is_ok());
-        let explained = hashed_json(data, &version, &HashOptions::with_escaping(GoJsonEscaping::Modern), HashedPayload::Hash);
+        let explained = hashed_json(
+            data,
+            &version,
+            &HashOptions::with_escaping(GoJsonEscaping::Modern),
+            HashedPayload::Hash,
+        );
         match (modern, explained) {
             (Ok(h), Ok(j)) => assert_eq!(h.hash, u64::from(spew_fnv32a(&j))),
             (Err(_), Err(_)) => {}
