@@ -99,6 +99,7 @@ pub async fn run(
         }
     });
 
+    let (written_tx, mut written_rx) = mpsc::channel(64);
     let mut controller = Controller {
         config,
         client,
@@ -107,6 +108,8 @@ pub async fn run(
         in_flight: HashMap::new(),
         failures: HashMap::new(),
         written: HashMap::new(),
+        writing: HashSet::new(),
+        written_tx,
         health,
     };
     let (done_tx, mut done_rx) = mpsc::channel::<KillDone>(64);
@@ -117,6 +120,7 @@ pub async fn run(
             _ = changed.changed() => {}
             _ = views.changed() => {}
             Some(done) = done_rx.recv() => controller.finish(done),
+            Some(written) = written_rx.recv() => controller.status_written(written),
             _ = tokio::time::sleep(requeue) => {}
             _ = shutdown.changed() => {}
         }
@@ -157,6 +161,9 @@ struct Controller {
     /// Request UID → the status last written (avoids rewriting an unchanged status while the
     /// watch has not yet delivered our own write).
     written: HashMap<String, (CrrStatus, std::time::Instant)>,
+    /// Requests with a status write under way.
+    writing: HashSet<String>,
+    written_tx: mpsc::Sender<(String, CrrStatus, bool)>,
     health: Health,
 }
 
@@ -252,8 +259,7 @@ impl Controller {
             };
             for (i, request) in group.iter().enumerate() {
                 if i != active && request.status.phase == CrrPhase::None {
-                    self.write_status(request, plan::waiting_status(request, group[active]))
-                        .await;
+                    self.write_status(request, plan::waiting_status(request, group[active]));
                 }
             }
             let request = group[active];
@@ -297,7 +303,7 @@ impl Controller {
                 self.start_kill(request, order, pod_view, pod_ip.clone(), done)
                     .await;
             }
-            self.write_status(request, decision.status).await;
+            self.write_status(request, decision.status);
         }
         requeue
     }
@@ -360,17 +366,16 @@ impl Controller {
         let done = done.clone();
         let crr_uid = request.uid.clone();
         let crr_name = request.name.clone();
+        let events = Arc::new(events);
+        // The event is recorded beside the kill, never in front of it: no API round trip
+        // delays a kill.
+        let killing = events.clone();
+        let message = format!(
+            "Stopping container {} by ContainerRecreateRequest {crr_name}",
+            order.container
+        );
+        tokio::spawn(async move { killing.emit("Killing", message, "Normal").await });
         tokio::spawn(async move {
-            events
-                .emit(
-                    "Killing",
-                    format!(
-                        "Stopping container {} by ContainerRecreateRequest {crr_name}",
-                        order.container
-                    ),
-                    "Normal",
-                )
-                .await;
             let result = kill::kill(&cri, &order, pod_ip.as_deref()).await;
             let result = match result {
                 Ok(outcome) => {
@@ -418,13 +423,15 @@ impl Controller {
     /// Writes the status when it differs from what the request (or our last write) says.
     /// Merge patch on the status subresource: no resourceVersion, so no conflicts with the
     /// manager's writes of labels and annotations.
-    async fn write_status(&mut self, request: &Crr, status: CrrStatus) {
+    fn write_status(&mut self, request: &Crr, status: CrrStatus) {
         let just_written = self.written.get(&request.uid).is_some_and(|(written, at)| {
             *written == status && at.elapsed() < Duration::from_secs(5)
         });
-        if status == request.status || just_written {
+        // One write per request at a time keeps them in order; the next pass writes again.
+        if status == request.status || just_written || self.writing.contains(&request.uid) {
             return;
         }
+        self.writing.insert(request.uid.clone());
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), &request.namespace, &crr_resource());
         let mut patch = serde_json::json!({ "status": status });
@@ -434,21 +441,33 @@ impl Controller {
                 patch["status"][key] = serde_json::Value::Null;
             }
         }
-        match api
-            .patch_status(
-                &request.name,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => {
-                self.written
-                    .insert(request.uid.clone(), (status, std::time::Instant::now()));
-            }
-            Err(err) => {
-                tracing::warn!(crr = %request.name, namespace = %request.namespace, error = %err, "cannot write ContainerRecreateRequest status; retrying")
-            }
+        let (uid, name, namespace) = (
+            request.uid.clone(),
+            request.name.clone(),
+            request.namespace.clone(),
+        );
+        let written = self.written_tx.clone();
+        // Off the loop: a slow API server must not hold up the next kill.
+        tokio::spawn(async move {
+            let result = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            let ok = match result {
+                Ok(_) => true,
+                Err(err) => {
+                    tracing::warn!(crr = %name, namespace = %namespace, error = %err, "cannot write ContainerRecreateRequest status; retrying");
+                    false
+                }
+            };
+            let _ = written.send((uid, status, ok)).await;
+        });
+    }
+
+    fn status_written(&mut self, (uid, status, ok): (String, CrrStatus, bool)) {
+        self.writing.remove(&uid);
+        if ok {
+            self.written
+                .insert(uid, (status, std::time::Instant::now()));
         }
     }
 

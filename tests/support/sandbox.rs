@@ -12,6 +12,9 @@ use super::agent::AgentProcess;
 use super::{endpoint, unique};
 
 pub const NS: &str = "inplaced-e2e";
+/// The agent authenticates with its own token, so the audit log tells its requests apart.
+pub const AGENT_USER: &str = "system:node:inplaced-e2e";
+const AGENT_TOKEN: &str = "agent-token";
 
 pub struct Node {
     pub server: ApiServer,
@@ -29,6 +32,7 @@ impl Node {
     pub async fn start() -> Node {
         let server = ApiServer::start(ServerConfig {
             graceful_pod_deletion: true,
+            tokens: [(AGENT_TOKEN.to_string(), AGENT_USER.to_string())].into(),
             ..Default::default()
         })
         .await
@@ -49,7 +53,9 @@ impl Node {
             .await
             .unwrap();
         let kubeconfig = tempfile::NamedTempFile::new().unwrap();
-        server.write_kubeconfig(kubeconfig.path(), None).unwrap();
+        server
+            .write_kubeconfig(kubeconfig.path(), Some(AGENT_TOKEN))
+            .unwrap();
         let client = node_sandbox::util::kube_client(&kubeconfig_text)
             .await
             .unwrap();

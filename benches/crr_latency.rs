@@ -1,0 +1,118 @@
+//! CRR reaction latency against real containerd (issue 7's benchmark): from the moment a
+//! ContainerRecreateRequest exists in the API server to the agent's StopContainer arriving at
+//! the CRI proxy, and to the request's completion; plus how many API requests the agent made
+//! between the creation and the kill. Needs `tests/node/containerd.sh up`.
+//!
+//!     cargo bench -p inplaced --bench crr_latency [-- REQUESTS PODS]
+
+#[path = "../tests/support/mod.rs"]
+#[allow(dead_code)]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::sandbox::{AGENT_USER, NS, Node, container_id};
+use support::unique;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn report(name: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    println!(
+        "{name}: n={} p50={:.1} ms p90={:.1} ms p99={:.1} ms max={:.1} ms",
+        samples.len(),
+        percentile(&samples, 0.5).as_secs_f64() * 1e3,
+        percentile(&samples, 0.9).as_secs_f64() * 1e3,
+        percentile(&samples, 0.99).as_secs_f64() * 1e3,
+        samples.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let requests = args.first().copied().unwrap_or(40);
+    let pods = args.get(1).copied().unwrap_or(4);
+    let node = Node::start().await;
+    // Every write the agent makes to the API is held 200 ms by the API server: a kill that
+    // waited for any of them would take at least that long.
+    let delay = Duration::from_millis(200);
+    for verb in ["create", "update", "patch"] {
+        node.server.faults().add(
+            apiserver_double::Fault::delay(delay).on(apiserver_double::RequestMatch::any()
+                .user(AGENT_USER)
+                .verb(verb)),
+        );
+    }
+    let mut names = Vec::new();
+    for _ in 0..pods {
+        let name = unique("bench");
+        node.run_pod(
+            &name,
+            json!({"containers": [{"name": "app", "image": "localhost/busybox:local",
+                   "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"]}]}),
+        )
+        .await;
+        names.push(name);
+    }
+    let (mut to_kill, mut to_done, mut round_trips) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..requests {
+        let pod_name = &names[i % pods];
+        let pod = node
+            .wait_pod(
+                pod_name,
+                Duration::from_secs(60),
+                support::sandbox::all_running,
+            )
+            .await;
+        let old = container_id(&pod, "app");
+        // The webhook's mutation, then straight into the store: the clock starts when the
+        // object exists, with no client in between.
+        let mut crr = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+            "metadata": {"name": unique("crr"), "namespace": NS},
+            "spec": {"podName": pod_name, "containers": [{"name": "app"}],
+                     "strategy": {"terminationGracePeriodSeconds": 5}}});
+        node_sandbox::manager::webhook_mutate(&mut crr, &pod).unwrap();
+        let name = crr["metadata"]["name"].as_str().unwrap().to_string();
+        let audit_before = node.server.audit().entries().len();
+        let created = Instant::now();
+        node.server
+            .store()
+            .create("containerrecreaterequests", crr)
+            .unwrap();
+        while node.proxy.stop_count(&old) == 0 {
+            assert!(
+                created.elapsed() < Duration::from_secs(30),
+                "no kill for {name}"
+            );
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
+        to_kill.push(created.elapsed());
+        let agent_requests = node.server.audit().entries()[audit_before..]
+            .iter()
+            .filter(|e| e.request.user == AGENT_USER)
+            .count();
+        round_trips.push(agent_requests);
+        node.wait_completed(&name, Duration::from_secs(60)).await;
+        to_done.push(created.elapsed());
+    }
+    println!(
+        "{requests} CRRs over {pods} pods, kubelet stand-in restart delay 500 ms, every agent API write delayed {} ms",
+        delay.as_millis()
+    );
+    report("created -> StopContainer at the runtime", to_kill);
+    report("created -> Completed", to_done);
+    println!(
+        "agent API requests sent between creation and kill (none awaited by it): max {} (all: {:?})",
+        round_trips.iter().max().unwrap_or(&0),
+        round_trips
+    );
+    node.stop().await;
+}
