@@ -6,7 +6,6 @@
 //!     cargo bench -p inplaced --bench crr_latency [-- REQUESTS PODS]
 
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 use std::time::{Duration, Instant};
