@@ -96,8 +96,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut last_status = String::new();
     let mut api_changes: Option<(watch::Receiver<u64>, watch::Receiver<u64>)> = None;
     let mut hash_cache = HashCache::default();
+    let mut health_changes = health.subscribe();
     loop {
         tokio::select! {
+            _ = health_changes.changed() => {}
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
             _ = ticker.tick() => {}

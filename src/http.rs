@@ -18,10 +18,12 @@ use crate::systemd::Heartbeat;
 pub const STALL_AFTER: Duration = Duration::from_secs(30);
 
 /// Why the agent is not ready, per dependency; empty = ready.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Health {
     heartbeat: Heartbeat,
     reasons: Arc<Mutex<std::collections::BTreeMap<&'static str, String>>>,
+    /// Ticks on every change, so that STATUS= follows readiness without waiting for a poll.
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Health {
@@ -29,16 +31,26 @@ impl Health {
         Self {
             heartbeat,
             reasons: Arc::default(),
+            changes: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
+    }
+
+    /// A receiver that sees every change of the reasons.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Records the state of one dependency: `Err(reason)` makes the agent unready.
     pub fn set(&self, dependency: &'static str, state: Result<(), String>) {
-        if let Ok(mut reasons) = self.reasons.lock() {
-            match state {
-                Ok(()) => reasons.remove(dependency),
-                Err(reason) => reasons.insert(dependency, reason),
-            };
+        let changed = match self.reasons.lock() {
+            Ok(mut reasons) => match state {
+                Ok(()) => reasons.remove(dependency).is_some(),
+                Err(reason) => reasons.insert(dependency, reason.clone()).as_ref() != Some(&reason),
+            },
+            Err(_) => false,
+        };
+        if changed {
+            self.changes.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
 

@@ -48,9 +48,6 @@ async fn readiness_follows_the_runtime_down_and_up_without_a_restart() {
 
     containerd_script("stop-daemon");
     let body = agent.wait_http("/readyz", 503, Duration::from_secs(20));
-    containerd_script("start-daemon");
-    assert!(body.contains("runtime: CRI runtime at"), "{body}");
-    assert!(body.contains("unavailable"), "{body}");
     agent.wait_notification(Duration::from_secs(5), |n| {
         n.starts_with("STATUS=waiting: runtime")
     });
@@ -59,6 +56,9 @@ async fn readiness_follows_the_runtime_down_and_up_without_a_restart() {
         200,
         "alive while the runtime is down"
     );
+    containerd_script("start-daemon");
+    assert!(body.contains("runtime: CRI runtime at"), "{body}");
+    assert!(body.contains("unavailable"), "{body}");
 
     agent.wait_http("/readyz", 200, Duration::from_secs(30));
     agent.wait_notification(Duration::from_secs(5), |n| n.starts_with("STATUS=ready"));
