@@ -1,0 +1,198 @@
+//! The shipped RBAC against what the agent really does: an end-to-end run on the sandbox (a pod,
+//! a ContainerRecreateRequest with a preStop hook, the kill, status and events), then every
+//! request the agent made, from the API double's audit log, is checked against the ClusterRoles
+//! in packaging/kubernetes/. A verb or resource the agent uses that a shipped role does not grant
+//! fails the test: grant it (with a comment naming the feature) or do not use it.
+
+mod support;
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use support::sandbox::{AGENT_USER, Node, container_id, container_phase};
+use support::unique;
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// Every ClusterRole in a multi-document YAML manifest, as JSON.
+fn cluster_roles(file: &str) -> Vec<Value> {
+    let path = format!("{}/packaging/kubernetes/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let roles: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| {
+            let yaml = serde_yaml_ng::Value::deserialize(doc).expect("valid YAML");
+            serde_json::to_value(yaml).expect("YAML as JSON")
+        })
+        .filter(|doc| doc["kind"] == "ClusterRole")
+        .collect();
+    assert!(!roles.is_empty(), "{path} has no ClusterRole");
+    roles
+}
+
+/// What every authenticated user may do in a default cluster (system:discovery,
+/// system:basic-user and system:public-info-viewer): discovery and health, never resources.
+fn default_authenticated_rules() -> Vec<Value> {
+    vec![json!({"verbs": ["get"], "nonResourceURLs": [
+        "/api", "/api/*", "/apis", "/apis/*", "/version", "/version/",
+        "/healthz", "/livez", "/readyz"]})]
+}
+
+/// The part of the Node authorizer that a node's agent relies on (plugin/pkg/auth/authorizer/node:
+/// reads of pods and nodes — limited to its own by field selector since 1.32 — events, and the
+/// status of its own pods). The node-bound identity gets these plus rbac-node-bound.yaml.
+fn node_authorizer_rules() -> Vec<Value> {
+    vec![
+        json!({"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]}),
+        json!({"apiGroups": [""], "resources": ["events"], "verbs": ["create", "update", "patch"]}),
+        json!({"apiGroups": [""], "resources": ["pods/status"], "verbs": ["update", "patch"]}),
+    ]
+}
+
+fn describe(entries: &[apiserver_double::AuditEntry]) -> Vec<String> {
+    let mut lines: Vec<String> = entries
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} {} ({})",
+                e.request.verb,
+                if e.request.api_group.is_empty() {
+                    "core".to_string()
+                } else {
+                    e.request.api_group.clone()
+                },
+                e.rbac_resource(),
+                e.request.path
+            )
+        })
+        .collect();
+    lines.sort();
+    lines.dedup();
+    lines
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_uses_only_what_the_shipped_roles_grant() {
+    let node = Node::start().await;
+    let pod_name = unique("rbac");
+    let mut app = json!({"name": "app", "image": "localhost/busybox:local",
+        "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"]});
+    app["lifecycle"] = json!({"preStop": {"exec": {"command": ["/bin/sh", "-c", "true"]}}});
+    let pod = node.run_pod(&pod_name, json!({"containers": [app]})).await;
+    let old = container_id(&pod, "app");
+    let crr_name = unique("crr");
+    node.create_crr(&crr_name, &pod_name, &["app"], json!({}))
+        .await;
+    let crr = node.wait_completed(&crr_name, LONG).await;
+    assert_eq!(container_phase(&crr, "app"), "Succeeded", "{crr:#}");
+    assert_eq!(node.proxy.stop_count(&old), 1);
+    // The events go out beside the kill: wait for the Killing event before reading the log.
+    let deadline = std::time::Instant::now() + LONG;
+    while node.events(&pod_name, "Killing").is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no Killing event");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let audit = node.server.audit();
+    let agent: Vec<_> = audit
+        .entries()
+        .into_iter()
+        .filter(|e| e.request.user == AGENT_USER)
+        .collect();
+    // The run really exercised the agent's API use: watches, the status patch, the event.
+    let used = describe(&agent);
+    for expected in [
+        "list core pods",
+        "watch core pods",
+        "list core nodes",
+        "watch core nodes",
+        "list apps.kruise.io containerrecreaterequests",
+        "watch apps.kruise.io containerrecreaterequests",
+        "patch apps.kruise.io containerrecreaterequests/status",
+        "create core events",
+    ] {
+        assert!(
+            used.iter().any(|u| u.starts_with(expected)),
+            "the scenario never made a `{expected}` request: {used:#?}"
+        );
+    }
+    let not_allowed = |rules: &Value| -> Vec<String> {
+        describe(
+            &audit
+                .not_allowed_by(rules)
+                .into_iter()
+                .filter(|e| e.request.user == AGENT_USER)
+                .collect::<Vec<_>>(),
+        )
+    };
+
+    // Dedicated identity: rbac-dedicated.yaml alone (plus what every authenticated user has).
+    let mut dedicated = cluster_roles("rbac-dedicated.yaml");
+    dedicated.extend(default_authenticated_rules());
+    let denied = not_allowed(&Value::Array(dedicated));
+    assert!(
+        denied.is_empty(),
+        "packaging/kubernetes/rbac-dedicated.yaml does not grant: {denied:#?}"
+    );
+
+    // Node-bound identity: the Node authorizer plus rbac-node-bound.yaml.
+    let mut node_bound = cluster_roles("rbac-node-bound.yaml");
+    node_bound.extend(node_authorizer_rules());
+    node_bound.extend(default_authenticated_rules());
+    let denied = not_allowed(&Value::Array(node_bound));
+    assert!(
+        denied.is_empty(),
+        "packaging/kubernetes/rbac-node-bound.yaml and the Node authorizer do not grant: {denied:#?}"
+    );
+
+    // The check has teeth: without the CRR status rule the status patches are reported.
+    let mut stripped = cluster_roles("rbac-dedicated.yaml");
+    for role in &mut stripped {
+        role["rules"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|r| r["resources"] != json!(["containerrecreaterequests/status"]));
+    }
+    let denied = not_allowed(&Value::Array(stripped));
+    assert!(
+        denied
+            .iter()
+            .any(|d| d.starts_with("patch apps.kruise.io containerrecreaterequests/status")),
+        "{denied:#?}"
+    );
+    node.stop().await;
+}
+
+/// Least privilege in the manifests themselves: no wildcards, no secrets, no verbs that change or
+/// delete objects beyond the status patches, the event creation and the (future) resize patches.
+#[test]
+fn shipped_roles_have_no_wildcards_and_only_narrow_writes() {
+    for file in ["rbac-dedicated.yaml", "rbac-node-bound.yaml"] {
+        for role in cluster_roles(file) {
+            for rule in role["rules"].as_array().unwrap() {
+                let text = rule.to_string();
+                assert!(!text.contains('*'), "{file}: wildcard in {text}");
+                assert!(rule.get("nonResourceURLs").is_none(), "{file}: {text}");
+                let resources: Vec<&str> = rule["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.as_str().unwrap())
+                    .collect();
+                assert!(!resources.contains(&"secrets"), "{file}: {text}");
+                for verb in rule["verbs"].as_array().unwrap() {
+                    let verb = verb.as_str().unwrap();
+                    let ok = match verb {
+                        "list" | "watch" => true,
+                        "create" => resources == ["events"],
+                        "patch" => resources
+                            .iter()
+                            .all(|r| r.ends_with("/status") || *r == "pods/resize" || *r == "pods"),
+                        _ => false,
+                    };
+                    assert!(ok, "{file}: verb {verb} on {resources:?} is not needed");
+                }
+            }
+        }
+    }
+}
