@@ -173,7 +173,15 @@ async fn run_workers(
         },
         _ = shutdown.wait_for(|stop| *stop) => return,
     };
-    recreate::run(
+    let meta = crate::containermeta::run(
+        crate::containermeta::ContainerMetaConfig::new(&config.node_name, config.state_dir.clone()),
+        api.client.clone(),
+        cri.clone(),
+        views.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    );
+    let recreate = recreate::run(
         RecreateConfig {
             node_name: config.node_name.clone(),
             state_dir: config.state_dir.clone(),
@@ -185,8 +193,8 @@ async fn run_workers(
         health,
         metrics,
         shutdown,
-    )
-    .await;
+    );
+    tokio::join!(recreate, meta);
 }
 
 fn build_view(

@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod agent;
 pub mod config;
+pub mod containermeta;
 pub mod cri;
 pub mod hashing;
 pub mod http;

@@ -49,6 +49,8 @@ pub struct Metrics {
     api_requests: Family<ApiCallLabels, Histogram>,
     watch_restarts: Family<WatchLabels, Counter>,
     node_view_refreshes: Family<ResultLabels, Counter>,
+    env_restarts: Family<ResultLabels, Counter>,
+    runtime_meta_patches: Family<ResultLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -94,7 +96,21 @@ impl Metrics {
             "Refreshes of the node view from the container runtime, by result",
             node_view_refreshes.clone(),
         );
+        let env_restarts = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "env_restarts",
+            "Env-from-metadata restarts by result (success, error, unmatched: the restarted container still did not match and is left alone)",
+            env_restarts.clone(),
+        );
+        let runtime_meta_patches = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "runtime_meta_patches",
+            "Writes of the apps.kruise.io/runtime-containers-meta pod annotation by result",
+            runtime_meta_patches.clone(),
+        );
         Self {
+            env_restarts,
+            runtime_meta_patches,
             registry: Arc::new(registry),
             cri_requests,
             api_requests,
@@ -130,6 +146,22 @@ impl Metrics {
     pub fn count_node_view_refresh(&self, ok: bool) {
         let result = if ok { "success" } else { "error" };
         self.node_view_refreshes
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+}
+
+impl Metrics {
+    /// `result`: success, error or unmatched.
+    pub fn count_env_restart(&self, result: &'static str) {
+        self.env_restarts
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    pub fn count_runtime_meta_patch(&self, ok: bool) {
+        let result = if ok { "success" } else { "error" };
+        self.runtime_meta_patches
             .get_or_create(&ResultLabels { result })
             .inc();
     }

@@ -53,6 +53,10 @@ pub struct PodView {
     pub sandbox_id: Option<String>,
     pub sandbox_ready: bool,
     pub containers: Vec<ContainerView>,
+    /// The API's pod as joined (labels, annotations, owners, conditions, status order), for
+    /// controllers that need more than the summary above.
+    #[serde(skip)]
+    pub api_pod: Option<std::sync::Arc<Pod>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,6 +168,7 @@ pub fn join<P: std::borrow::Borrow<Pod>>(
                 sandbox_ready: sandbox
                     .is_some_and(|s| s.state == PodSandboxState::SandboxReady as i32),
                 containers: container_views(pod, runtime_containers, snapshot),
+                api_pod: Some(std::sync::Arc::new(pod.clone())),
             }
         })
         .collect();

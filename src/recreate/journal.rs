@@ -43,7 +43,13 @@ const FILE_NAME: &str = "kill-journal.jsonl";
 impl KillJournal {
     /// Opens (creating) the journal under `state_dir`, loading what earlier runs recorded.
     pub fn open(state_dir: &Path) -> Result<KillJournal, JournalError> {
-        let path = state_dir.join(FILE_NAME);
+        Self::open_named(state_dir, FILE_NAME)
+    }
+
+    /// Opens (creating) a journal of another name under `state_dir`: each writer keeps its own
+    /// file, so one's compaction never races another's appends.
+    pub fn open_named(state_dir: &Path, file_name: &str) -> Result<KillJournal, JournalError> {
+        let path = state_dir.join(file_name);
         let error = |source| JournalError {
             path: path.display().to_string(),
             source,

@@ -8,3 +8,5 @@ mod kill;
 pub mod plan;
 
 pub use controller::{RecreateConfig, crr_resource, run};
+/// The kill path (preStop within the grace, then StopContainer), shared with other restarters.
+pub(crate) use kill::kill as run_kill;

@@ -30,6 +30,11 @@ pub struct Node {
 
 impl Node {
     pub async fn start() -> Node {
+        Node::start_with_kubelet("v1.30.7").await
+    }
+
+    /// A node whose kubelet stand-in impersonates `kubelet_version` (e.g. `v1.31.12` for era C).
+    pub async fn start_with_kubelet(kubelet_version: &str) -> Node {
         let server = ApiServer::start(ServerConfig {
             graceful_pod_deletion: true,
             tokens: [(AGENT_TOKEN.to_string(), AGENT_USER.to_string())].into(),
@@ -41,6 +46,7 @@ impl Node {
         let kubeconfig_text = server.kubeconfig(None);
         let mut kubelet_config =
             KubeletConfig::new(&node, &kubeconfig_text, &endpoint().to_string());
+        kubelet_config.kubelet_version = kubelet_version.to_owned();
         kubelet_config.restart_delay = Duration::from_millis(500);
         kubelet_config.sync_period = Duration::from_millis(200);
         let kubelet = KubeletStandIn::start(kubelet_config).await.unwrap();
@@ -118,6 +124,39 @@ impl Node {
             .unwrap();
         self.wait_pod(name, Duration::from_secs(30), all_running)
             .await
+    }
+
+    /// Like [`Node::run_pod`], with extra metadata (labels, annotations, ownerReferences).
+    pub async fn run_pod_with_meta(&self, name: &str, metadata: Value, spec: Value) -> Value {
+        let mut spec = spec;
+        spec["nodeName"] = json!(self.node);
+        spec["hostNetwork"] = json!(true);
+        spec["terminationGracePeriodSeconds"] = spec
+            .get("terminationGracePeriodSeconds")
+            .cloned()
+            .unwrap_or(json!(5));
+        let mut metadata = metadata;
+        metadata["name"] = json!(name);
+        metadata["namespace"] = json!(NS);
+        self.server
+            .store()
+            .create("pods", json!({"metadata": metadata, "spec": spec}))
+            .unwrap();
+        self.wait_pod(name, Duration::from_secs(30), all_running)
+            .await
+    }
+
+    /// Merge-patches the pod's metadata (labels/annotations) as a user would.
+    pub async fn patch_pod_metadata(&self, name: &str, metadata: Value) {
+        let api: ::kube::Api<k8s_openapi::api::core::v1::Pod> =
+            ::kube::Api::namespaced(self.client.clone(), NS);
+        api.patch(
+            name,
+            &::kube::api::PatchParams::default(),
+            &::kube::api::Patch::Merge(json!({ "metadata": metadata })),
+        )
+        .await
+        .unwrap();
     }
 
     pub fn pod(&self, name: &str) -> Option<Value> {
@@ -257,4 +296,26 @@ pub fn container_phase(crr: &Value, name: &str) -> Value {
         .and_then(|a| a.iter().find(|s| s["name"] == name))
         .map(|s| s["phase"].clone())
         .unwrap_or(Value::Null)
+}
+
+/// Gives the local busybox test image another name in containerd (golden containers name
+/// public images; nothing is pulled here).
+pub fn tag_test_image(target: &str) {
+    let endpoint = super::endpoint().to_string();
+    let address = endpoint.trim_start_matches("unix://");
+    let status = std::process::Command::new("ctr")
+        .args([
+            "--address",
+            address,
+            "-n",
+            "k8s.io",
+            "images",
+            "tag",
+            "--force",
+        ])
+        .args(["localhost/busybox:local", target])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "ctr images tag {target}");
 }

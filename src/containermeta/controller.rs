@@ -1,0 +1,589 @@
+//! The container-meta loop: per served pod, keeps `apps.kruise.io/runtime-containers-meta`
+//! current (patched through `pods/status`, only when its content changes) and restarts
+//! containers whose env-from-metadata values no longer match the pod's labels/annotations.
+//! Level-triggered like the CRR loop: every node-view change, finished kill or tick re-decides.
+//!
+//! Restart safety:
+//! - Started-with values come from the runtime (OCI spec `process.env` in containerd's verbose
+//!   ContainerStatus); `env` through ExecSync only when the runtime has no spec to show.
+//! - The kubelet race (node-runtime.md): a mismatch must have been seen continuously for the
+//!   settle delay (1 s) before the kill, so the kubelet's pod copy has the change when it
+//!   recreates the container.
+//! - Each kill is journaled (own journal file, key `env:<pod uid>:<expected hash>:<restart
+//!   count>`) before it starts; a journaled kill is never repeated after an agent restart. When
+//!   the container our kill produced still mismatches, the value cannot be matched: one warning
+//!   event and a metric, and the container is left alone (never a restart loop).
+//! - A node-wide token bucket: at most [`ContainerMetaConfig::restarts_per_minute`] env restarts.
+//! - Terminating pods are never touched.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ::kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use tokio::sync::{mpsc, watch};
+
+use super::plan::{self, RuntimeFacts};
+use crate::cri::CriClient;
+use crate::cri::labels;
+use crate::cri::proto::{ContainerFilter, ContainerState};
+use crate::metrics::Metrics;
+use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
+use crate::recreate::crr::{ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, PreStop};
+use crate::recreate::journal::{KillIntent, KillJournal};
+use crate::recreate::plan::KillOrder;
+use crate::recreate::run_kill;
+
+#[derive(Clone, Debug)]
+pub struct ContainerMetaConfig {
+    pub node_name: String,
+    pub state_dir: PathBuf,
+    /// How long a mismatch must be seen before the kill (the kubelet race): 1 s.
+    pub settle: Duration,
+    /// Node-wide budget of env-from-metadata restarts (token bucket, burst of the same size).
+    pub restarts_per_minute: u32,
+}
+
+impl ContainerMetaConfig {
+    pub fn new(node_name: &str, state_dir: PathBuf) -> Self {
+        ContainerMetaConfig {
+            node_name: node_name.to_owned(),
+            state_dir,
+            settle: Duration::from_secs(1),
+            restarts_per_minute: 10,
+        }
+    }
+}
+
+const JOURNAL_FILE: &str = "env-kill-journal.jsonl";
+/// ExecSync `env` timeout, as kruise.
+const EXEC_TIMEOUT: Duration = Duration::from_secs(3);
+/// A container whose env could not be read is asked again after this long.
+const ENV_RETRY: Duration = Duration::from_secs(10);
+
+/// What the runtime says of one container, read once per container ID.
+#[derive(Clone, Debug)]
+struct Started {
+    env: Option<BTreeMap<String, String>>,
+    pre_stop: Option<PreStop>,
+    grace: Duration,
+    ports: Vec<ContainerPort>,
+    read_at: Instant,
+}
+
+struct Controller {
+    config: ContainerMetaConfig,
+    client: ::kube::Client,
+    cri: CriClient,
+    metrics: Metrics,
+    journal: Option<KillJournal>,
+    started: HashMap<String, Started>,
+    /// (pod uid, container, expected hash) → when the mismatch was first seen.
+    first_seen: HashMap<(String, String, u64), Instant>,
+    /// Journal keys of unmatchable changes already reported.
+    reported: HashSet<String>,
+    /// Runtime IDs with a kill under way.
+    in_flight: HashSet<String>,
+    /// Pod uid → the annotation value last written and when; pods with a write under way.
+    written: HashMap<String, (String, Instant)>,
+    writing: HashSet<String>,
+    written_tx: mpsc::Sender<(String, String, bool)>,
+    tokens: f64,
+    refilled: Instant,
+}
+
+/// Runs until `shutdown` turns true; kills under way are waited for.
+pub async fn run(
+    config: ContainerMetaConfig,
+    client: ::kube::Client,
+    cri: CriClient,
+    mut views: watch::Receiver<Arc<NodeView>>,
+    metrics: Metrics,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (written_tx, mut written_rx) = mpsc::channel(64);
+    let (done_tx, mut done_rx) = mpsc::channel::<String>(64);
+    let tokens = f64::from(config.restarts_per_minute);
+    let mut controller = Controller {
+        config,
+        client,
+        cri,
+        metrics,
+        journal: None,
+        started: HashMap::new(),
+        first_seen: HashMap::new(),
+        reported: HashSet::new(),
+        in_flight: HashSet::new(),
+        written: HashMap::new(),
+        writing: HashSet::new(),
+        written_tx,
+        tokens,
+        refilled: Instant::now(),
+    };
+    loop {
+        tokio::select! {
+            _ = views.changed() => {}
+            Some(id) = done_rx.recv() => { controller.in_flight.remove(&id); }
+            Some((uid, value, ok)) = written_rx.recv() => controller.status_written(uid, value, ok),
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+        let view = views.borrow().clone();
+        if view.synced {
+            controller.sync(&view, &done_tx).await;
+        }
+    }
+    while !controller.in_flight.is_empty() {
+        match done_rx.recv().await {
+            Some(id) => {
+                controller.in_flight.remove(&id);
+            }
+            None => break,
+        }
+    }
+}
+
+impl Controller {
+    async fn sync(&mut self, view: &NodeView, done: &mpsc::Sender<String>) {
+        let live: HashSet<&str> = view
+            .pods
+            .iter()
+            .flat_map(|p| &p.containers)
+            .filter_map(|c| c.runtime.as_ref().map(|r| r.id.as_str()))
+            .collect();
+        self.started.retain(|id, _| live.contains(id.as_str()));
+        let pod_uids: HashSet<&str> = view.pods.iter().map(|p| p.uid.as_str()).collect();
+        self.first_seen
+            .retain(|(uid, _, _), _| pod_uids.contains(uid.as_str()));
+        self.written
+            .retain(|uid, _| pod_uids.contains(uid.as_str()));
+        for pod in &view.pods {
+            self.sync_pod(pod, done).await;
+        }
+    }
+
+    async fn sync_pod(&mut self, pod: &PodView, done: &mpsc::Sender<String>) {
+        let Some(api_pod) = pod.api_pod.clone() else {
+            return;
+        };
+        let Some(eligibility) = plan::eligibility(&api_pod) else {
+            return;
+        };
+        if pod.terminating || api_pod.metadata.deletion_timestamp.is_some() {
+            return;
+        }
+        let restarts = plan::restarts_enabled(&api_pod, eligibility);
+        let mut runtime = HashMap::new();
+        for container in &pod.containers {
+            let (Some(spec), Some(r)) = (container.spec.as_ref(), container.runtime.as_ref())
+            else {
+                continue;
+            };
+            if container.kind != ContainerKind::Regular {
+                continue;
+            }
+            let refs = plan::metadata_refs(spec);
+            let mut env_hash = refs.is_empty().then_some(plan::NO_ENV_HASH);
+            if !refs.is_empty() && r.state == RuntimeState::Running {
+                let started = self.started(&r.id).await;
+                env_hash = started
+                    .env
+                    .as_ref()
+                    .and_then(|env| plan::current_env_hash(spec, &refs, env));
+                if restarts && let Some(env) = started.env.clone() {
+                    self.consider_restart(pod, &api_pod, container, &refs, &env, &started, done)
+                        .await;
+                }
+            }
+            runtime.insert(
+                container.name.clone(),
+                RuntimeFacts {
+                    container_id: r.container_id.clone(),
+                    stored_hash: r.stored_hash.clone(),
+                    stored_hash_without_resources: r.stored_hash_without_resources.clone(),
+                    env_hash,
+                },
+            );
+        }
+        if let Some(value) = plan::annotation_patch(&api_pod, &runtime) {
+            self.write_annotation(pod, value);
+        }
+    }
+
+    /// The runtime's facts of a container: env from the OCI spec (ExecSync `env` as the
+    /// fallback), preStop, grace and ports from kubelet's annotations.
+    async fn started(&mut self, id: &str) -> Started {
+        if let Some(s) = self.started.get(id)
+            && (s.env.is_some() || s.read_at.elapsed() < ENV_RETRY)
+        {
+            return s.clone();
+        }
+        let mut started = Started {
+            env: None,
+            pre_stop: None,
+            grace: Duration::from_secs(DEFAULT_TERMINATION_GRACE_SECONDS as u64),
+            ports: Vec::new(),
+            read_at: Instant::now(),
+        };
+        match self.cri.container_status(id, true).await {
+            Ok(response) => {
+                started.env = plan::env_from_verbose_info(&response.info);
+                if let Some(status) = response.status {
+                    let a = &status.annotations;
+                    started.pre_stop = a
+                        .get(labels::CONTAINER_PRESTOP_HANDLER)
+                        .and_then(|v| serde_json::from_str(v).ok());
+                    if let Some(grace) = a
+                        .get(labels::POD_TERMINATION_GRACE_PERIOD)
+                        .and_then(|v| v.parse::<u64>().ok())
+                    {
+                        started.grace = Duration::from_secs(grace);
+                    }
+                    started.ports = a
+                        .get(labels::CONTAINER_PORTS)
+                        .and_then(|v| serde_json::from_str(v).ok())
+                        .unwrap_or_default();
+                }
+            }
+            Err(err) => {
+                tracing::debug!(id, error = %err, "cannot read a container's status");
+            }
+        }
+        if started.env.is_none() {
+            match self
+                .cri
+                .exec_sync(id, vec!["env".into()], EXEC_TIMEOUT)
+                .await
+            {
+                Ok(result) if result.exit_code == 0 => {
+                    let out = String::from_utf8_lossy(&result.stdout);
+                    started.env = Some(plan::parse_env(out.lines()));
+                }
+                Ok(result) => {
+                    tracing::warn!(
+                        id,
+                        exit_code = result.exit_code,
+                        "no OCI spec and `env` failed in the container: cannot read its env"
+                    );
+                }
+                Err(err) => {
+                    tracing::warn!(id, error = %err, "no OCI spec and `env` failed in the container: cannot read its env");
+                }
+            }
+        }
+        self.started.insert(id.to_owned(), started.clone());
+        started
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn consider_restart(
+        &mut self,
+        pod: &PodView,
+        api_pod: &Pod,
+        container: &crate::nodeview::ContainerView,
+        refs: &[plan::MetadataRef],
+        env: &BTreeMap<String, String>,
+        started: &Started,
+        done: &mpsc::Sender<String>,
+    ) {
+        let Some(r) = container.runtime.as_ref() else {
+            return;
+        };
+        let expected = plan::expected_values(api_pod, refs);
+        let differs = plan::env_differences(&expected, env);
+        let expected_hash = fnv_of(&expected);
+        let seen_key = (pod.uid.clone(), container.name.clone(), expected_hash);
+        if differs.is_empty() {
+            self.first_seen.remove(&seen_key);
+            return;
+        }
+        let restart_count = r.restart_count.unwrap_or(0);
+        let key = |n: u32| format!("env:{}:{expected_hash:x}:{n}", pod.uid);
+        let journal = match self.journal_mut() {
+            Some(j) => j,
+            None => return,
+        };
+        if journal.find(&key(restart_count), &container.name).is_some() {
+            // Killed (or being killed) for this change already.
+            return;
+        }
+        if let Some(previous) = restart_count.checked_sub(1)
+            && journal
+                .find(&key(previous), &container.name)
+                .is_some_and(|i| i.container_id != r.id)
+        {
+            // The container our kill produced still does not match: leave it alone.
+            let reported = key(restart_count);
+            if self.reported.insert(reported) {
+                self.metrics.count_env_restart("unmatched");
+                let message = format!(
+                    "container {} still runs with env {} that differs from the pod's labels/annotations after an in-place restart; not restarting it again",
+                    container.name,
+                    differs.join(", ")
+                );
+                tracing::warn!(pod = %pod.name, namespace = %pod.namespace, %message);
+                emit(
+                    self.client.clone(),
+                    &self.config.node_name,
+                    pod,
+                    "EnvFromMetadataUnmatched",
+                    message,
+                    "Warning",
+                );
+            }
+            return;
+        }
+        if self.in_flight.contains(&r.id) {
+            return;
+        }
+        let first = *self.first_seen.entry(seen_key).or_insert_with(Instant::now);
+        if first.elapsed() < self.config.settle {
+            return;
+        }
+        if !self.take_token() {
+            tracing::debug!(pod = %pod.name, container = %container.name, "env restart budget spent; waiting");
+            return;
+        }
+        // A stale view must never direct a kill at a replaced container.
+        match self.newest_running(&pod.runtime_uid, &container.name).await {
+            Ok(Some(id)) if id == r.id => {}
+            _ => return,
+        }
+        let order = KillOrder {
+            container: container.name.clone(),
+            container_id: r.id.clone(),
+            pre_stop: started.pre_stop.clone(),
+            ports: started.ports.clone(),
+            grace: started.grace,
+            resumed: false,
+        };
+        let intent = KillIntent {
+            crr_uid: key(restart_count),
+            container: container.name.clone(),
+            container_id: r.id.clone(),
+            started_ms: Timestamp::now().as_millisecond(),
+            grace_ms: i64::try_from(order.grace.as_millis()).unwrap_or(i64::MAX / 2),
+        };
+        let Some(journal) = self.journal_mut() else {
+            return;
+        };
+        if let Err(err) = journal.record(intent) {
+            tracing::error!(error = %err, "cannot record an env restart intent; not killing");
+            return;
+        }
+        self.in_flight.insert(r.id.clone());
+        tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %container.name, id = %r.id,
+            env = %differs.join(","), "stopping container: env from metadata changed");
+        emit(
+            self.client.clone(),
+            &self.config.node_name,
+            pod,
+            "Killing",
+            format!(
+                "Stopping containerID {} by container meta restarter",
+                r.container_id
+            ),
+            "Normal",
+        );
+        let cri = self.cri.clone();
+        let metrics = self.metrics.clone();
+        let done = done.clone();
+        let pod_ip = pod.pod_ip.clone();
+        let id = r.id.clone();
+        let (client, node, pod) = (
+            self.client.clone(),
+            self.config.node_name.clone(),
+            pod.clone(),
+        );
+        tokio::spawn(async move {
+            match run_kill(&cri, &order, pod_ip.as_deref()).await {
+                Ok(outcome) => {
+                    metrics.count_env_restart("success");
+                    if let Some(reason) = outcome.pre_stop_failure {
+                        emit(client, &node, &pod, "FailedPreStopHook", reason, "Warning");
+                    }
+                }
+                Err(err) => {
+                    metrics.count_env_restart("error");
+                    tracing::warn!(error = %err.message, "env restart: stopping the container failed");
+                }
+            }
+            let _ = done.send(id).await;
+        });
+    }
+
+    fn journal_mut(&mut self) -> Option<&mut KillJournal> {
+        if self.journal.is_none() {
+            match KillJournal::open_named(&self.config.state_dir, JOURNAL_FILE) {
+                Ok(mut journal) => {
+                    let now = Timestamp::now().as_millisecond();
+                    if let Err(err) = journal.retain(|e| now - e.started_ms < 86_400_000) {
+                        tracing::warn!(error = %err, "env kill journal compaction failed");
+                    }
+                    self.journal = Some(journal);
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "cannot restart containers safely without the env kill journal");
+                    return None;
+                }
+            }
+        }
+        self.journal.as_mut()
+    }
+
+    fn take_token(&mut self) -> bool {
+        let per_minute = f64::from(self.config.restarts_per_minute.max(1));
+        let elapsed = self.refilled.elapsed().as_secs_f64();
+        self.refilled = Instant::now();
+        self.tokens = (self.tokens + elapsed * per_minute / 60.0).min(per_minute);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    async fn newest_running(
+        &self,
+        pod_uid: &str,
+        container: &str,
+    ) -> Result<Option<String>, crate::cri::CriError> {
+        let filter = ContainerFilter {
+            label_selector: [
+                (labels::POD_UID.to_string(), pod_uid.to_string()),
+                (labels::CONTAINER_NAME.to_string(), container.to_string()),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let containers = self.cri.list_containers(Some(filter)).await?;
+        Ok(containers
+            .into_iter()
+            .max_by_key(|c| c.created_at)
+            .filter(|c| c.state == ContainerState::ContainerRunning as i32)
+            .map(|c| c.id))
+    }
+
+    /// Merge patch of the annotation through `pods/status`, off the loop; one write per pod at
+    /// a time, and never the same value twice within 5 s (the view may lag our own write).
+    fn write_annotation(&mut self, pod: &PodView, value: String) {
+        let just_written = self
+            .written
+            .get(&pod.uid)
+            .is_some_and(|(v, at)| *v == value && at.elapsed() < Duration::from_secs(5));
+        if just_written || self.writing.contains(&pod.uid) {
+            return;
+        }
+        self.writing.insert(pod.uid.clone());
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let patch =
+            serde_json::json!({"metadata": {"annotations": {plan::META_ANNOTATION: value}}});
+        let (uid, name) = (pod.uid.clone(), pod.name.clone());
+        let written = self.written_tx.clone();
+        let metrics = self.metrics.clone();
+        tokio::spawn(async move {
+            let ok = match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => true,
+                Err(err) => {
+                    tracing::warn!(pod = %name, error = %err, "cannot write the runtime-containers-meta annotation; retrying");
+                    false
+                }
+            };
+            metrics.count_runtime_meta_patch(ok);
+            let _ = written.send((uid, value, ok)).await;
+        });
+    }
+
+    fn status_written(&mut self, uid: String, value: String, ok: bool) {
+        self.writing.remove(&uid);
+        if ok {
+            self.written.insert(uid, (value, Instant::now()));
+        }
+    }
+}
+
+/// A stable key for a set of expected values (FNV-1a 64 over `name=value\0`).
+fn fnv_of(values: &BTreeMap<String, String>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (k, v) in values {
+        for b in k.bytes().chain([b'=']).chain(v.bytes()).chain([0]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Records a core/v1 event about the pod, in the background.
+fn emit(
+    client: ::kube::Client,
+    node: &str,
+    pod: &PodView,
+    reason: &str,
+    message: String,
+    kind: &str,
+) {
+    let now = Timestamp::now();
+    let event = Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{}.{:x}", pod.name, now.as_nanosecond())),
+            namespace: Some(pod.namespace.clone()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            uid: Some(pod.uid.clone()),
+            ..Default::default()
+        },
+        reason: Some(reason.into()),
+        message: Some(message),
+        type_: Some(kind.into()),
+        source: Some(EventSource {
+            component: Some("inplaced".into()),
+            host: Some(node.to_owned()),
+        }),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        event_time: Some(MicroTime(now)),
+        count: Some(1),
+        reporting_component: Some("inplaced".into()),
+        reporting_instance: Some(node.to_owned()),
+        action: Some(reason.into()),
+        ..Default::default()
+    };
+    let namespace = pod.namespace.clone();
+    let reason = reason.to_owned();
+    tokio::spawn(async move {
+        let api: Api<Event> = Api::namespaced(client, &namespace);
+        if let Err(err) = api.create(&PostParams::default(), &event).await {
+            tracing::warn!(reason, error = %err, "cannot record an event");
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expected_value_keys_differ_per_change() {
+        let a = BTreeMap::from([("V".to_string(), "1".to_string())]);
+        let b = BTreeMap::from([("V".to_string(), "2".to_string())]);
+        assert_ne!(fnv_of(&a), fnv_of(&b));
+        assert_eq!(fnv_of(&a), fnv_of(&a.clone()));
+    }
+}

@@ -1,0 +1,498 @@
+//! Pure decisions of the container-meta controller: which pods it serves, the desired
+//! `apps.kruise.io/runtime-containers-meta` annotation, and whether a running container's
+//! env-from-metadata values still match what the pod's labels and annotations give.
+//! No I/O here: everything the controller learned from the API and the runtime is an input.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{Container as SpecContainer, Pod};
+use serde::{Deserialize, Serialize};
+
+use crate::hashing::{self, SIDECARSET_EXCLUDED_ENVS};
+
+/// The pod annotation kruise-manager reads.
+pub const META_ANNOTATION: &str = "apps.kruise.io/runtime-containers-meta";
+/// inplaced's own opt-in (value "true"): maintain the annotation and restart on env-from-metadata
+/// changes for a pod that kruise would not serve (no OpenKruise needed).
+pub const OPT_IN_ANNOTATION: &str = "inplaced.io/runtime-containers-meta";
+/// Pods injected by a SidecarSet carry this; kruise serves them whatever their owner.
+pub const SIDECARSET_HASH_ANNOTATION: &str = "kruise.io/sidecarset-hash";
+/// kruise's pod condition: False while an in-place update is under way.
+pub const IN_PLACE_UPDATE_READY: &str = "InPlaceUpdateReady";
+const KRUISE_GROUP: &str = "apps.kruise.io";
+
+/// `RuntimeContainerMetaSet` as kruise v1.8 serializes it (field order and names matter: the
+/// annotation is compared byte for byte to decide whether to patch).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaSet {
+    /// Go marshals a nil slice as `null`.
+    pub containers: Option<Vec<ContainerMeta>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerMeta {
+    pub name: String,
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    #[serde(rename = "restartCount")]
+    pub restart_count: i32,
+    pub hashes: Hashes,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hashes {
+    #[serde(rename = "plainHash", default)]
+    pub plain_hash: u64,
+    /// v1.8 writes it always (no omitempty); v1.9 managers ignore it.
+    #[serde(rename = "plainHashWithoutResources", default)]
+    pub plain_hash_without_resources: u64,
+    #[serde(
+        rename = "extractedEnvFromMetadataHash",
+        default,
+        skip_serializing_if = "is_zero"
+    )]
+    pub extracted_env_from_metadata_hash: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl MetaSet {
+    /// The annotation value, compact like Go's `json.Marshal`.
+    pub fn to_annotation(&self) -> String {
+        // Serializing plain structs of strings and integers cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// Why a pod is served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Eligibility {
+    /// Controller owner in `apps.kruise.io` or a SidecarSet pod: what kruise-daemon serves.
+    Kruise,
+    /// Carries [`OPT_IN_ANNOTATION`] = "true".
+    OptIn,
+}
+
+pub fn eligibility(pod: &Pod) -> Option<Eligibility> {
+    let meta = &pod.metadata;
+    let annotations = meta.annotations.as_ref();
+    let kruise_owner = meta.owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true)
+            && o.api_version
+                .split_once('/')
+                .is_some_and(|(group, _)| group == KRUISE_GROUP)
+    });
+    if kruise_owner || annotations.is_some_and(|a| a.contains_key(SIDECARSET_HASH_ANNOTATION)) {
+        return Some(Eligibility::Kruise);
+    }
+    if annotations
+        .and_then(|a| a.get(OPT_IN_ANNOTATION))
+        .is_some_and(|v| v == "true")
+    {
+        return Some(Eligibility::OptIn);
+    }
+    None
+}
+
+/// Env-from-metadata restarts are allowed: an in-place update is under way (kruise sets
+/// `InPlaceUpdateReady` False) or the pod opted in.
+pub fn restarts_enabled(pod: &Pod, eligibility: Eligibility) -> bool {
+    match eligibility {
+        Eligibility::OptIn => true,
+        Eligibility::Kruise => {
+            pod.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == IN_PLACE_UPDATE_READY && c.status == "False")
+                })
+                || pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(OPT_IN_ANNOTATION))
+                    .is_some_and(|v| v == "true")
+        }
+    }
+}
+
+/// One env var whose value comes from a pod label or annotation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetadataRef {
+    pub env: String,
+    pub source: MetadataSource,
+    pub key: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetadataSource {
+    Labels,
+    Annotations,
+}
+
+/// The env vars kruise counts: empty `value`, `fieldRef` to `metadata.labels['k']` or
+/// `metadata.annotations['k']`, not the SidecarSet version vars.
+pub fn metadata_refs(container: &SpecContainer) -> Vec<MetadataRef> {
+    let mut refs = Vec::new();
+    for env in container.env.iter().flatten() {
+        if env.value.as_deref().is_some_and(|v| !v.is_empty())
+            || SIDECARSET_EXCLUDED_ENVS.contains(&env.name.as_str())
+        {
+            continue;
+        }
+        let Some(path) = env
+            .value_from
+            .as_ref()
+            .and_then(|v| v.field_ref.as_ref())
+            .map(|f| f.field_path.as_str())
+        else {
+            continue;
+        };
+        let Some((path, key)) = path
+            .strip_suffix("']")
+            .and_then(|p| p.split_once("['"))
+            .filter(|(p, _)| !p.is_empty())
+        else {
+            continue;
+        };
+        let source = match path {
+            "metadata.labels" => MetadataSource::Labels,
+            "metadata.annotations" => MetadataSource::Annotations,
+            _ => continue,
+        };
+        refs.push(MetadataRef {
+            env: env.name.clone(),
+            source,
+            key: key.to_owned(),
+        });
+    }
+    refs
+}
+
+/// What the pod's labels and annotations give each env var now.
+pub fn expected_values(pod: &Pod, refs: &[MetadataRef]) -> BTreeMap<String, String> {
+    let empty = BTreeMap::new();
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+    refs.iter()
+        .map(|r| {
+            let map = match r.source {
+                MetadataSource::Labels => labels,
+                MetadataSource::Annotations => annotations,
+            };
+            (r.env.clone(), map.get(&r.key).cloned().unwrap_or_default())
+        })
+        .collect()
+}
+
+/// The env vars (name → value) whose started-with value differs from the expected one. A var
+/// missing from the container counts as empty (kubelet sets an absent key to "").
+pub fn env_differences(
+    expected: &BTreeMap<String, String>,
+    started: &BTreeMap<String, String>,
+) -> Vec<String> {
+    expected
+        .iter()
+        .filter(|(name, value)| started.get(*name).map_or("", String::as_str) != value.as_str())
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// `KEY=value` lines (OCI `process.env`, or the output of `env`) as a map; the last one wins,
+/// as for a process's environment.
+pub fn parse_env<'a>(lines: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, String> {
+    lines
+        .into_iter()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// `process.env` of the OCI runtime spec in containerd's verbose `ContainerStatus` info
+/// (`info["info"]` is a JSON document with `runtimeSpec`). None when absent or malformed.
+pub fn env_from_verbose_info(info: &HashMap<String, String>) -> Option<BTreeMap<String, String>> {
+    let doc: serde_json::Value = serde_json::from_str(info.get("info")?).ok()?;
+    let env = doc.pointer("/runtimeSpec/process/env")?.as_array()?;
+    Some(parse_env(env.iter().filter_map(|v| v.as_str())))
+}
+
+/// kruise's `GetCurrentHash`: the expected-hash algorithm fed with the values the container was
+/// started with. Computed by handing the hasher labels/annotations that resolve each reference
+/// to the started-with value of its env var.
+pub fn current_env_hash(
+    container: &SpecContainer,
+    refs: &[MetadataRef],
+    started: &BTreeMap<String, String>,
+) -> Option<u64> {
+    let mut labels = BTreeMap::new();
+    let mut annotations = BTreeMap::new();
+    for r in refs {
+        let value = started.get(&r.env).cloned().unwrap_or_default();
+        match r.source {
+            MetadataSource::Labels => labels.insert(r.key.clone(), value),
+            MetadataSource::Annotations => annotations.insert(r.key.clone(), value),
+        };
+    }
+    let json = serde_json::to_vec(container).ok()?;
+    hashing::extracted_env_from_metadata_hash(&json, &labels, &annotations).ok()
+}
+
+/// The hash of no env-from-metadata vars at all (Go `json.Marshal` of a nil slice: `null`).
+pub const NO_ENV_HASH: u64 = 86_995_377;
+
+/// What the controller knows of one runtime container (the newest of its name).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeFacts {
+    /// `<runtime>://<id>`.
+    pub container_id: String,
+    /// `io.kubernetes.container.hash` as stored.
+    pub stored_hash: Option<String>,
+    pub stored_hash_without_resources: Option<String>,
+    /// The extracted-env hash of the started-with values; None while unknown.
+    pub env_hash: Option<u64>,
+}
+
+/// The annotation kruise-daemon would write, or None when it cannot be decided yet (pod status
+/// names a container the runtime facts do not describe: kubelet's status lags a restart).
+///
+/// Entries follow `status.containerStatuses`; a container needs a spec and a runtime container.
+/// An entry of the current annotation is reused as is when its containerID is unchanged.
+pub fn desired_meta(pod: &Pod, runtime: &HashMap<String, RuntimeFacts>) -> Option<MetaSet> {
+    let current: Option<MetaSet> = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(META_ANNOTATION))
+        .and_then(|v| serde_json::from_str(v).ok());
+    let spec = pod.spec.as_ref()?;
+    let mut entries = Vec::new();
+    for status in pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        if !spec.containers.iter().any(|c| c.name == status.name) {
+            continue;
+        }
+        let Some(facts) = runtime.get(&status.name) else {
+            continue;
+        };
+        let status_id = status.container_id.as_deref().unwrap_or_default();
+        if status_id.is_empty() {
+            continue;
+        }
+        if status_id != facts.container_id {
+            return None;
+        }
+        if let Some(old) = current
+            .as_ref()
+            .and_then(|m| m.containers.as_ref())
+            .and_then(|c| {
+                c.iter()
+                    .find(|m| m.name == status.name && m.container_id == status_id)
+            })
+            && (old.hashes.extracted_env_from_metadata_hash != 0 || facts.env_hash.is_none())
+        {
+            entries.push(ContainerMeta {
+                restart_count: status.restart_count,
+                ..old.clone()
+            });
+            continue;
+        }
+        entries.push(ContainerMeta {
+            name: status.name.clone(),
+            container_id: status_id.to_owned(),
+            restart_count: status.restart_count,
+            hashes: Hashes {
+                plain_hash: hashing::parse_stored_hash(facts.stored_hash.as_deref()),
+                plain_hash_without_resources: hashing::parse_stored_hash(
+                    facts.stored_hash_without_resources.as_deref(),
+                ),
+                extracted_env_from_metadata_hash: facts.env_hash.unwrap_or(0),
+            },
+        });
+    }
+    Some(MetaSet {
+        containers: (!entries.is_empty()).then_some(entries),
+    })
+}
+
+/// The annotation value to write, or None when the pod already carries it (or it cannot be
+/// decided yet).
+pub fn annotation_patch(pod: &Pod, runtime: &HashMap<String, RuntimeFacts>) -> Option<String> {
+    let desired = desired_meta(pod, runtime)?.to_annotation();
+    let current = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(META_ANNOTATION));
+    (current != Some(&desired)).then_some(desired)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(value: serde_json::Value) -> Pod {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn facts(id: &str, hash: &str, env_hash: Option<u64>) -> RuntimeFacts {
+        RuntimeFacts {
+            container_id: format!("containerd://{id}"),
+            stored_hash: Some(hash.into()),
+            stored_hash_without_resources: None,
+            env_hash,
+        }
+    }
+
+    fn two_container_pod(annotation: Option<&str>) -> Pod {
+        let mut annotations = json!({});
+        if let Some(a) = annotation {
+            annotations[META_ANNOTATION] = json!(a);
+        }
+        pod(json!({
+            "metadata": {"name": "p", "annotations": annotations,
+                "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                    "name": "cs", "uid": "u", "controller": true}]},
+            "spec": {"containers": [{"name": "a", "image": "i"}, {"name": "b", "image": "i"}]},
+            "status": {"containerStatuses": [
+                {"name": "b", "containerID": "containerd://bb", "restartCount": 2, "ready": true,
+                 "image": "i", "imageID": ""},
+                {"name": "a", "containerID": "containerd://aa", "restartCount": 0, "ready": true,
+                 "image": "i", "imageID": ""}]}
+        }))
+    }
+
+    #[test]
+    fn annotation_is_byte_for_byte_kruise_v18_in_status_order() {
+        let p = two_container_pod(None);
+        let runtime = HashMap::from([
+            ("a".to_string(), facts("aa", "1a2b", Some(NO_ENV_HASH))),
+            (
+                "b".to_string(),
+                RuntimeFacts {
+                    stored_hash_without_resources: Some("ff".into()),
+                    ..facts("bb", "c0ffee", None)
+                },
+            ),
+        ]);
+        assert_eq!(eligibility(&p), Some(Eligibility::Kruise));
+        let value = annotation_patch(&p, &runtime).unwrap();
+        assert_eq!(
+            value,
+            r#"{"containers":[{"name":"b","containerID":"containerd://bb","restartCount":2,"hashes":{"plainHash":12648430,"plainHashWithoutResources":255}},{"name":"a","containerID":"containerd://aa","restartCount":0,"hashes":{"plainHash":6699,"plainHashWithoutResources":0,"extractedEnvFromMetadataHash":86995377}}]}"#
+        );
+        // Unchanged content: no patch.
+        let p = two_container_pod(Some(&value));
+        assert_eq!(annotation_patch(&p, &runtime), None);
+    }
+
+    #[test]
+    fn entries_are_reused_by_container_id_and_rebuilt_after_a_restart() {
+        let old = r#"{"containers":[{"name":"a","containerID":"containerd://aa","restartCount":0,"hashes":{"plainHash":1,"plainHashWithoutResources":0,"extractedEnvFromMetadataHash":5}}]}"#;
+        let p = two_container_pod(Some(old));
+        let runtime = HashMap::from([
+            ("a".to_string(), facts("aa", "ff", Some(7))),
+            ("b".to_string(), facts("bb", "10", Some(NO_ENV_HASH))),
+        ]);
+        let meta = desired_meta(&p, &runtime).unwrap();
+        let containers = meta.containers.unwrap();
+        assert_eq!(containers[1].hashes.plain_hash, 1, "reused as written");
+        assert_eq!(containers[1].hashes.extracted_env_from_metadata_hash, 5);
+        assert_eq!(containers[0].hashes.plain_hash, 16);
+        // Kubelet's status still names the old container while the runtime has a new one.
+        let runtime = HashMap::from([
+            ("a".to_string(), facts("a2", "ff", Some(7))),
+            ("b".to_string(), facts("bb", "10", Some(NO_ENV_HASH))),
+        ]);
+        assert_eq!(desired_meta(&p, &runtime), None);
+    }
+
+    #[test]
+    fn only_kruise_or_opted_in_pods_are_served() {
+        let plain = pod(json!({"metadata": {"name": "p"}}));
+        assert_eq!(eligibility(&plain), None);
+        let sidecar = pod(
+            json!({"metadata": {"name": "p", "annotations": {SIDECARSET_HASH_ANNOTATION: "{}"}}}),
+        );
+        assert_eq!(eligibility(&sidecar), Some(Eligibility::Kruise));
+        let opt_in =
+            pod(json!({"metadata": {"name": "p", "annotations": {OPT_IN_ANNOTATION: "true"}}}));
+        assert_eq!(eligibility(&opt_in), Some(Eligibility::OptIn));
+        assert!(restarts_enabled(&opt_in, Eligibility::OptIn));
+        let deployment = pod(json!({"metadata": {"name": "p", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "u", "controller": true}]}}));
+        assert_eq!(eligibility(&deployment), None);
+        let updating = pod(json!({"metadata": {"name": "p"}, "status": {"conditions": [
+            {"type": IN_PLACE_UPDATE_READY, "status": "False"}]}}));
+        assert!(restarts_enabled(&updating, Eligibility::Kruise));
+        assert!(!restarts_enabled(&deployment, Eligibility::Kruise));
+    }
+
+    #[test]
+    fn env_comparison_uses_the_started_with_values() {
+        let p = pod(json!({
+            "metadata": {"name": "p", "labels": {"app": "web"}, "annotations": {"v": "2"}},
+            "spec": {"containers": [{"name": "a", "image": "i", "env": [
+                {"name": "L", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+                {"name": "V", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['v']"}}},
+                {"name": "GONE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['x']"}}},
+                {"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "SIDECARSET_VERSION", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['v']"}}},
+                {"name": "PLAIN", "value": "x"}]}]}
+        }));
+        let container = &p.spec.as_ref().unwrap().containers[0];
+        let refs = metadata_refs(container);
+        assert_eq!(
+            refs.iter().map(|r| r.env.as_str()).collect::<Vec<_>>(),
+            ["L", "V", "GONE"]
+        );
+        let expected = expected_values(&p, &refs);
+        let started = parse_env(["PATH=/bin", "L=web", "V=1", "EQ=a=b"]);
+        assert_eq!(started["EQ"], "a=b");
+        assert_eq!(env_differences(&expected, &started), ["V"]);
+        let now = parse_env(["L=web", "V=2", "GONE="]);
+        assert!(env_differences(&expected, &now).is_empty());
+        // The current hash of matching values equals kruise's expected hash.
+        let json = serde_json::to_vec(container).unwrap();
+        let labels = p.metadata.labels.clone().unwrap();
+        let annotations = p.metadata.annotations.clone().unwrap();
+        let expected_hash =
+            hashing::extracted_env_from_metadata_hash(&json, &labels, &annotations).unwrap();
+        assert_eq!(
+            current_env_hash(container, &refs, &now),
+            Some(expected_hash)
+        );
+        assert_ne!(
+            current_env_hash(container, &refs, &started),
+            Some(expected_hash)
+        );
+        let bare = pod(json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a"}]}}));
+        let bare_container = &bare.spec.as_ref().unwrap().containers[0];
+        assert_eq!(
+            current_env_hash(bare_container, &[], &BTreeMap::new()),
+            Some(NO_ENV_HASH)
+        );
+    }
+
+    #[test]
+    fn env_comes_from_containerd_verbose_info() {
+        let info = HashMap::from([(
+            "info".to_string(),
+            json!({"pid": 1, "runtimeSpec": {"process": {"env": ["A=1", "B=x=y"]}}}).to_string(),
+        )]);
+        let env = env_from_verbose_info(&info).unwrap();
+        assert_eq!(env["A"], "1");
+        assert_eq!(env["B"], "x=y");
+        assert!(env_from_verbose_info(&HashMap::new()).is_none());
+        let garbage = HashMap::from([("info".to_string(), "{not json".to_string())]);
+        assert!(env_from_verbose_info(&garbage).is_none());
+    }
+}
