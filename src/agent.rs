@@ -17,7 +17,7 @@ use crate::cri::{CriClient, CriConfig, CriEndpoint};
 use crate::hashing::KubeletVersion;
 use crate::http::{self, Health};
 use crate::kube::{self, NodeObject, NodePods};
-use crate::metrics::Metrics;
+use crate::metrics::{KillLedger, Metrics, RestartTracker};
 use crate::nodeview::{self, HashCache, NodeView, RuntimeSnapshot, RuntimeTracker};
 use crate::recreate::{self, RecreateConfig};
 use crate::systemd::{self, Heartbeat, Notifier};
@@ -80,8 +80,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
     // The workers that change containers; on shutdown they finish what they started.
     let (shutdown_tx, shutdown) = watch::channel(false);
+    let ledger = KillLedger::default();
+    let mut restarts = RestartTracker::new(metrics.clone(), ledger.clone());
     let workers = tokio::spawn(run_workers(
-        config.clone(),
+        (config.clone(), ledger),
         api.clone(),
         cri,
         views.clone(),
@@ -125,6 +127,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let snapshot = snapshots.borrow().clone();
         let mut joined = build_view(&config.node_name, sources.as_ref(), &snapshot, &health);
         nodeview::annotate(&mut joined, &mut hash_cache);
+        restarts.observe(&mut joined, &snapshot);
         let status = status_line(&joined, &health);
         views_tx.send_replace(Arc::new(joined));
         if status != last_status {
@@ -153,7 +156,7 @@ struct ApiSources {
 
 /// Starts the request handlers once both the API client and the runtime client exist.
 async fn run_workers(
-    config: Config,
+    (config, ledger): (Config, KillLedger),
     mut api: watch::Receiver<Option<ApiSources>>,
     mut cri: watch::Receiver<Option<CriClient>>,
     views: watch::Receiver<Arc<NodeView>>,
@@ -186,6 +189,7 @@ async fn run_workers(
             node_name: config.node_name.clone(),
             state_dir: config.state_dir.clone(),
             ignore_kruise_daemon: config.ignore_kruise_daemon,
+            ledger,
         },
         api.client,
         cri,

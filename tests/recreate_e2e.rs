@@ -335,11 +335,14 @@ async fn crash_agent_during_the_stop_of(node: &mut Node, id: &str) -> std::time:
 async fn agent_sigkilled_during_a_graceful_stop_never_kills_twice() {
     let mut node = Node::start().await;
     let pod_name = unique("crash");
-    // Shuts down gracefully on SIGTERM, taking a second: the agent dies in that second.
+    // Shuts down gracefully on SIGTERM, taking two seconds: the agent dies in them.
     let pod = node
         .run_pod(
             &pod_name,
-            json!({"containers": [busybox("app", "trap 'sleep 1; exit 0' TERM; while true; do sleep 0.1; done")]}),
+            json!({"containers": [busybox(
+                "app",
+                "trap 'touch /tmp/terminating; sleep 2; exit 0' TERM; while true; do sleep 0.1; done"
+            )]}),
         )
         .await;
     let old = container_id(&pod, "app");
@@ -351,7 +354,27 @@ async fn agent_sigkilled_during_a_graceful_stop_never_kills_twice() {
         json!({"terminationGracePeriodSeconds": 10}),
     )
     .await;
-    crash_agent_during_the_stop_of(&mut node, &old).await;
+    // The agent dies once the container has its SIGTERM (it marks that in a file).
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        let marked = support::client()
+            .exec_sync(
+                &old,
+                vec!["test".into(), "-f".into(), "/tmp/terminating".into()],
+                Duration::from_secs(2),
+            )
+            .await
+            .is_ok_and(|r| r.exit_code == 0);
+        if marked {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no SIGTERM arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(node.proxy.stop_count(&old), 1);
+    node.agent().signal(Signal::SIGKILL);
+    node.agent().wait_exit(Duration::from_secs(5));
+    node.start_agent();
     let crr = node.wait_completed(&crr_name, LONG).await;
     assert_eq!(container_phase(&crr, "app"), "Succeeded", "{crr:#}");
     assert_eq!(
@@ -364,7 +387,7 @@ async fn agent_sigkilled_during_a_graceful_stop_never_kills_twice() {
 
 /// A container that ignores SIGTERM survives a stop the runtime abandoned when the agent died
 /// (containerd sends SIGTERM, then cancels the wait and never sends SIGKILL). The restarted agent
-/// finishes that one kill: SIGKILL at the moment the first attempt would have sent it.
+/// finishes that one kill once the first attempt's grace is over: SIGTERM, two seconds, SIGKILL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_sigkilled_during_a_stop_the_runtime_abandons_finishes_that_kill() {
     let mut node = Node::start().await;
@@ -398,7 +421,7 @@ async fn agent_sigkilled_during_a_stop_the_runtime_abandons_finishes_that_kill()
     assert_eq!(
         node.proxy.stop_count(&old),
         2,
-        "the abandoned stop and its SIGKILL-only resumption"
+        "the abandoned stop and its resumption"
     );
     // Not before the grace period of the first attempt was over.
     let killed_after =

@@ -13,6 +13,32 @@ use prometheus_client::registry::Registry;
 
 use crate::cri::CallObserver;
 
+mod restarts;
+pub use restarts::{KillLedger, RestartTiming, RestartTracker, Trigger};
+
+/// Explicit buckets from 5 ms to 10 min: a CRI stop takes milliseconds, a kubelet restart with
+/// back-off or an image pull minutes.
+const RESTART_BUCKETS: [f64; 17] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+    600.0,
+];
+
+fn restart_histogram() -> Histogram {
+    Histogram::new(RESTART_BUCKETS)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RestartPhaseLabels {
+    trigger: &'static str,
+    phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RestartResultLabels {
+    trigger: &'static str,
+    result: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CriCallLabels {
     method: &'static str,
@@ -49,6 +75,8 @@ pub struct Metrics {
     api_requests: Family<ApiCallLabels, Histogram>,
     watch_restarts: Family<WatchLabels, Counter>,
     node_view_refreshes: Family<ResultLabels, Counter>,
+    restart_phases: Family<RestartPhaseLabels, Histogram>,
+    restarts: Family<RestartResultLabels, Counter>,
     env_restarts: Family<ResultLabels, Counter>,
     runtime_meta_patches: Family<ResultLabels, Counter>,
 }
@@ -96,6 +124,20 @@ impl Metrics {
             "Refreshes of the node view from the container runtime, by result",
             node_view_refreshes.clone(),
         );
+        let restart_phases = Family::<RestartPhaseLabels, Histogram>::new_with_constructor(
+            restart_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "restart_duration_seconds",
+            "In-place restarts by trigger and phase (stop, restart, ready, total), from CRI timestamps",
+            restart_phases.clone(),
+        );
+        let restarts = Family::<RestartResultLabels, Counter>::default();
+        registry.register(
+            "restarts",
+            "In-place restarts by trigger and result (ready, not-ready)",
+            restarts.clone(),
+        );
         let env_restarts = Family::<ResultLabels, Counter>::default();
         registry.register(
             "env_restarts",
@@ -111,6 +153,8 @@ impl Metrics {
         Self {
             env_restarts,
             runtime_meta_patches,
+            restart_phases,
+            restarts,
             registry: Arc::new(registry),
             cri_requests,
             api_requests,
@@ -140,6 +184,18 @@ impl Metrics {
     pub fn count_watch_restart(&self, resource: &'static str) {
         self.watch_restarts
             .get_or_create(&WatchLabels { resource })
+            .inc();
+    }
+
+    pub fn observe_restart_phase(&self, trigger: &'static str, phase: &'static str, seconds: f64) {
+        self.restart_phases
+            .get_or_create(&RestartPhaseLabels { trigger, phase })
+            .observe(seconds);
+    }
+
+    pub fn count_restart(&self, trigger: &'static str, result: &'static str) {
+        self.restarts
+            .get_or_create(&RestartResultLabels { trigger, result })
             .inc();
     }
 

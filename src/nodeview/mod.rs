@@ -52,6 +52,9 @@ pub struct PodView {
     /// The newest sandbox of the pod, if the runtime has one.
     pub sandbox_id: Option<String>,
     pub sandbox_ready: bool,
+    /// `lastTransitionTime` of the pod's Ready condition while it is True (one-second resolution).
+    #[serde(default)]
+    pub ready_since: Option<String>,
     pub containers: Vec<ContainerView>,
     /// The API's pod as joined (labels, annotations, owners, conditions, status order), for
     /// controllers that need more than the summary above.
@@ -86,6 +89,47 @@ pub struct ContainerView {
     pub runtime: Option<RuntimeContainer>,
     /// Era detection for the stored hash (filled by [`annotate`]).
     pub hash_check: Option<HashCheck>,
+    /// What the pod's status says of this container (kubelet's view).
+    #[serde(default)]
+    pub status: Option<StatusView>,
+    /// The container's last in-place restart, phase by phase (filled by the restart tracker).
+    #[serde(default)]
+    pub last_restart: Option<crate::metrics::RestartTiming>,
+}
+
+/// A container as `pod.status.(init)containerStatuses` reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusView {
+    /// `<runtime>://<id>`.
+    pub container_id: String,
+    pub ready: bool,
+    pub restart_count: i32,
+}
+
+fn pod_status_of(pod: &Pod, name: &str) -> Option<StatusView> {
+    let status = pod.status.as_ref()?;
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(status.init_container_statuses.iter().flatten())
+        .find(|s| s.name == name)
+        .map(|s| StatusView {
+            container_id: s.container_id.clone().unwrap_or_default(),
+            ready: s.ready,
+            restart_count: s.restart_count,
+        })
+}
+
+fn ready_since(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready" && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0.to_string())
 }
 
 /// The newest runtime container of one spec container.
@@ -167,6 +211,7 @@ pub fn join<P: std::borrow::Borrow<Pod>>(
                 sandbox_id: sandbox.map(|s| s.id.clone()),
                 sandbox_ready: sandbox
                     .is_some_and(|s| s.state == PodSandboxState::SandboxReady as i32),
+                ready_since: ready_since(pod),
                 containers: container_views(pod, runtime_containers, snapshot),
                 api_pod: Some(std::sync::Arc::new(pod.clone())),
             }
@@ -239,6 +284,8 @@ fn container_views(
             spec: container.cloned(),
             runtime: newest.map(|c| runtime_container(c, runtime_name, snapshot)),
             hash_check: None,
+            status: pod_status_of(pod, name),
+            last_restart: None,
         });
     };
     for c in spec.init_containers.iter().flatten() {

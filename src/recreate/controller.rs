@@ -26,7 +26,7 @@ use crate::cri::CriClient;
 use crate::cri::labels;
 use crate::cri::proto::{ContainerFilter, ContainerState};
 use crate::http::Health;
-use crate::metrics::Metrics;
+use crate::metrics::{KillLedger, Metrics, Trigger};
 use crate::nodeview::{NodeView, PodView, RuntimeState};
 
 #[derive(Clone, Debug)]
@@ -35,6 +35,8 @@ pub struct RecreateConfig {
     pub state_dir: PathBuf,
     /// Handle CRRs even while a kruise-daemon pod runs on this node (both would act: double kills).
     pub ignore_kruise_daemon: bool,
+    /// Where kills are noted, so the restart timing metrics know what triggered a restart.
+    pub ledger: KillLedger,
 }
 
 /// How a kill ended, reported back to the loop.
@@ -64,6 +66,7 @@ pub async fn run(
     metrics: Metrics,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let ledger = config.ledger.clone();
     let resource = crr_resource();
     let writer = reflector::store::Writer::new(resource.clone());
     let store: Store<DynamicObject> = writer.as_reader();
@@ -111,6 +114,7 @@ pub async fn run(
         writing: HashSet::new(),
         written_tx,
         health,
+        ledger,
     };
     let (done_tx, mut done_rx) = mpsc::channel::<KillDone>(64);
     let mut requeue = Duration::from_secs(1);
@@ -164,6 +168,8 @@ struct Controller {
     /// Requests with a status write under way.
     writing: HashSet<String>,
     written_tx: mpsc::Sender<(String, CrrStatus, bool)>,
+    /// Where kills are noted for the restart timing metrics.
+    ledger: KillLedger,
     health: Health,
 }
 
@@ -375,6 +381,7 @@ impl Controller {
             order.container
         );
         tokio::spawn(async move { killing.emit("Killing", message, "Normal").await });
+        self.ledger.record(&order.container_id, Trigger::Crr);
         tokio::spawn(async move {
             let result = kill::kill(&cri, &order, pod_ip.as_deref()).await;
             let result = match result {

@@ -50,8 +50,10 @@ pub async fn kill(
         }
     };
     let pre_stop_took = started.elapsed();
+    // A resumed kill cannot know whether the first attempt's SIGTERM arrived: send it again
+    // with the two-second minimum, then SIGKILL.
     let stop_grace = if order.resumed {
-        Duration::ZERO
+        Duration::from_secs(MIN_STOP_GRACE_SECONDS as u64)
     } else {
         order
             .grace

@@ -51,7 +51,7 @@ pub struct KillOrder {
     pub pre_stop: Option<PreStop>,
     pub ports: Vec<ContainerPort>,
     pub grace: Duration,
-    /// Finishes a kill an earlier run of the agent began: no hook, SIGKILL right away.
+    /// Finishes a kill an earlier run of the agent began: no hook, the minimum stop grace.
     pub resumed: bool,
 }
 
@@ -228,7 +228,9 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
         // Running and neither restarted nor (forceRecreate) killed: a kill is due. If one was
         // recorded for this very container but is not under way, the agent died during it and
         // the runtime abandoned the stop with it (a cancelled StopContainer has sent SIGTERM but
-        // never sends the SIGKILL). Resume it: SIGKILL when the first kill would have sent it.
+        // never sends the SIGKILL; or the call never reached it). If the container is still running
+        // when the first kill would have sent SIGKILL, finish it: StopContainer with the minimum
+        // grace.
         if let Some(intent) = intent
             && intent.container_id == runtime.id
         {

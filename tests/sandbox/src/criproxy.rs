@@ -161,6 +161,7 @@ impl State {
                 && let Some(id) = container_id
             {
                 *c.stops.entry(id.to_owned()).or_default() += 1;
+                tracing::info!(container = %id, "CRI proxy: StopContainer received");
             }
         }
         let mut rules = lock(&self.rules);

@@ -1,0 +1,255 @@
+//! Timing of every in-place restart on the node, phase by phase, from the runtime's own clocks.
+//!
+//! A restart is a container replaced by a newer one of the same name in the same pod. Its
+//! trigger is what killed the old one: a ContainerRecreateRequest or an env change (the agent's
+//! own kills, noted in the [`KillLedger`]), a kubelet in-place update (the new container carries
+//! another stored hash: the spec changed), or the container's own exit. Phases:
+//! - stop: kill issued → old container exited (CRI `finished_at`; only for the agent's kills,
+//!   whose issue time is known);
+//! - restart: old container exited → new container running (CRI `started_at`): kubelet's reaction,
+//!   its back-off and any image pull;
+//! - ready: new container running → the pod's Ready condition true again (its
+//!   `lastTransitionTime` has one-second resolution, so this phase does too);
+//! - total: kill issued (or exit) → ready.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use super::Metrics;
+use crate::nodeview::{NodeView, RuntimeSnapshot, RuntimeState};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Trigger {
+    Crr,
+    EnvChange,
+    KubeletUpdate,
+    ContainerExit,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Crr => "crr",
+            Trigger::EnvChange => "env-change",
+            Trigger::KubeletUpdate => "kubelet-update",
+            Trigger::ContainerExit => "container-exit",
+        }
+    }
+}
+
+/// One restart as measured. Times are RFC 3339; durations in seconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RestartTiming {
+    pub trigger: Option<Trigger>,
+    pub old_container_id: String,
+    pub new_container_id: String,
+    pub kill_issued_at: Option<String>,
+    pub exited_at: Option<String>,
+    pub running_at: Option<String>,
+    pub ready_at: Option<String>,
+    pub stop_seconds: Option<f64>,
+    pub restart_seconds: Option<f64>,
+    pub ready_seconds: Option<f64>,
+    pub total_seconds: Option<f64>,
+}
+
+/// The agent's own kills, by container ID, so that the restart they cause is attributed.
+#[derive(Clone, Debug, Default)]
+pub struct KillLedger(Arc<Mutex<HashMap<String, (Trigger, Timestamp)>>>);
+
+impl KillLedger {
+    /// Notes that `container_id` is being stopped now for `trigger`.
+    pub fn record(&self, container_id: &str, trigger: Trigger) {
+        if let Ok(mut kills) = self.0.lock() {
+            kills.insert(container_id.to_owned(), (trigger, Timestamp::now()));
+        }
+    }
+
+    fn take(&self, container_id: &str) -> Option<(Trigger, Timestamp)> {
+        self.0.lock().ok()?.remove(container_id)
+    }
+
+    fn forget_older_than(&self, age: Duration) {
+        let cutoff =
+            Timestamp::now() - k8s_openapi::jiff::SignedDuration::try_from(age).unwrap_or_default();
+        if let Ok(mut kills) = self.0.lock() {
+            kills.retain(|_, (_, at)| *at > cutoff);
+        }
+    }
+}
+
+/// A readiness wait gives up after this long (result `not-ready`).
+const READY_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// What was last seen of a container name in a pod.
+struct Seen {
+    id: String,
+    stored_hash: Option<String>,
+}
+
+pub struct RestartTracker {
+    metrics: Metrics,
+    ledger: KillLedger,
+    seen: HashMap<(String, String), Seen>,
+    /// Restarts whose new container is running but not yet ready.
+    pending: HashMap<(String, String), (RestartTiming, Instant)>,
+    last: HashMap<(String, String), RestartTiming>,
+}
+
+fn nanos_to_timestamp(nanos: i64) -> Option<Timestamp> {
+    (nanos > 0)
+        .then(|| Timestamp::from_nanosecond(i128::from(nanos)).ok())
+        .flatten()
+}
+
+fn seconds(from: Timestamp, to: Timestamp) -> f64 {
+    to.duration_since(from).as_secs_f64().max(0.0)
+}
+
+impl RestartTracker {
+    pub fn new(metrics: Metrics, ledger: KillLedger) -> Self {
+        Self {
+            metrics,
+            ledger,
+            seen: HashMap::new(),
+            pending: HashMap::new(),
+            last: HashMap::new(),
+        }
+    }
+
+    /// Looks at a fresh view: detects replacements, records their phases, and fills each
+    /// container's `last_restart` for display.
+    pub fn observe(&mut self, view: &mut NodeView, snapshot: &RuntimeSnapshot) {
+        let mut live = std::collections::HashSet::new();
+        for pod in &mut view.pods {
+            let ready_since = pod
+                .ready_since
+                .as_deref()
+                .and_then(|t| t.parse::<Timestamp>().ok());
+            for container in &mut pod.containers {
+                let key = (pod.uid.clone(), container.name.clone());
+                live.insert(key.clone());
+                let Some(runtime) = container.runtime.as_ref() else {
+                    continue;
+                };
+                match self.seen.get(&key) {
+                    Some(previous) if previous.id != runtime.id => {
+                        // Wait until the replacement runs: its start time is a phase boundary.
+                        if runtime.state != RuntimeState::Running || runtime.times.started_at <= 0 {
+                            continue;
+                        }
+                        let old_times = snapshot.times.get(&previous.id);
+                        let killed = self.ledger.take(&previous.id);
+                        let trigger = match killed {
+                            Some((trigger, _)) => trigger,
+                            None if previous.stored_hash != runtime.stored_hash => {
+                                Trigger::KubeletUpdate
+                            }
+                            None => Trigger::ContainerExit,
+                        };
+                        let issued = killed.map(|(_, at)| at);
+                        let exited = old_times.and_then(|t| nanos_to_timestamp(t.finished_at));
+                        let running = nanos_to_timestamp(runtime.times.started_at);
+                        let timing = RestartTiming {
+                            trigger: Some(trigger),
+                            old_container_id: previous.id.clone(),
+                            new_container_id: runtime.id.clone(),
+                            kill_issued_at: issued.map(|t| t.to_string()),
+                            exited_at: exited.map(|t| t.to_string()),
+                            running_at: running.map(|t| t.to_string()),
+                            stop_seconds: issued.zip(exited).map(|(a, b)| seconds(a, b)),
+                            restart_seconds: exited.zip(running).map(|(a, b)| seconds(a, b)),
+                            ..Default::default()
+                        };
+                        for (phase, value) in [
+                            ("stop", timing.stop_seconds),
+                            ("restart", timing.restart_seconds),
+                        ] {
+                            if let Some(value) = value {
+                                self.metrics
+                                    .observe_restart_phase(trigger.as_str(), phase, value);
+                            }
+                        }
+                        self.pending.insert(key.clone(), (timing, Instant::now()));
+                        self.seen.insert(
+                            key.clone(),
+                            Seen {
+                                id: runtime.id.clone(),
+                                stored_hash: runtime.stored_hash.clone(),
+                            },
+                        );
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.seen.insert(
+                            key.clone(),
+                            Seen {
+                                id: runtime.id.clone(),
+                                stored_hash: runtime.stored_hash.clone(),
+                            },
+                        );
+                    }
+                }
+                // Ready again: kubelet reports the new container ready and the pod Ready.
+                if let Some((timing, _)) = self.pending.get(&key)
+                    && let Some(status) = container.status.as_ref()
+                    && status.ready
+                    && status.container_id.ends_with(&timing.new_container_id)
+                    && let Some(ready_since) = ready_since
+                    && let Some((mut timing, _)) = self.pending.remove(&key)
+                {
+                    let running = timing
+                        .running_at
+                        .as_deref()
+                        .and_then(|t| t.parse::<Timestamp>().ok());
+                    // One-second resolution: never before the container ran.
+                    let ready = running.map_or(ready_since, |r| r.max(ready_since));
+                    let trigger = timing.trigger.map_or("container-exit", Trigger::as_str);
+                    timing.ready_at = Some(ready.to_string());
+                    timing.ready_seconds = running.map(|r| seconds(r, ready));
+                    let start = timing
+                        .kill_issued_at
+                        .as_deref()
+                        .or(timing.exited_at.as_deref())
+                        .and_then(|t| t.parse::<Timestamp>().ok());
+                    timing.total_seconds = start.map(|s| seconds(s, ready));
+                    for (phase, value) in [
+                        ("ready", timing.ready_seconds),
+                        ("total", timing.total_seconds),
+                    ] {
+                        if let Some(value) = value {
+                            self.metrics.observe_restart_phase(trigger, phase, value);
+                        }
+                    }
+                    self.metrics.count_restart(trigger, "ready");
+                    self.last.insert(key.clone(), timing);
+                }
+                container.last_restart = self
+                    .pending
+                    .get(&key)
+                    .map(|(timing, _)| timing.clone())
+                    .or_else(|| self.last.get(&key).cloned());
+            }
+        }
+        // Restarts that never became ready, and containers gone with their pods.
+        let metrics = &self.metrics;
+        self.pending.retain(|key, (timing, since)| {
+            let keep = since.elapsed() < READY_TIMEOUT && live.contains(key);
+            if !keep {
+                metrics.count_restart(
+                    timing.trigger.map_or("container-exit", Trigger::as_str),
+                    "not-ready",
+                );
+            }
+            keep
+        });
+        self.seen.retain(|key, _| live.contains(key));
+        self.last.retain(|key, _| live.contains(key));
+        self.ledger.forget_older_than(READY_TIMEOUT);
+    }
+}
