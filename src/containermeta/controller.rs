@@ -88,6 +88,8 @@ struct Controller {
     reported: HashSet<String>,
     /// Runtime IDs with a kill under way.
     in_flight: HashSet<String>,
+    /// Runtime IDs whose unfinished earlier kill was resumed.
+    resumed: HashSet<String>,
     /// Pod uid → the annotation value last written and when; pods with a write under way.
     written: HashMap<String, (String, Instant)>,
     writing: HashSet<String>,
@@ -118,6 +120,7 @@ pub async fn run(
         first_seen: HashMap::new(),
         reported: HashSet::new(),
         in_flight: HashSet::new(),
+        resumed: HashSet::new(),
         written: HashMap::new(),
         writing: HashSet::new(),
         written_tx,
@@ -310,8 +313,29 @@ impl Controller {
             Some(j) => j,
             None => return,
         };
-        if journal.find(&key(restart_count), &container.name).is_some() {
-            // Killed (or being killed) for this change already.
+        if let Some(intent) = journal.find(&key(restart_count), &container.name) {
+            // Killed (or being killed) for this change already. Only a kill an earlier run of
+            // the agent began and never finished (the container still runs well past its
+            // grace) is finished, once, with SIGKILL.
+            let overdue = intent.container_id == r.id
+                && Timestamp::now().as_millisecond()
+                    > intent
+                        .started_ms
+                        .saturating_add(intent.grace_ms)
+                        .saturating_add(5_000);
+            if overdue && !self.in_flight.contains(&r.id) && self.resumed.insert(r.id.clone()) {
+                let order = KillOrder {
+                    container: container.name.clone(),
+                    container_id: r.id.clone(),
+                    pre_stop: None,
+                    ports: Vec::new(),
+                    grace: Duration::ZERO,
+                    resumed: true,
+                };
+                tracing::warn!(pod = %pod.name, container = %container.name, id = %r.id,
+                    "an env restart of an earlier run never finished; stopping the container now");
+                self.spawn_kill(pod, order, done);
+            }
             return;
         }
         if let Some(previous) = restart_count.checked_sub(1)
@@ -378,7 +402,6 @@ impl Controller {
             tracing::error!(error = %err, "cannot record an env restart intent; not killing");
             return;
         }
-        self.in_flight.insert(r.id.clone());
         tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %container.name, id = %r.id,
             env = %differs.join(","), "stopping container: env from metadata changed");
         emit(
@@ -392,11 +415,17 @@ impl Controller {
             ),
             "Normal",
         );
+        self.spawn_kill(pod, order, done);
+    }
+
+    /// Runs the kill in the background; the loop hears of its end through `done`.
+    fn spawn_kill(&mut self, pod: &PodView, order: KillOrder, done: &mpsc::Sender<String>) {
+        self.in_flight.insert(order.container_id.clone());
         let cri = self.cri.clone();
         let metrics = self.metrics.clone();
         let done = done.clone();
         let pod_ip = pod.pod_ip.clone();
-        let id = r.id.clone();
+        let id = order.container_id.clone();
         let (client, node, pod) = (
             self.client.clone(),
             self.config.node_name.clone(),
