@@ -269,3 +269,73 @@ mod tests {
         assert!(text.trim_end().ends_with("# EOF"), "OpenMetrics terminator");
     }
 }
+
+#[cfg(test)]
+mod dashboard_tests {
+    use super::*;
+
+    /// Every metric a query of the shipped Grafana dashboard names must be one the agent exports.
+    #[test]
+    fn every_dashboard_query_names_an_exported_metric() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/packaging/grafana/inplaced-dashboard.json"
+        );
+        let dashboard: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        // Families are exposed once they have a sample: give every one of them one.
+        let metrics = Metrics::new();
+        metrics.observe("Version", tonic::Code::Ok, Duration::from_millis(1));
+        metrics.observe_api_request("list", "pods", 200, Duration::from_millis(1));
+        metrics.count_watch_restart("pods");
+        metrics.count_node_view_refresh(true);
+        metrics.observe_restart_phase("crr", "total", 1.0);
+        metrics.count_restart("crr", "ready");
+        metrics.count_env_restart("success");
+        metrics.count_runtime_meta_patch(true);
+        let exported: Vec<String> = metrics
+            .encode()
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .map(str::to_owned)
+            .collect();
+        assert!(exported.len() >= 8, "{exported:?}");
+        let mut queries = Vec::new();
+        for panel in dashboard["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().unwrap() {
+                queries.push(target["expr"].as_str().unwrap().to_owned());
+            }
+        }
+        for variable in dashboard["templating"]["list"].as_array().unwrap() {
+            if let Some(query) = variable["query"]
+                .as_str()
+                .filter(|q| q.contains("inplaced_"))
+            {
+                queries.push(query.to_owned());
+            }
+        }
+        assert!(!queries.is_empty());
+        for query in &queries {
+            let mut named = 0;
+            for (start, _) in query.match_indices("inplaced_") {
+                let name: String = query[start..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                // Samples of a family: name_bucket/_sum/_count of a histogram, name_total of a counter,
+                // name_info of an info metric.
+                let family = ["_bucket", "_sum", "_count", "_total", "_info"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix))
+                    .unwrap_or(&name);
+                assert!(
+                    exported.iter().any(|e| e == family),
+                    "{name} in {query:?} is not exported: {exported:?}"
+                );
+                named += 1;
+            }
+            assert!(named > 0, "a query without an inplaced metric: {query}");
+        }
+    }
+}
