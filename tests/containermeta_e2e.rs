@@ -383,3 +383,60 @@ async fn an_unmatchable_value_is_reported_once_and_left_alone() {
     assert_eq!(container_id(&node.pod(&name).unwrap(), "app"), second);
     node.stop().await;
 }
+
+/// A kruise pod: the env-from-metadata change is acted on only while kruise-manager has set
+/// `InPlaceUpdateReady` False; the annotation's env hash tells the manager when it is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kruise_pod_restarts_only_while_in_place_update_ready_is_false() {
+    let node = Node::start().await;
+    let name = unique("kruise");
+    let mut app = busybox("app", POLITE);
+    app["env"] = json!([env_from("V", "metadata.annotations['v']")]);
+    let owner = json!([{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+        "name": "cs", "uid": "6d1c7f0e-0000-4000-8000-000000000002", "controller": true}]);
+    let pod = node
+        .run_pod_with_meta(
+            &name,
+            json!({"ownerReferences": owner, "annotations": {"v": "1"}}),
+            json!({"containers": [app]}),
+        )
+        .await;
+    let first = container_id(&pod, "app");
+    node.set_pod_condition(&name, "InPlaceUpdateReady", "True")
+        .await;
+    node.patch_pod_metadata(&name, json!({"annotations": {"v": "2"}}))
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        node.proxy.stop_count(&first),
+        0,
+        "not while InPlaceUpdateReady is True"
+    );
+    let env_hash = |p: &Value| -> Value {
+        serde_json::from_str::<Value>(&annotation(p).unwrap_or_default())
+            .map(|m| m["containers"][0]["hashes"]["extractedEnvFromMetadataHash"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let pod = wait_annotation(&node, &name, annotation_current).await;
+    assert_eq!(container_id(&pod, "app"), first);
+    assert_ne!(
+        env_hash(&pod),
+        expected_env_hash(&pod, "app"),
+        "still the old values"
+    );
+
+    node.set_pod_condition(&name, "InPlaceUpdateReady", "False")
+        .await;
+    let pod = wait_restarted(&node, &name, &first).await;
+    let second = container_id(&pod, "app");
+    assert_eq!(env_of(&second, "V").await.as_deref(), Some("2"));
+    assert_eq!(node.proxy.stop_count(&first), 1);
+    // What kruise-manager waits for: the started-with hash equals the expected one.
+    node.wait_pod(&name, LONG, |p| {
+        annotation_current(p) && env_hash(p) == expected_env_hash(p, "app")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(node.proxy.stop_count(&second), 0);
+    node.stop().await;
+}

@@ -159,6 +159,41 @@ impl Node {
         .unwrap();
     }
 
+    /// Sets a pod condition the kubelet does not own (e.g. kruise's `InPlaceUpdateReady`) through
+    /// `pods/status`, as its controller would; written again if a kubelet status write with an
+    /// older copy of the pod dropped it.
+    pub async fn set_pod_condition(&self, name: &str, kind: &str, status: &str) {
+        let api: ::kube::Api<k8s_openapi::api::core::v1::Pod> =
+            ::kube::Api::namespaced(self.client.clone(), NS);
+        for _ in 0..10 {
+            let pod = self.pod(name).unwrap();
+            let mut conditions: Vec<Value> = pod
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            conditions.retain(|c| c["type"] != kind);
+            conditions.push(json!({"type": kind, "status": status}));
+            api.patch_status(
+                name,
+                &::kube::api::PatchParams::default(),
+                &::kube::api::Patch::Merge(json!({"status": {"conditions": conditions}})),
+            )
+            .await
+            .unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let kept = self
+                .pod(name)
+                .and_then(|p| p.pointer("/status/conditions").cloned())
+                .and_then(|c| c.as_array().cloned())
+                .is_some_and(|c| c.iter().any(|c| c["type"] == kind && c["status"] == status));
+            if kept {
+                return;
+            }
+        }
+        panic!("condition {kind}={status} never stuck on pod {name}");
+    }
+
     pub fn pod(&self, name: &str) -> Option<Value> {
         self.server.store().get("pods", NS, name)
     }

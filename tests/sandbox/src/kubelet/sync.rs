@@ -614,12 +614,33 @@ async fn pod_status(
                "lastProbeTime": null, "lastTransitionTime": entry.1})
     };
     let containers_ready = init_done && all_ready && !statuses.is_empty();
-    let conditions = vec![
+    let mut conditions = vec![
         condition("Initialized", init_done),
         condition("Ready", containers_ready),
         condition("ContainersReady", containers_ready),
         condition("PodScheduled", true),
     ];
+    // Like kubelet's status manager, conditions it does not own (readiness gates such as
+    // kruise's InPlaceUpdateReady) stay as their owners wrote them.
+    const KUBELET_OWNED: [&str; 5] = [
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+        "PodReadyToStartContainers",
+    ];
+    if let Some(existing) = pod.pointer("/status/conditions").and_then(Value::as_array) {
+        conditions.extend(
+            existing
+                .iter()
+                .filter(|c| {
+                    c["type"]
+                        .as_str()
+                        .is_some_and(|t| !KUBELET_OWNED.contains(&t))
+                })
+                .cloned(),
+        );
+    }
     let mut status = json!({
         "phase": phase,
         "conditions": conditions,
