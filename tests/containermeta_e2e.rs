@@ -440,3 +440,44 @@ async fn kruise_pod_restarts_only_while_in_place_update_ready_is_false() {
     assert_eq!(node.proxy.stop_count(&second), 0);
     node.stop().await;
 }
+
+/// A terminating pod is never touched, whatever its labels and annotations say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminating_pod_is_left_alone() {
+    let node = Node::start().await;
+    let name = unique("terminating");
+    let mut app = busybox("app", "trap '' TERM; while true; do sleep 0.1; done");
+    app["env"] = json!([env_from("V", "metadata.annotations['v']")]);
+    let pod = node
+        .run_pod_with_meta(
+            &name,
+            json!({"annotations": {"v": "1", OPT_IN: "true"}}),
+            json!({"containers": [app], "terminationGracePeriodSeconds": 8}),
+        )
+        .await;
+    let id = container_id(&pod, "app");
+    let api: ::kube::Api<k8s_openapi::api::core::v1::Pod> =
+        ::kube::Api::namespaced(node.client.clone(), support::sandbox::NS);
+    api.delete(&name, &::kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    node.wait_pod(&name, LONG, |p| {
+        p.pointer("/metadata/deletionTimestamp").is_some()
+    })
+    .await;
+    node.patch_pod_metadata(&name, json!({"annotations": {"v": "2"}}))
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        node.proxy.stop_count(&id),
+        0,
+        "the agent stopped a terminating pod's container"
+    );
+    assert!(node.events(&name, "Killing").iter().all(|e| {
+        !e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("container meta restarter")
+    }));
+    node.stop().await;
+}

@@ -395,6 +395,34 @@ mod tests {
     }
 
     #[test]
+    fn malformed_input_never_panics() {
+        // A garbage annotation is replaced; a pod without spec or status gives nothing to write.
+        let p = two_container_pod(Some("{not json"));
+        let runtime = HashMap::from([
+            ("a".to_string(), facts("aa", "zz-not-hex", None)),
+            ("b".to_string(), facts("bb", "10", None)),
+        ]);
+        let value = annotation_patch(&p, &runtime).unwrap();
+        assert!(value.contains(r#""plainHash":0"#), "{value}");
+        let bare = pod(json!({"metadata": {"name": "p"}}));
+        assert_eq!(desired_meta(&bare, &runtime), None);
+        let no_status =
+            pod(json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a"}]}}));
+        assert_eq!(
+            annotation_patch(&no_status, &runtime).as_deref(),
+            Some(r#"{"containers":null}"#)
+        );
+        let odd = pod(
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "env": [
+            {"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['"}}},
+            {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "['x']"}}},
+            {"name": "C", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['ok']"}}}]}]}}),
+        );
+        let refs = metadata_refs(&odd.spec.as_ref().unwrap().containers[0]);
+        assert_eq!(refs.len(), 1);
+    }
+
+    #[test]
     fn entries_are_reused_by_container_id_and_rebuilt_after_a_restart() {
         let old = r#"{"containers":[{"name":"a","containerID":"containerd://aa","restartCount":0,"hashes":{"plainHash":1,"plainHashWithoutResources":0,"extractedEnvFromMetadataHash":5}}]}"#;
         let p = two_container_pod(Some(old));
