@@ -176,8 +176,11 @@ async fn run_workers(
         },
         _ = shutdown.wait_for(|stop| *stop) => return,
     };
+    let mut meta_config =
+        crate::containermeta::ContainerMetaConfig::new(&config.node_name, config.state_dir.clone());
+    meta_config.ledger = ledger.clone();
     let meta = crate::containermeta::run(
-        crate::containermeta::ContainerMetaConfig::new(&config.node_name, config.state_dir.clone()),
+        meta_config,
         api.client.clone(),
         cri.clone(),
         views.clone(),

@@ -318,10 +318,20 @@ async fn restart_trigger(script: &str) -> (Node, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_trigger_with_an_annotation_and_a_label() {
-    let (node, _) = restart_trigger(POLITE).await;
+    let (mut node, _) = restart_trigger(POLITE).await;
     // Started-with values came from the OCI spec: the agent never exec'd `env`; the preStop
     // hook ran (two ExecSync calls: one per kill).
     assert_eq!(node.proxy.calls("ExecSync"), 2);
+    // Restart timing counts both as env-change restarts.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, metrics) = node.agent().get("/metrics").unwrap();
+        if metrics.contains("inplaced_restarts_total{trigger=\"env-change\",result=\"ready\"} 2") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{metrics}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     node.stop().await;
 }
 

@@ -31,7 +31,7 @@ use super::plan::{self, RuntimeFacts};
 use crate::cri::CriClient;
 use crate::cri::labels;
 use crate::cri::proto::{ContainerFilter, ContainerState};
-use crate::metrics::Metrics;
+use crate::metrics::{KillLedger, Metrics, Trigger};
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 use crate::recreate::crr::{ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, PreStop};
 use crate::recreate::journal::{KillIntent, KillJournal};
@@ -46,6 +46,8 @@ pub struct ContainerMetaConfig {
     pub settle: Duration,
     /// Node-wide budget of env-from-metadata restarts (token bucket, burst of the same size).
     pub restarts_per_minute: u32,
+    /// Where kills are recorded for restart timing (`inplaced_restart_duration_seconds`).
+    pub ledger: KillLedger,
 }
 
 impl ContainerMetaConfig {
@@ -55,6 +57,7 @@ impl ContainerMetaConfig {
             state_dir,
             settle: Duration::from_secs(1),
             restarts_per_minute: 10,
+            ledger: KillLedger::default(),
         }
     }
 }
@@ -421,6 +424,9 @@ impl Controller {
     /// Runs the kill in the background; the loop hears of its end through `done`.
     fn spawn_kill(&mut self, pod: &PodView, order: KillOrder, done: &mpsc::Sender<String>) {
         self.in_flight.insert(order.container_id.clone());
+        self.config
+            .ledger
+            .record(&order.container_id, Trigger::EnvChange);
         let cri = self.cri.clone();
         let metrics = self.metrics.clone();
         let done = done.clone();
