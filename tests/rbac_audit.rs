@@ -1,5 +1,6 @@
 //! The shipped RBAC against what the agent really does: an end-to-end run on the sandbox (a pod,
-//! a ContainerRecreateRequest with a preStop hook, the kill, status and events), then every
+//! a ContainerRecreateRequest with a preStop hook, the kill, status and events; a pod opted in to
+//! runtime container meta, its annotation and an env-from-metadata restart), then every
 //! request the agent made, from the API double's audit log, is checked against the ClusterRoles
 //! in packaging/kubernetes/. A verb or resource the agent uses that a shipped role does not grant
 //! fails the test: grant it (with a comment naming the feature) or do not use it.
@@ -93,6 +94,33 @@ async fn the_agent_uses_only_what_the_shipped_roles_grant() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // Runtime container meta (the apps.kruise.io/runtime-containers-meta annotation through
+    // pods/status) and an env-from-metadata restart, through inplaced's opt-in annotation.
+    let meta_pod = unique("meta");
+    let app = json!({"name": "app", "image": "localhost/busybox:local",
+        "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"],
+        "env": [{"name": "V", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['v']"}}}]});
+    let pod = node
+        .run_pod_with_meta(
+            &meta_pod,
+            json!({"annotations": {"v": "1", "inplaced.io/runtime-containers-meta": "true"}}),
+            json!({"containers": [app]}),
+        )
+        .await;
+    let first = container_id(&pod, "app");
+    node.wait_pod(&meta_pod, LONG, |p| {
+        p.pointer("/metadata/annotations/apps.kruise.io~1runtime-containers-meta")
+            .is_some()
+    })
+    .await;
+    node.patch_pod_metadata(&meta_pod, json!({"annotations": {"v": "2"}}))
+        .await;
+    node.wait_pod(&meta_pod, LONG, |p| {
+        container_id(p, "app") != first && support::sandbox::all_running(p)
+    })
+    .await;
+    assert_eq!(node.proxy.stop_count(&first), 1, "one env restart");
+
     let audit = node.server.audit();
     let agent: Vec<_> = audit
         .entries()
@@ -110,6 +138,7 @@ async fn the_agent_uses_only_what_the_shipped_roles_grant() {
         "watch apps.kruise.io containerrecreaterequests",
         "patch apps.kruise.io containerrecreaterequests/status",
         "create core events",
+        "patch core pods/status",
     ] {
         assert!(
             used.iter().any(|u| u.starts_with(expected)),
