@@ -3,7 +3,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use apiserver_double::{ApiServer, ServerConfig};
@@ -11,14 +10,6 @@ use nix::sys::signal::Signal;
 use serde_json::json;
 use support::agent::AgentProcess;
 use support::{endpoint, unique};
-
-fn containerd_script(action: &str) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node/containerd.sh");
-    assert!(
-        Command::new(script).arg(action).status().unwrap().success(),
-        "containerd.sh {action}"
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_follows_the_runtime_down_and_up_without_a_restart() {
@@ -46,7 +37,7 @@ async fn readiness_follows_the_runtime_down_and_up_without_a_restart() {
     agent.wait_notification(Duration::from_secs(10), |n| n == "READY=1");
     agent.wait_http("/readyz", 200, Duration::from_secs(20));
 
-    containerd_script("stop-daemon");
+    support::containerd_script("stop-daemon");
     let body = agent.wait_http("/readyz", 503, Duration::from_secs(20));
     agent.wait_notification(Duration::from_secs(5), |n| {
         n.starts_with("STATUS=waiting: runtime")
@@ -56,7 +47,7 @@ async fn readiness_follows_the_runtime_down_and_up_without_a_restart() {
         200,
         "alive while the runtime is down"
     );
-    containerd_script("start-daemon");
+    support::containerd_script("start-daemon");
     assert!(body.contains("runtime: CRI runtime at"), "{body}");
     assert!(body.contains("unavailable"), "{body}");
 

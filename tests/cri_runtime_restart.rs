@@ -3,21 +3,11 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use inplaced::cri::proto::{ContainerFilter, ContainerState};
 use inplaced::cri::{CriClient, CriConfig, CriError, labels};
 use support::{TestPod, endpoint};
-
-fn containerd_script(action: &str) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node/containerd.sh");
-    let status = Command::new(script)
-        .arg(action)
-        .status()
-        .expect("run containerd.sh");
-    assert!(status.success(), "containerd.sh {action} failed");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_reconnects_after_containerd_restarts_and_retries_only_idempotent_calls() {
@@ -39,7 +29,7 @@ async fn client_reconnects_after_containerd_restarts_and_retries_only_idempotent
     // Open the connection so that what follows exercises a reconnect, not a first connect.
     patient.list_containers(Some(by_pod.clone())).await.unwrap();
 
-    containerd_script("stop-daemon");
+    support::containerd_script("stop-daemon");
     let down = impatient.list_containers(None).await.unwrap_err();
     assert!(matches!(down, CriError::Unavailable { .. }), "{down}");
     assert!(down.is_transient());
@@ -52,7 +42,7 @@ async fn client_reconnects_after_containerd_restarts_and_retries_only_idempotent
     // comes back. The read is retried until it succeeds; the start is not retried.
     let restarter = tokio::spawn(async {
         tokio::time::sleep(Duration::from_millis(700)).await;
-        tokio::task::spawn_blocking(|| containerd_script("start-daemon"))
+        tokio::task::spawn_blocking(|| support::containerd_script("start-daemon"))
             .await
             .unwrap();
     });

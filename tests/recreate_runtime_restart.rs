@@ -3,20 +3,11 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
 use support::sandbox::{Node, container_id, container_phase};
 use support::unique;
-
-fn containerd_script(action: &str) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node/containerd.sh");
-    assert!(
-        Command::new(script).arg(action).status().unwrap().success(),
-        "containerd.sh {action}"
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runtime_restart_during_the_kill_neither_fails_the_request_nor_kills_twice() {
@@ -44,9 +35,9 @@ async fn a_runtime_restart_during_the_kill_neither_fails_the_request_nor_kills_t
         assert!(std::time::Instant::now() < deadline, "no kill issued");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    containerd_script("stop-daemon");
+    support::containerd_script("stop-daemon");
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    containerd_script("start-daemon");
+    support::containerd_script("start-daemon");
 
     let crr = node
         .wait_completed(&crr_name, Duration::from_secs(60))

@@ -21,6 +21,17 @@ pub fn endpoint() -> CriEndpoint {
     CriEndpoint::parse(&text).expect("INPLACED_TEST_CRI_ENDPOINT")
 }
 
+/// Runs `tests/node/containerd.sh <action>` (e.g. `stop-daemon`, `start-daemon`). Tests that stop
+/// the shared containerd must be alone in their test binary.
+pub fn containerd_script(action: &str) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node/containerd.sh");
+    let status = std::process::Command::new(script)
+        .arg(action)
+        .status()
+        .expect("run containerd.sh");
+    assert!(status.success(), "containerd.sh {action} failed");
+}
+
 /// A client for the test containerd. Tests fail (never skip) when it is not up.
 pub fn client() -> CriClient {
     CriClient::new(CriConfig::new(endpoint()))
