@@ -21,11 +21,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::kube::api::{Api, Patch, PatchParams, PostParams};
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use ::kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{mpsc, watch};
+
+use crate::kube::events::PodEvents;
 
 use super::plan::{self, RuntimeFacts};
 use crate::cri::CriClient;
@@ -356,10 +357,8 @@ impl Controller {
                     differs.join(", ")
                 );
                 tracing::warn!(pod = %pod.name, namespace = %pod.namespace, %message);
-                emit(
-                    self.client.clone(),
-                    &self.config.node_name,
-                    pod,
+                PodEvents::new(self.client.clone(), &self.config.node_name).emit(
+                    &pod.event_ref(),
                     "EnvFromMetadataUnmatched",
                     message,
                     "Warning",
@@ -407,10 +406,8 @@ impl Controller {
         }
         tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %container.name, id = %r.id,
             env = %differs.join(","), "stopping container: env from metadata changed");
-        emit(
-            self.client.clone(),
-            &self.config.node_name,
-            pod,
+        PodEvents::new(self.client.clone(), &self.config.node_name).emit(
+            &pod.event_ref(),
             "Killing",
             format!(
                 "Stopping containerID {} by container meta restarter",
@@ -432,17 +429,16 @@ impl Controller {
         let done = done.clone();
         let pod_ip = pod.pod_ip.clone();
         let id = order.container_id.clone();
-        let (client, node, pod) = (
-            self.client.clone(),
-            self.config.node_name.clone(),
-            pod.clone(),
+        let (events, pod_ref) = (
+            PodEvents::new(self.client.clone(), &self.config.node_name),
+            pod.event_ref(),
         );
         tokio::spawn(async move {
             match run_kill(&cri, &order, pod_ip.as_deref()).await {
                 Ok(outcome) => {
                     metrics.count_env_restart("success");
                     if let Some(reason) = outcome.pre_stop_failure {
-                        emit(client, &node, &pod, "FailedPreStopHook", reason, "Warning");
+                        events.emit(&pod_ref, "FailedPreStopHook", reason, "Warning");
                     }
                 }
                 Err(err) => {
@@ -558,56 +554,6 @@ fn fnv_of(values: &BTreeMap<String, String>) -> u64 {
         }
     }
     h
-}
-
-/// Records a core/v1 event about the pod, in the background.
-fn emit(
-    client: ::kube::Client,
-    node: &str,
-    pod: &PodView,
-    reason: &str,
-    message: String,
-    kind: &str,
-) {
-    let now = Timestamp::now();
-    let event = Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{}.{:x}", pod.name, now.as_nanosecond())),
-            namespace: Some(pod.namespace.clone()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(pod.name.clone()),
-            namespace: Some(pod.namespace.clone()),
-            uid: Some(pod.uid.clone()),
-            ..Default::default()
-        },
-        reason: Some(reason.into()),
-        message: Some(message),
-        type_: Some(kind.into()),
-        source: Some(EventSource {
-            component: Some("inplaced".into()),
-            host: Some(node.to_owned()),
-        }),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        event_time: Some(MicroTime(now)),
-        count: Some(1),
-        reporting_component: Some("inplaced".into()),
-        reporting_instance: Some(node.to_owned()),
-        action: Some(reason.into()),
-        ..Default::default()
-    };
-    let namespace = pod.namespace.clone();
-    let reason = reason.to_owned();
-    tokio::spawn(async move {
-        let api: Api<Event> = Api::namespaced(client, &namespace);
-        if let Err(err) = api.create(&PostParams::default(), &event).await {
-            tracing::warn!(reason, error = %err, "cannot record an event");
-        }
-    });
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! configuration, with request metrics and a client-side rate limit, and reflectors for the pods
 //! bound to this node and for the node object itself.
 
+pub mod events;
 mod layer;
 
 use std::path::Path;

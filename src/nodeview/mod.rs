@@ -97,6 +97,17 @@ pub struct ContainerView {
     pub last_restart: Option<crate::metrics::RestartTiming>,
 }
 
+impl PodView {
+    /// The pod as events refer to it.
+    pub fn event_ref(&self) -> crate::kube::events::PodRef {
+        crate::kube::events::PodRef {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+        }
+    }
+}
+
 /// A container as `pod.status.(init)containerStatuses` reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusView {

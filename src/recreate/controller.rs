@@ -7,14 +7,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use ::kube::runtime::reflector::{self, Store};
 use ::kube::runtime::{WatchStreamExt, watcher};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{mpsc, watch};
 
@@ -26,6 +22,7 @@ use crate::cri::CriClient;
 use crate::cri::labels;
 use crate::cri::proto::{ContainerFilter, ContainerState};
 use crate::http::Health;
+use crate::kube::events::PodEvents;
 use crate::metrics::{KillLedger, Metrics, Trigger};
 use crate::nodeview::{NodeView, PodView, RuntimeState};
 
@@ -364,23 +361,18 @@ impl Controller {
         tracing::info!(crr = %request.name, namespace = %request.namespace, pod = %pod.name, container = %order.container,
             id = %order.container_id, resumed = order.resumed, "stopping container for ContainerRecreateRequest");
         let cri = self.cri.clone();
-        let events = EventSink {
-            client: self.client.clone(),
-            node: self.config.node_name.clone(),
-            pod: pod.clone(),
-        };
+        let events = PodEvents::new(self.client.clone(), &self.config.node_name);
+        let pod_ref = pod.event_ref();
         let done = done.clone();
         let crr_uid = request.uid.clone();
         let crr_name = request.name.clone();
-        let events = Arc::new(events);
         // The event is recorded beside the kill, never in front of it: no API round trip
         // delays a kill.
-        let killing = events.clone();
         let message = format!(
             "Stopping container {} by ContainerRecreateRequest {crr_name}",
             order.container
         );
-        tokio::spawn(async move { killing.emit("Killing", message, "Normal").await });
+        events.emit(&pod_ref, "Killing", message, "Normal");
         self.ledger.record(&order.container_id, Trigger::Crr);
         tokio::spawn(async move {
             let result = kill::kill(&cri, &order, pod_ip.as_deref()).await;
@@ -389,7 +381,7 @@ impl Controller {
                     tracing::info!(container = %order.container, pre_stop = ?outcome.pre_stop_took,
                         stop = ?outcome.stop_took, "container stopped for ContainerRecreateRequest");
                     if let Some(reason) = outcome.pre_stop_failure {
-                        events.emit("FailedPreStopHook", reason, "Warning").await;
+                        events.emit(&pod_ref, "FailedPreStopHook", reason, "Warning");
                     }
                     Ok(())
                 }
@@ -543,52 +535,5 @@ fn pod_facts(pod: &PodView) -> PodFacts {
                 ))
             })
             .collect(),
-    }
-}
-
-/// Core/v1 events about a pod, from this node's agent.
-struct EventSink {
-    client: ::kube::Client,
-    node: String,
-    pod: PodView,
-}
-
-impl EventSink {
-    async fn emit(&self, reason: &str, message: String, kind: &str) {
-        let now = Timestamp::now();
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{}.{:x}", self.pod.name, now.as_nanosecond())),
-                namespace: Some(self.pod.namespace.clone()),
-                ..Default::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(self.pod.name.clone()),
-                namespace: Some(self.pod.namespace.clone()),
-                uid: Some(self.pod.uid.clone()),
-                ..Default::default()
-            },
-            reason: Some(reason.into()),
-            message: Some(message),
-            type_: Some(kind.into()),
-            source: Some(EventSource {
-                component: Some("inplaced".into()),
-                host: Some(self.node.clone()),
-            }),
-            first_timestamp: Some(Time(now)),
-            last_timestamp: Some(Time(now)),
-            event_time: Some(MicroTime(now)),
-            count: Some(1),
-            reporting_component: Some("inplaced".into()),
-            reporting_instance: Some(self.node.clone()),
-            action: Some(reason.into()),
-            ..Default::default()
-        };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.pod.namespace);
-        if let Err(err) = api.create(&PostParams::default(), &event).await {
-            tracing::warn!(reason, error = %err, "cannot record an event");
-        }
     }
 }
