@@ -31,7 +31,6 @@ use crate::kube::events::PodEvents;
 use super::plan::{self, RuntimeFacts};
 use crate::cri::CriClient;
 use crate::cri::labels;
-use crate::cri::proto::{ContainerFilter, ContainerState};
 use crate::metrics::{KillLedger, Metrics, Trigger};
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 use crate::recreate::crr::{ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, PreStop};
@@ -378,7 +377,11 @@ impl Controller {
             return;
         }
         // A stale view must never direct a kill at a replaced container.
-        match self.newest_running(&pod.runtime_uid, &container.name).await {
+        match self
+            .cri
+            .newest_running(&pod.runtime_uid, &container.name)
+            .await
+        {
             Ok(Some(id)) if id == r.id => {}
             _ => return,
         }
@@ -480,27 +483,6 @@ impl Controller {
         } else {
             false
         }
-    }
-
-    async fn newest_running(
-        &self,
-        pod_uid: &str,
-        container: &str,
-    ) -> Result<Option<String>, crate::cri::CriError> {
-        let filter = ContainerFilter {
-            label_selector: [
-                (labels::POD_UID.to_string(), pod_uid.to_string()),
-                (labels::CONTAINER_NAME.to_string(), container.to_string()),
-            ]
-            .into(),
-            ..Default::default()
-        };
-        let containers = self.cri.list_containers(Some(filter)).await?;
-        Ok(containers
-            .into_iter()
-            .max_by_key(|c| c.created_at)
-            .filter(|c| c.state == ContainerState::ContainerRunning as i32)
-            .map(|c| c.id))
     }
 
     /// Merge patch of the annotation through `pods/status`, off the loop; one write per pod at

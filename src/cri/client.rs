@@ -277,6 +277,33 @@ impl CriClient {
         .await
     }
 
+    /// The ID of the newest container kubelet created under `container` in the pod with
+    /// runtime UID `pod_uid`, if it is running. Asked of the runtime now: callers check their
+    /// target with it right before a kill, so a stale view never directs one.
+    pub async fn newest_running(
+        &self,
+        pod_uid: &str,
+        container: &str,
+    ) -> Result<Option<String>, CriError> {
+        let filter = ContainerFilter {
+            label_selector: [
+                (super::labels::POD_UID.to_string(), pod_uid.to_string()),
+                (
+                    super::labels::CONTAINER_NAME.to_string(),
+                    container.to_string(),
+                ),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let containers = self.list_containers(Some(filter)).await?;
+        Ok(containers
+            .into_iter()
+            .max_by_key(|c| c.created_at)
+            .filter(|c| c.state == ContainerState::ContainerRunning as i32)
+            .map(|c| c.id))
+    }
+
     /// Runs a command in a container and waits up to `timeout` for it. Never retried: the command
     /// may have side effects (a preStop hook).
     pub async fn exec_sync(

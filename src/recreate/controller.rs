@@ -19,8 +19,6 @@ use super::journal::{KillIntent, KillJournal};
 use super::kill;
 use super::plan::{self, Facts, KillOrder, PodFacts, RuntimeFacts};
 use crate::cri::CriClient;
-use crate::cri::labels;
-use crate::cri::proto::{ContainerFilter, ContainerState};
 use crate::http::Health;
 use crate::kube::events::PodEvents;
 use crate::metrics::{KillLedger, Metrics, Trigger};
@@ -323,6 +321,7 @@ impl Controller {
     ) {
         let Some(pod) = pod else { return };
         match self
+            .cri
             .newest_running(&pod.runtime_uid, &order.container)
             .await
         {
@@ -395,28 +394,6 @@ impl Controller {
                 })
                 .await;
         });
-    }
-
-    /// The ID of the newest running container of that name in the pod, asked of the runtime now.
-    async fn newest_running(
-        &self,
-        pod_uid: &str,
-        container: &str,
-    ) -> Result<Option<String>, crate::cri::CriError> {
-        let filter = ContainerFilter {
-            label_selector: [
-                (labels::POD_UID.to_string(), pod_uid.to_string()),
-                (labels::CONTAINER_NAME.to_string(), container.to_string()),
-            ]
-            .into(),
-            ..Default::default()
-        };
-        let containers = self.cri.list_containers(Some(filter)).await?;
-        Ok(containers
-            .into_iter()
-            .max_by_key(|c| c.created_at)
-            .filter(|c| c.state == ContainerState::ContainerRunning as i32)
-            .map(|c| c.id))
     }
 
     /// Writes the status when it differs from what the request (or our last write) says.
