@@ -131,8 +131,12 @@ fn stored_hashes(container: &ContainerView) -> StoredHashes {
 
 /// `[16,17,18,27,28]` → `["1.16–1.18", "1.27–1.28"]`.
 fn ranges(minors: &[u32]) -> Vec<String> {
+    // A release can match under both Go escaping flavours: count it once.
+    let mut minors = minors.to_vec();
+    minors.sort_unstable();
+    minors.dedup();
     let mut out = Vec::new();
-    let mut iter = minors.iter().copied().peekable();
+    let mut iter = minors.into_iter().peekable();
     while let Some(start) = iter.next() {
         let mut end = start;
         while iter.peek() == Some(&(end + 1)) {
@@ -243,5 +247,6 @@ mod tests {
             vec!["1.16–1.18", "1.27–1.28", "1.31"]
         );
         assert!(ranges(&[]).is_empty());
+        assert_eq!(ranges(&[26, 27, 27, 28, 28, 29, 29, 30]), vec!["1.26–1.30"]);
     }
 }

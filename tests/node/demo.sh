@@ -96,7 +96,7 @@ echo "== inplaced pods"
 echo
 echo "== the agent's restart metrics (http://$METRICS/metrics)"
 metrics=$(exec 3<>"/dev/tcp/${METRICS%:*}/${METRICS#*:}" && printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3 && cat <&3 || true)
-printf '%s\n' "$metrics" | grep -E '^inplaced_[a-z_]*(restart|recreate)' || echo "   (no restart metrics exported yet)"
+printf '%s\n' "$metrics" | grep -E '^inplaced_[a-z_]*(restart|recreate)' | grep -v '_bucket{' || echo "   (no restart metrics exported yet)"
 
 echo
 echo "Everything keeps running: API server double http://$API (kubeconfig $KC),"
