@@ -564,11 +564,28 @@ macro_rules! fields {
             Ok(false)
         }
     };
+    // The same, plus `$obj`: decodes a whole JSON object of `$T` through the dispatch.
+    (
+        fn $dispatch:ident<$lt:lifetime>($p:ident, $t:ident: $T:ty, $ctx:ident);
+        const $names:ident;
+        fn $obj:ident;
+        { $( $json:literal $( since $since:literal )? => $body:expr ),* $(,)? }
+    ) => {
+        fields! {
+            fn $dispatch<$lt>($p, $t: $T, $ctx);
+            const $names;
+            { $( $json $( since $since )? => $body ),* }
+        }
+        fn $obj<$lt>($p: &mut Parser<$lt>, $t: &mut $T, $ctx: &Ctx) -> DResult<()> {
+            dec_fields($p, $t, $ctx, $names, $dispatch)
+        }
+    };
 }
 
 fields! {
     fn container_field<'a>(p, t: Container<'a>, ctx);
     const CONTAINER_FIELDS;
+    fn container_obj;
     {
         "name" => dec_str(p, &mut t.name),
         "image" => dec_str(p, &mut t.image),
@@ -598,13 +615,10 @@ fields! {
     }
 }
 
-fn container_obj<'a>(p: &mut Parser<'a>, t: &mut Container<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, CONTAINER_FIELDS, container_field)
-}
-
 fields! {
     fn port_field<'a>(p, t: ContainerPort<'a>, ctx);
     const PORT_FIELDS;
+    fn port_obj;
     {
         "name" => dec_str(p, &mut t.name),
         "hostPort" => dec_i32(p, &mut t.host_port),
@@ -613,51 +627,43 @@ fields! {
         "hostIP" => dec_str(p, &mut t.host_ip),
     }
 }
-fn port_obj<'a>(p: &mut Parser<'a>, t: &mut ContainerPort<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, PORT_FIELDS, port_field)
-}
 
 fields! {
     fn env_from_field<'a>(p, t: EnvFromSource<'a>, ctx);
     const ENV_FROM_FIELDS;
+    fn env_from_obj;
     {
         "prefix" => dec_str(p, &mut t.prefix),
         "configMapRef" => dec_ptr(p, &mut t.config_map_ref, ctx, optional_ref_obj),
         "secretRef" => dec_ptr(p, &mut t.secret_ref, ctx, optional_ref_obj),
     }
 }
-fn env_from_obj<'a>(p: &mut Parser<'a>, t: &mut EnvFromSource<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, ENV_FROM_FIELDS, env_from_field)
-}
 
 fields! {
     fn optional_ref_field<'a>(p, t: OptionalRef<'a>, ctx);
     const OPTIONAL_REF_FIELDS;
+    fn optional_ref_obj;
     {
         "name" => dec_str(p, &mut t.name),
         "optional" => dec_opt_bool(p, &mut t.optional),
     }
 }
-fn optional_ref_obj<'a>(p: &mut Parser<'a>, t: &mut OptionalRef<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, OPTIONAL_REF_FIELDS, optional_ref_field)
-}
 
 fields! {
     fn env_var_field<'a>(p, t: EnvVar<'a>, ctx);
     const ENV_VAR_FIELDS;
+    fn env_var_obj;
     {
         "name" => dec_str(p, &mut t.name),
         "value" => dec_str(p, &mut t.value),
         "valueFrom" => dec_ptr(p, &mut t.value_from, ctx, env_source_obj),
     }
 }
-fn env_var_obj<'a>(p: &mut Parser<'a>, t: &mut EnvVar<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, ENV_VAR_FIELDS, env_var_field)
-}
 
 fields! {
     fn env_source_field<'a>(p, t: EnvVarSource<'a>, ctx);
     const ENV_SOURCE_FIELDS;
+    fn env_source_obj;
     {
         "fieldRef" => dec_ptr(p, &mut t.field_ref, ctx, field_selector_obj),
         "resourceFieldRef" => dec_ptr(p, &mut t.resource_field_ref, ctx, resource_selector_obj),
@@ -666,59 +672,43 @@ fields! {
         "fileKeyRef" since 34 => dec_ptr(p, &mut t.file_key_ref, ctx, file_key_obj),
     }
 }
-fn env_source_obj<'a>(p: &mut Parser<'a>, t: &mut EnvVarSource<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, ENV_SOURCE_FIELDS, env_source_field)
-}
 
 fields! {
     fn field_selector_field<'a>(p, t: ObjectFieldSelector<'a>, ctx);
     const FIELD_SELECTOR_FIELDS;
+    fn field_selector_obj;
     {
         "apiVersion" => dec_str(p, &mut t.api_version),
         "fieldPath" => dec_str(p, &mut t.field_path),
     }
 }
-fn field_selector_obj<'a>(
-    p: &mut Parser<'a>,
-    t: &mut ObjectFieldSelector<'a>,
-    ctx: &Ctx,
-) -> DResult<()> {
-    dec_fields(p, t, ctx, FIELD_SELECTOR_FIELDS, field_selector_field)
-}
 
 fields! {
     fn resource_selector_field<'a>(p, t: ResourceFieldSelector<'a>, ctx);
     const RESOURCE_SELECTOR_FIELDS;
+    fn resource_selector_obj;
     {
         "containerName" => dec_str(p, &mut t.container_name),
         "resource" => dec_str(p, &mut t.resource),
         "divisor" => dec_qty(p, &mut t.divisor, ctx),
     }
 }
-fn resource_selector_obj<'a>(
-    p: &mut Parser<'a>,
-    t: &mut ResourceFieldSelector<'a>,
-    ctx: &Ctx,
-) -> DResult<()> {
-    dec_fields(p, t, ctx, RESOURCE_SELECTOR_FIELDS, resource_selector_field)
-}
 
 fields! {
     fn key_selector_field<'a>(p, t: KeySelector<'a>, ctx);
     const KEY_SELECTOR_FIELDS;
+    fn key_selector_obj;
     {
         "name" => dec_str(p, &mut t.name),
         "key" => dec_str(p, &mut t.key),
         "optional" => dec_opt_bool(p, &mut t.optional),
     }
 }
-fn key_selector_obj<'a>(p: &mut Parser<'a>, t: &mut KeySelector<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, KEY_SELECTOR_FIELDS, key_selector_field)
-}
 
 fields! {
     fn file_key_field<'a>(p, t: FileKeySelector<'a>, ctx);
     const FILE_KEY_FIELDS;
+    fn file_key_obj;
     {
         "volumeName" => dec_str(p, &mut t.volume_name),
         "path" => dec_str(p, &mut t.path),
@@ -726,78 +716,62 @@ fields! {
         "optional" => dec_opt_bool(p, &mut t.optional),
     }
 }
-fn file_key_obj<'a>(p: &mut Parser<'a>, t: &mut FileKeySelector<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, FILE_KEY_FIELDS, file_key_field)
-}
 
 fields! {
     fn resources_field<'a>(p, t: ResourceRequirements<'a>, ctx);
     const RESOURCES_FIELDS;
+    fn resources_obj;
     {
         "limits" => dec_resource_list(p, &mut t.limits, ctx),
         "requests" => dec_resource_list(p, &mut t.requests, ctx),
         "claims" since 26 => dec_slice(p, &mut t.claims, |p, v| dec_struct(p, v, ctx, claim_obj)),
     }
 }
-fn resources_obj<'a>(
-    p: &mut Parser<'a>,
-    t: &mut ResourceRequirements<'a>,
-    ctx: &Ctx,
-) -> DResult<()> {
-    dec_fields(p, t, ctx, RESOURCES_FIELDS, resources_field)
-}
 
 fields! {
     fn claim_field<'a>(p, t: ResourceClaim<'a>, ctx);
     const CLAIM_FIELDS;
+    fn claim_obj;
     {
         "name" => dec_str(p, &mut t.name),
         "request" since 31 => dec_str(p, &mut t.request),
     }
 }
-fn claim_obj<'a>(p: &mut Parser<'a>, t: &mut ResourceClaim<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, CLAIM_FIELDS, claim_field)
-}
 
 fields! {
     fn resize_field<'a>(p, t: ResizePolicy<'a>, ctx);
     const RESIZE_FIELDS;
+    fn resize_obj;
     {
         "resourceName" => dec_str(p, &mut t.resource_name),
         "restartPolicy" => dec_str(p, &mut t.restart_policy),
     }
 }
-fn resize_obj<'a>(p: &mut Parser<'a>, t: &mut ResizePolicy<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, RESIZE_FIELDS, resize_field)
-}
 
 fields! {
     fn restart_rule_field<'a>(p, t: RestartRule<'a>, ctx);
     const RESTART_RULE_FIELDS;
+    fn restart_rule_obj;
     {
         "action" => dec_str(p, &mut t.action),
         "exitCodes" => dec_ptr(p, &mut t.exit_codes, ctx, exit_codes_obj),
     }
 }
-fn restart_rule_obj<'a>(p: &mut Parser<'a>, t: &mut RestartRule<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, RESTART_RULE_FIELDS, restart_rule_field)
-}
 
 fields! {
     fn exit_codes_field<'a>(p, t: ExitCodes<'a>, ctx);
     const EXIT_CODES_FIELDS;
+    fn exit_codes_obj;
     {
         "operator" => dec_str(p, &mut t.operator),
         "values" => dec_slice(p, &mut t.values, dec_i32),
     }
 }
-fn exit_codes_obj<'a>(p: &mut Parser<'a>, t: &mut ExitCodes<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, EXIT_CODES_FIELDS, exit_codes_field)
-}
 
 fields! {
     fn volume_mount_field<'a>(p, t: VolumeMount<'a>, ctx);
     const VOLUME_MOUNT_FIELDS;
+    fn volume_mount_obj;
     {
         "name" => dec_str(p, &mut t.name),
         "readOnly" => dec_bool(p, &mut t.read_only),
@@ -808,25 +782,21 @@ fields! {
         "subPathExpr" => dec_str(p, &mut t.sub_path_expr),
     }
 }
-fn volume_mount_obj<'a>(p: &mut Parser<'a>, t: &mut VolumeMount<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, VOLUME_MOUNT_FIELDS, volume_mount_field)
-}
 
 fields! {
     fn volume_device_field<'a>(p, t: VolumeDevice<'a>, ctx);
     const VOLUME_DEVICE_FIELDS;
+    fn volume_device_obj;
     {
         "name" => dec_str(p, &mut t.name),
         "devicePath" => dec_str(p, &mut t.device_path),
     }
 }
-fn volume_device_obj<'a>(p: &mut Parser<'a>, t: &mut VolumeDevice<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, VOLUME_DEVICE_FIELDS, volume_device_field)
-}
 
 fields! {
     fn probe_field<'a>(p, t: Probe<'a>, ctx);
     const PROBE_FIELDS;
+    fn probe_obj;
     {
         "exec" => dec_ptr(p, &mut t.exec, ctx, exec_obj),
         "httpGet" => dec_ptr(p, &mut t.http_get, ctx, http_get_obj),
@@ -840,24 +810,20 @@ fields! {
         "terminationGracePeriodSeconds" since 21 => dec_opt_i64(p, &mut t.termination_grace_period_seconds),
     }
 }
-fn probe_obj<'a>(p: &mut Parser<'a>, t: &mut Probe<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, PROBE_FIELDS, probe_field)
-}
 
 fields! {
     fn exec_field<'a>(p, t: ExecAction<'a>, ctx);
     const EXEC_FIELDS;
+    fn exec_obj;
     {
         "command" => dec_str_slice(p, &mut t.command),
     }
-}
-fn exec_obj<'a>(p: &mut Parser<'a>, t: &mut ExecAction<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, EXEC_FIELDS, exec_field)
 }
 
 fields! {
     fn http_get_field<'a>(p, t: HttpGet<'a>, ctx);
     const HTTP_GET_FIELDS;
+    fn http_get_obj;
     {
         "path" => dec_str(p, &mut t.path),
         "port" => dec_int_or_str(p, &mut t.port),
@@ -866,71 +832,58 @@ fields! {
         "httpHeaders" => dec_slice(p, &mut t.http_headers, |p, v| dec_struct(p, v, ctx, header_obj)),
     }
 }
-fn http_get_obj<'a>(p: &mut Parser<'a>, t: &mut HttpGet<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, HTTP_GET_FIELDS, http_get_field)
-}
 
 fields! {
     fn header_field<'a>(p, t: HttpHeader<'a>, ctx);
     const HEADER_FIELDS;
+    fn header_obj;
     {
         "name" => dec_str(p, &mut t.name),
         "value" => dec_str(p, &mut t.value),
     }
 }
-fn header_obj<'a>(p: &mut Parser<'a>, t: &mut HttpHeader<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, HEADER_FIELDS, header_field)
-}
 
 fields! {
     fn tcp_socket_field<'a>(p, t: TcpSocket<'a>, ctx);
     const TCP_SOCKET_FIELDS;
+    fn tcp_socket_obj;
     {
         "port" => dec_int_or_str(p, &mut t.port),
         "host" => dec_str(p, &mut t.host),
     }
 }
-fn tcp_socket_obj<'a>(p: &mut Parser<'a>, t: &mut TcpSocket<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, TCP_SOCKET_FIELDS, tcp_socket_field)
-}
 
 fields! {
     fn grpc_field<'a>(p, t: Grpc<'a>, ctx);
     const GRPC_FIELDS;
+    fn grpc_obj;
     {
         "port" => dec_i32(p, &mut t.port),
         "service" => dec_opt_str(p, &mut t.service),
     }
 }
-fn grpc_obj<'a>(p: &mut Parser<'a>, t: &mut Grpc<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, GRPC_FIELDS, grpc_field)
-}
 
 fields! {
     fn lifecycle_field<'a>(p, t: Lifecycle<'a>, ctx);
     const LIFECYCLE_FIELDS;
+    fn lifecycle_obj;
     {
         "postStart" => dec_ptr(p, &mut t.post_start, ctx, handler_obj),
         "preStop" => dec_ptr(p, &mut t.pre_stop, ctx, handler_obj),
         "stopSignal" since 33 => dec_opt_str(p, &mut t.stop_signal),
     }
 }
-fn lifecycle_obj<'a>(p: &mut Parser<'a>, t: &mut Lifecycle<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, LIFECYCLE_FIELDS, lifecycle_field)
-}
 
 fields! {
     fn handler_field<'a>(p, t: LifecycleHandler<'a>, ctx);
     const HANDLER_FIELDS;
+    fn handler_obj;
     {
         "exec" => dec_ptr(p, &mut t.exec, ctx, exec_obj),
         "httpGet" => dec_ptr(p, &mut t.http_get, ctx, http_get_obj),
         "tcpSocket" => dec_ptr(p, &mut t.tcp_socket, ctx, tcp_socket_obj),
         "sleep" since 29 => dec_ptr(p, &mut t.sleep, ctx, sleep_obj),
     }
-}
-fn handler_obj<'a>(p: &mut Parser<'a>, t: &mut LifecycleHandler<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, HANDLER_FIELDS, handler_field)
 }
 
 fields! {
@@ -973,18 +926,17 @@ fn security_context_obj<'a>(
 fields! {
     fn capabilities_field<'a>(p, t: Capabilities<'a>, ctx);
     const CAPABILITIES_FIELDS;
+    fn capabilities_obj;
     {
         "add" => dec_str_slice(p, &mut t.add),
         "drop" => dec_str_slice(p, &mut t.drop),
     }
 }
-fn capabilities_obj<'a>(p: &mut Parser<'a>, t: &mut Capabilities<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, CAPABILITIES_FIELDS, capabilities_field)
-}
 
 fields! {
     fn selinux_field<'a>(p, t: SeLinuxOptions<'a>, ctx);
     const SELINUX_FIELDS;
+    fn selinux_obj;
     {
         "user" => dec_str(p, &mut t.user),
         "role" => dec_str(p, &mut t.role),
@@ -992,13 +944,11 @@ fields! {
         "level" => dec_str(p, &mut t.level),
     }
 }
-fn selinux_obj<'a>(p: &mut Parser<'a>, t: &mut SeLinuxOptions<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, SELINUX_FIELDS, selinux_field)
-}
 
 fields! {
     fn windows_field<'a>(p, t: WindowsOptions<'a>, ctx);
     const WINDOWS_FIELDS;
+    fn windows_obj;
     {
         "gmsaCredentialSpecName" => dec_opt_str(p, &mut t.gmsa_credential_spec_name),
         "gmsaCredentialSpec" => dec_opt_str(p, &mut t.gmsa_credential_spec),
@@ -1006,20 +956,15 @@ fields! {
         "hostProcess" since 22 => dec_opt_bool(p, &mut t.host_process),
     }
 }
-fn windows_obj<'a>(p: &mut Parser<'a>, t: &mut WindowsOptions<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, WINDOWS_FIELDS, windows_field)
-}
 
 fields! {
     fn profile_field<'a>(p, t: Profile<'a>, ctx);
     const PROFILE_FIELDS;
+    fn profile_obj;
     {
         "type" => dec_str(p, &mut t.type_),
         "localhostProfile" => dec_opt_str(p, &mut t.localhost_profile),
     }
-}
-fn profile_obj<'a>(p: &mut Parser<'a>, t: &mut Profile<'a>, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, PROFILE_FIELDS, profile_field)
 }
 
 /// IntOrString.UnmarshalJSON: a string sets the string member, anything else must be an int32.
