@@ -319,11 +319,7 @@ async fn two_requests_for_one_pod_run_one_after_the_other() {
 /// Waits until the proxy has seen the agent's first StopContainer of `id`, then SIGKILLs the
 /// agent and starts it again on the same state directory.
 async fn crash_agent_during_the_stop_of(node: &mut Node, id: &str) -> std::time::Instant {
-    let deadline = std::time::Instant::now() + LONG;
-    while node.proxy.stop_count(id) == 0 {
-        assert!(std::time::Instant::now() < deadline, "no kill issued");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    node.wait_stop_issued(id, LONG).await;
     let stop_seen = std::time::Instant::now();
     node.agent().signal(Signal::SIGKILL);
     node.agent().wait_exit(Duration::from_secs(5));

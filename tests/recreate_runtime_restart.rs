@@ -30,11 +30,7 @@ async fn a_runtime_restart_during_the_kill_neither_fails_the_request_nor_kills_t
         json!({"terminationGracePeriodSeconds": 10, "failurePolicy": "Fail"}),
     )
     .await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while node.proxy.stop_count(&old) == 0 {
-        assert!(std::time::Instant::now() < deadline, "no kill issued");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    node.wait_stop_issued(&old, Duration::from_secs(60)).await;
     support::containerd_script("stop-daemon");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     support::containerd_script("start-daemon");

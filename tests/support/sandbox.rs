@@ -238,6 +238,18 @@ impl Node {
         .unwrap()
     }
 
+    /// Waits until the agent's first StopContainer of `container_id` reaches the CRI proxy.
+    pub async fn wait_stop_issued(&self, container_id: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.proxy.stop_count(container_id) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "no kill of {container_id} issued"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     pub fn crr(&self, name: &str) -> Value {
         self.server
             .store()
