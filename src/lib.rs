@@ -14,4 +14,5 @@ pub mod kube;
 pub mod metrics;
 pub mod nodeview;
 pub mod recreate;
+pub mod resize;
 pub mod systemd;

@@ -1,0 +1,1 @@
+//! Pod and container cgroups: paths for the cgroupfs and systemd drivers on cgroup v1 and v2.

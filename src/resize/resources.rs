@@ -1,0 +1,1 @@
+//! Kubernetes resources ↔ CRI resources, QoS classes and the checks a resize must pass.
