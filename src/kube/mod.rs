@@ -4,6 +4,7 @@
 
 pub mod events;
 mod layer;
+pub mod status;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -40,6 +40,12 @@ struct RestartResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResizeLabels {
+    actuator: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CriCallLabels {
     method: &'static str,
     code: String,
@@ -79,6 +85,9 @@ pub struct Metrics {
     restarts: Family<RestartResultLabels, Counter>,
     env_restarts: Family<ResultLabels, Counter>,
     runtime_meta_patches: Family<ResultLabels, Counter>,
+    resize_durations: Family<ResizeLabels, Histogram>,
+    resizes: Family<ResizeLabels, Counter>,
+    resize_reapplies: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -150,7 +159,30 @@ impl Metrics {
             "Writes of the apps.kruise.io/runtime-containers-meta pod annotation by result",
             runtime_meta_patches.clone(),
         );
+        let resize_durations = Family::<ResizeLabels, Histogram>::new_with_constructor(
+            restart_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "resize_duration_seconds",
+            "ContainerResizeRequests from the agent taking one up to its final phase, by actuator (cri, kubelet) and result (Succeeded, Failed, Infeasible)",
+            resize_durations.clone(),
+        );
+        let resizes = Family::<ResizeLabels, Counter>::default();
+        registry.register(
+            "resizes",
+            "ContainerResizeRequests finished, by actuator and result",
+            resizes.clone(),
+        );
+        let resize_reapplies = Counter::default();
+        registry.register(
+            "resize_reapplies",
+            "cri resizes applied again because the kubelet replaced a resized container",
+            resize_reapplies.clone(),
+        );
         Self {
+            resize_durations,
+            resizes,
+            resize_reapplies,
             env_restarts,
             runtime_meta_patches,
             restart_phases,
@@ -220,6 +252,22 @@ impl Metrics {
         self.runtime_meta_patches
             .get_or_create(&ResultLabels { result })
             .inc();
+    }
+}
+
+impl Metrics {
+    /// A resize request ended; `seconds` is unknown for requests that ended before this agent
+    /// took them up (e.g. refused at once after a restart): counted, not timed.
+    pub fn observe_resize(&self, actuator: &'static str, result: &'static str, seconds: Option<f64>) {
+        let labels = ResizeLabels { actuator, result };
+        self.resizes.get_or_create(&labels).inc();
+        if let Some(seconds) = seconds {
+            self.resize_durations.get_or_create(&labels).observe(seconds);
+        }
+    }
+
+    pub fn count_resize_reapplied(&self) {
+        self.resize_reapplies.inc();
     }
 }
 
@@ -293,6 +341,8 @@ mod dashboard_tests {
         metrics.count_restart("crr", "ready");
         metrics.count_env_restart("success");
         metrics.count_runtime_meta_patch(true);
+        metrics.observe_resize("cri", "Succeeded", Some(0.1));
+        metrics.count_resize_reapplied();
         let exported: Vec<String> = metrics
             .encode()
             .lines()
