@@ -2,7 +2,7 @@
 //!
 //! A real HTTP/1.1 server on 127.0.0.1 that kube-rs talks to as if it were kube-apiserver,
 //! for the resources inplaced uses: pods (with `status` and `resize`), nodes, events,
-//! kruise ContainerRecreateRequests and inplaced ContainerResizeRequests. Tests reach the
+//! limit ranges, kruise ContainerRecreateRequests and inplaced ContainerResizeRequests. Tests reach the
 //! store directly for setup and assertions, inject faults, and read an audit log.
 //!
 //! ```no_run
@@ -46,7 +46,7 @@ use tokio::task::{JoinHandle, JoinSet};
 pub use audit::{AuditEntry, AuditLog, RequestInfo};
 pub use error::{ApiError, ApiResult};
 pub use faults::{Fault, FaultAction, FaultController, FaultId, RequestMatch};
-pub use resources::ResourceDef;
+pub use resources::{PodResizeApi, ResourceDef};
 pub use rules::Endpoint;
 pub use store::Store;
 
@@ -69,6 +69,9 @@ pub struct ServerConfig {
     pub graceful_pod_deletion: bool,
     /// More custom resources to serve, e.g. [`ResourceDef::custom`].
     pub extra_resources: Vec<ResourceDef>,
+    /// Which in-place resize API the cluster has (default: `pods/resize` as from 1.33);
+    /// [`PodResizeApi::for_release`] picks it for a release.
+    pub pod_resize: PodResizeApi,
 }
 
 impl Default for ServerConfig {
@@ -80,6 +83,7 @@ impl Default for ServerConfig {
             tokens: HashMap::new(),
             graceful_pod_deletion: false,
             extra_resources: vec![],
+            pod_resize: PodResizeApi::default(),
         }
     }
 }
@@ -98,7 +102,7 @@ impl ApiServer {
     pub async fn start(config: ServerConfig) -> std::io::Result<ApiServer> {
         let listener = TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
-        let mut defs = resources::default_resources();
+        let mut defs = resources::resources_with(config.pod_resize);
         defs.extend(config.extra_resources.iter().cloned());
         let store = Arc::new(Store::new(
             defs,
@@ -218,7 +222,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<http::State>) {
     }
 }
 
-/// Test-side object access by resource name (`pods`, `nodes`, `events`,
+/// Test-side object access by resource name (`pods`, `nodes`, `events`, `limitranges`,
 /// `events.events.k8s.io`, `containerrecreaterequests.apps.kruise.io`,
 /// `containerresizerequests.inplaced.io`). Writes here are privileged: no subresource
 /// rules, status kept on create, but resourceVersion, uid, generation, history and watch

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use apiserver_double::{ApiServer, ServerConfig};
+use apiserver_double::{ApiServer, PodResizeApi, ServerConfig};
 use clap::Parser;
 
 #[derive(Parser, Debug)]
@@ -32,6 +32,19 @@ struct Args {
     /// Delete scheduled pods gracefully (they stay until deleted with grace 0).
     #[arg(long)]
     graceful_pod_deletion: bool,
+    /// The cluster release whose in-place resize API to serve (e.g. `1.31`: pod updates
+    /// resize; `1.26`: none); default: `pods/resize` as from 1.33.
+    #[arg(long, value_parser = parse_minor)]
+    resize_api_of: Option<u32>,
+}
+
+/// `1.31` or `v1.31.4` → 31.
+fn parse_minor(s: &str) -> Result<u32, String> {
+    s.trim_start_matches('v')
+        .strip_prefix("1.")
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|minor| minor.parse().ok())
+        .ok_or_else(|| format!("expected a release like 1.31, got {s:?}"))
 }
 
 fn parse_token(s: &str) -> Result<(String, String), String> {
@@ -50,6 +63,12 @@ async fn main() -> std::io::Result<()> {
         tokens: args.tokens.into_iter().collect::<HashMap<_, _>>(),
         graceful_pod_deletion: args.graceful_pod_deletion,
         extra_resources: vec![],
+        // The gate is on: a cluster without it is what `1.26` gives.
+        pod_resize: args
+            .resize_api_of
+            .map_or_else(PodResizeApi::default, |minor| {
+                PodResizeApi::for_release(minor, true)
+            }),
     };
     let server = ApiServer::start(config).await?;
     if let Some(path) = &args.kubeconfig_out {

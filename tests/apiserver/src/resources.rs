@@ -13,6 +13,58 @@ pub enum SmpSchema {
     Event,
 }
 
+/// Which API changes a pod's container resources in place, by cluster release
+/// (KEP 1287; `shared/reference/node-runtime.md`, "How kubelet orders an in-place resize").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PodResizeApi {
+    /// 1.33+: the `pods/resize` subresource; the kubelet reports progress in the
+    /// `PodResizePending`/`PodResizeInProgress` conditions, the server sets no `status.resize`.
+    #[default]
+    Subresource,
+    /// 1.32: the `pods/resize` subresource, and the server marks `status.resize: Proposed`
+    /// when a resize changes a container's resources.
+    SubresourceWithResizeStatus,
+    /// 1.27–1.31 with the InPlacePodVerticalScaling gate: no `pods/resize` (404), but an update
+    /// or patch of the pod may change containers' cpu/memory under the same validation, and
+    /// the server marks `status.resize: Proposed`.
+    SpecUpdate,
+    /// Before 1.27, or the gate off: container resources are immutable.
+    Off,
+}
+
+impl PodResizeApi {
+    /// What a cluster of release 1.`minor` serves; `gate` is InPlacePodVerticalScaling
+    /// (off by default before 1.33, on by default from 1.33).
+    pub fn for_release(minor: u32, gate: bool) -> Self {
+        match minor {
+            _ if !gate || minor < 27 => PodResizeApi::Off,
+            27..=31 => PodResizeApi::SpecUpdate,
+            32 => PodResizeApi::SubresourceWithResizeStatus,
+            _ => PodResizeApi::Subresource,
+        }
+    }
+
+    pub fn has_subresource(self) -> bool {
+        matches!(
+            self,
+            PodResizeApi::Subresource | PodResizeApi::SubresourceWithResizeStatus
+        )
+    }
+
+    /// An update of the pod itself may change container resources.
+    pub fn update_may_resize(self) -> bool {
+        self == PodResizeApi::SpecUpdate
+    }
+
+    /// The server sets `status.resize: Proposed` on a resize (until 1.32).
+    pub fn marks_proposed(self) -> bool {
+        matches!(
+            self,
+            PodResizeApi::SpecUpdate | PodResizeApi::SubresourceWithResizeStatus
+        )
+    }
+}
+
 /// One served resource.
 #[derive(Debug, Clone)]
 pub struct ResourceDef {
@@ -26,8 +78,8 @@ pub struct ResourceDef {
     pub short_names: Vec<String>,
     /// Has a `/status` subresource (status ignored on the main resource).
     pub status_subresource: bool,
-    /// Has the `pods/resize` subresource.
-    pub resize_subresource: bool,
+    /// How a pod's container resources may change (`Off` for everything but pods).
+    pub pod_resize: PodResizeApi,
     /// `metadata.generation` is kept and bumped on spec changes.
     pub generation: bool,
     /// An update without `metadata.resourceVersion` is accepted (unconditional).
@@ -51,7 +103,7 @@ impl ResourceDef {
             namespaced: true,
             short_names: vec![],
             status_subresource: true,
-            resize_subresource: false,
+            pod_resize: PodResizeApi::Off,
             generation: true,
             allow_unconditional_update: false,
             field_selectors: vec![],
@@ -70,7 +122,7 @@ impl ResourceDef {
             namespaced,
             short_names: vec![],
             status_subresource: false,
-            resize_subresource: false,
+            pod_resize: PodResizeApi::Off,
             generation: false,
             allow_unconditional_update: true,
             field_selectors: vec![],
@@ -108,7 +160,7 @@ impl ResourceDef {
     pub fn has_subresource(&self, sub: &str) -> bool {
         match sub {
             "status" => self.status_subresource,
-            "resize" => self.resize_subresource,
+            "resize" => self.pod_resize.has_subresource(),
             _ => false,
         }
     }
@@ -118,19 +170,24 @@ impl ResourceDef {
         if self.status_subresource {
             v.push("status");
         }
-        if self.resize_subresource {
+        if self.pod_resize.has_subresource() {
             v.push("resize");
         }
         v
     }
 }
 
-/// The built-in set: what inplaced and its tests touch.
+/// The built-in set: what inplaced and its tests touch, with the newest resize API.
 pub fn default_resources() -> Vec<ResourceDef> {
+    resources_with(PodResizeApi::default())
+}
+
+/// The built-in set, pods resizable through `pod_resize`.
+pub fn resources_with(pod_resize: PodResizeApi) -> Vec<ResourceDef> {
     let mut pods = ResourceDef::core("Pod", "pods", true);
     pods.short_names = vec!["po".into()];
     pods.status_subresource = true;
-    pods.resize_subresource = true;
+    pods.pod_resize = pod_resize;
     // Pod generation tracking is on by default from 1.34.
     pods.generation = true;
     pods.field_selectors = [
@@ -175,6 +232,9 @@ pub fn default_resources() -> Vec<ResourceDef> {
     new_events.group = "events.k8s.io".into();
     new_events.short_names = vec!["ev".into()];
 
+    let mut limit_ranges = ResourceDef::core("LimitRange", "limitranges", true);
+    limit_ranges.short_names = vec!["limits".into()];
+
     let mut namespaces = ResourceDef::core("Namespace", "namespaces", false);
     namespaces.short_names = vec!["ns".into()];
     namespaces.status_subresource = true;
@@ -194,5 +254,14 @@ pub fn default_resources() -> Vec<ResourceDef> {
         "containerresizerequests",
     );
 
-    vec![pods, nodes, events, namespaces, new_events, crr, resize]
+    vec![
+        pods,
+        nodes,
+        events,
+        namespaces,
+        limit_ranges,
+        new_events,
+        crr,
+        resize,
+    ]
 }

@@ -1,5 +1,6 @@
-//! What each endpoint may change: the main resource, `/status`, and `pods/resize`,
-//! plus the few pod validations that decide whether inplaced's requests would pass.
+//! What each endpoint may change: the main resource, `/status`, and `pods/resize` (or the
+//! pod update that resizes before 1.32, per [`crate::PodResizeApi`]), plus the few pod
+//! validations that decide whether inplaced's requests would pass.
 
 use serde_json::{Map, Value, json};
 
@@ -68,7 +69,14 @@ pub fn prepare_update(
                 set_or_remove(&mut new, "status", old.get("status"));
             }
             if def.smp == SmpSchema::Pod {
-                check_pod_spec_update(def, old, &new)?;
+                if def.pod_resize.update_may_resize() {
+                    // Resources change as through a resize, everything else as in any update.
+                    let resized = with_new_resources(def, old, &new, Endpoint::Main)?;
+                    check_pod_spec_update(def, &resized, &new)?;
+                } else {
+                    check_pod_spec_update(def, old, &new)?;
+                }
+                mark_resize_proposed(def, old, &mut new);
             }
             Ok(new)
         }
@@ -92,7 +100,11 @@ pub fn prepare_update(
             }
             Ok(out)
         }
-        Endpoint::Resize => resize(def, old, &new),
+        Endpoint::Resize => {
+            let mut out = with_new_resources(def, old, &new, Endpoint::Resize)?;
+            mark_resize_proposed(def, old, &mut out);
+            Ok(out)
+        }
     }
 }
 
@@ -160,11 +172,24 @@ fn check_pod_spec_update(def: &ResourceDef, old: &Value, new: &Value) -> ApiResu
     Ok(())
 }
 
-/// `pods/resize`: take only `resources` and `resizePolicy` of existing containers (and of
-/// restartable init containers), then check the change is one the real server accepts.
-fn resize(def: &ResourceDef, old: &Value, new: &Value) -> ApiResult<Value> {
+/// `old` with the container resources of `new`, checked as the real server checks a resize
+/// (only cpu and memory change, the QoS class stays). Through `pods/resize` also
+/// `resizePolicy` and restartable init containers; through a pod update (1.27–1.31) only the
+/// resources of regular containers.
+fn with_new_resources(
+    def: &ResourceDef,
+    old: &Value,
+    new: &Value,
+    via: Endpoint,
+) -> ApiResult<Value> {
+    let subresource = via == Endpoint::Resize;
+    let lists: &[&str] = if subresource {
+        &["containers", "initContainers"]
+    } else {
+        &["containers"]
+    };
     let mut out = old.clone();
-    for list in ["containers", "initContainers"] {
+    for &list in lists {
         let Some(new_cs) = get_path(new, &format!("spec.{list}")).and_then(Value::as_array) else {
             continue;
         };
@@ -181,7 +206,9 @@ fn resize(def: &ResourceDef, old: &Value, new: &Value) -> ApiResult<Value> {
                 continue;
             };
             set_or_remove(c, "resources", nc.get("resources"));
-            set_or_remove(c, "resizePolicy", nc.get("resizePolicy"));
+            if subresource {
+                set_or_remove(c, "resizePolicy", nc.get("resizePolicy"));
+            }
             check_resize_resources(def, old, c, nc)?;
         }
     }
@@ -197,6 +224,69 @@ fn resize(def: &ResourceDef, old: &Value, new: &Value) -> ApiResult<Value> {
         ));
     }
     Ok(out)
+}
+
+/// Until 1.32 the server marks a resize `status.resize: Proposed` for the kubelet to act on:
+/// when a container's resources changed and its status does not already report the new
+/// requests as allocated.
+fn mark_resize_proposed(def: &ResourceDef, old: &Value, new: &mut Value) {
+    if !def.pod_resize.marks_proposed() {
+        return;
+    }
+    let old_resources = |name: Option<&Value>| {
+        get_path(old, "spec.containers")
+            .and_then(Value::as_array)
+            .and_then(|cs| cs.iter().find(|c| c.get("name") == name))
+            .and_then(|c| c.get("resources"))
+    };
+    let allocated = |name: Option<&Value>| {
+        get_path(new, "status.containerStatuses")
+            .and_then(Value::as_array)
+            .and_then(|cs| cs.iter().find(|c| c.get("name") == name))
+            .and_then(|c| c.get("allocatedResources"))
+    };
+    let proposed = get_path(new, "spec.containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            let name = c.get("name");
+            let resources = c.get("resources");
+            let changed = !same_resources(old_resources(name), resources);
+            let requests = resources.and_then(|r| r.get("requests"));
+            changed && !allocated(name).is_some_and(|a| same_quantities(Some(a), requests))
+        });
+    if proposed && let Some(status) = new.get_mut("status").and_then(Value::as_object_mut) {
+        status.insert("resize".into(), json!("Proposed"));
+    }
+}
+
+/// Requests and limits equal as quantities (`1` and `1000m` are the same).
+fn same_resources(a: Option<&Value>, b: Option<&Value>) -> bool {
+    ["requests", "limits"]
+        .iter()
+        .all(|which| same_quantities(a.and_then(|r| r.get(*which)), b.and_then(|r| r.get(*which))))
+}
+
+/// Two resource lists with the same names and equal quantities; absent equals empty.
+fn same_quantities(a: Option<&Value>, b: Option<&Value>) -> bool {
+    let parse = |list: Option<&Value>| -> Vec<(String, Option<i128>)> {
+        let mut out: Vec<(String, Option<i128>)> = list
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| {
+                let text = match v {
+                    Value::Number(n) => Some(n.to_string()),
+                    other => other.as_str().map(str::to_owned),
+                };
+                (k.clone(), text.as_deref().and_then(parse_quantity))
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    parse(a) == parse(b)
 }
 
 fn check_resize_resources(

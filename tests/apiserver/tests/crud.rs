@@ -5,8 +5,9 @@ mod common;
 
 use apiserver_double::ServerConfig;
 use common::*;
-use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Event as CoreEvent, LimitRange, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::{Discovery, Scope};
 use serde_json::json;
@@ -378,6 +379,11 @@ async fn discovery_and_version() {
                 .resolve_gvk(&GroupVersionKind::gvk("", "v1", "Node"))
                 .is_some()
         );
+        let (limits, caps) = discovery
+            .resolve_gvk(&GroupVersionKind::gvk("", "v1", "LimitRange"))
+            .expect("limitranges");
+        assert_eq!(limits.plural, "limitranges");
+        assert_eq!(caps.scope, Scope::Namespaced);
         assert!(
             discovery
                 .resolve_gvk(&GroupVersionKind::gvk(
@@ -519,4 +525,67 @@ async fn exact_list_rebuilds_an_older_snapshot_and_deletecollection() {
     let deleted = deleted.left().expect("list of deleted objects");
     assert_eq!(deleted.items.len(), 1);
     assert_eq!(store.list("pods", "default").len(), 1);
+}
+
+#[tokio::test]
+async fn limit_ranges_are_served_like_other_namespaced_resources() {
+    let server = server().await;
+    let client = client(&server).await;
+    let api: Api<LimitRange> = Api::namespaced(client.clone(), "default");
+    let mut watch = api
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let created = api
+        .create(
+            &PostParams::default(),
+            &typed(json!({
+                "apiVersion": "v1", "kind": "LimitRange",
+                "metadata": {"name": "defaults"},
+                "spec": {"limits": [{"type": "Container",
+                    "default": {"cpu": "500m", "memory": "256Mi"},
+                    "defaultRequest": {"cpu": "100m", "memory": "64Mi"},
+                    "max": {"cpu": "2", "memory": "1Gi"}}]}
+            })),
+        )
+        .await
+        .unwrap();
+    assert!(created.metadata.uid.is_some());
+    let event = tokio::time::timeout(std::time::Duration::from_secs(5), watch.next())
+        .await
+        .expect("a watch event")
+        .expect("stream open")
+        .unwrap();
+    assert!(
+        matches!(&event, kube::api::WatchEvent::Added(lr) if lr.metadata.name.as_deref() == Some("defaults")),
+        "{event:?}"
+    );
+    // The test API creates them too, in another namespace.
+    server
+        .store()
+        .create(
+            "limitranges",
+            json!({"metadata": {"name": "other", "namespace": "team-b"},
+                   "spec": {"limits": [{"type": "Pod", "max": {"cpu": "4"}}]}}),
+        )
+        .unwrap();
+    let got = api.get("defaults").await.unwrap();
+    let item = &got.spec.unwrap().limits[0];
+    assert_eq!(item.type_, "Container");
+    assert_eq!(item.max.as_ref().unwrap()["cpu"].0, "2");
+    let names = |list: kube::api::ObjectList<LimitRange>| -> Vec<String> {
+        list.items
+            .into_iter()
+            .filter_map(|l| l.metadata.name)
+            .collect()
+    };
+    assert_eq!(
+        names(api.list(&ListParams::default()).await.unwrap()),
+        ["defaults"]
+    );
+    let all: Api<LimitRange> = Api::all(client);
+    let mut everywhere = names(all.list(&ListParams::default()).await.unwrap());
+    everywhere.sort();
+    assert_eq!(everywhere, ["defaults", "other"]);
 }

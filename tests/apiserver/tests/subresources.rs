@@ -1,11 +1,14 @@
-//! What `pods/status`, a CRD's `/status`, `pods/resize` and the main pod resource may change.
+//! What `pods/status`, a CRD's `/status`, `pods/resize` and the main pod resource may change,
+//! per resize API (`PodResizeApi`).
 
 mod common;
 
+use apiserver_double::{PodResizeApi, ServerConfig};
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::discovery::Discovery;
 use serde_json::json;
 
 async fn setup() -> (apiserver_double::ApiServer, Api<Pod>) {
@@ -185,4 +188,240 @@ async fn main_pod_resource_rejects_resource_changes_but_allows_image() {
         .unwrap();
     let r: Result<serde_json::Value, _> = api.clone().into_client().request(req).await;
     assert!(matches!(r, Err(kube::Error::Api(s)) if s.code == 404));
+}
+
+async fn setup_with(pod_resize: PodResizeApi) -> (apiserver_double::ApiServer, Api<Pod>) {
+    let server = server_with(ServerConfig {
+        pod_resize,
+        ..Default::default()
+    })
+    .await;
+    let api = Api::namespaced(client(&server).await, "default");
+    api.create(&PostParams::default(), &typed(pod("p", "node-1")))
+        .await
+        .unwrap();
+    (server, api)
+}
+
+fn resources_patch(requests_cpu: &str, limits_cpu: &str) -> serde_json::Value {
+    json!({"spec": {"containers": [{"name": "app",
+        "resources": {"requests": {"cpu": requests_cpu, "memory": "64Mi"},
+                      "limits": {"cpu": limits_cpu, "memory": "128Mi"}}}]}})
+}
+
+/// Whether discovery (legacy and aggregated) lists `pods/resize`.
+async fn discovery_lists_pods_resize(server: &apiserver_double::ApiServer) -> [bool; 2] {
+    let client = client(server).await;
+    let mut out = [false; 2];
+    for (i, discovery) in [
+        Discovery::new(client.clone()).run().await.unwrap(),
+        Discovery::new(client.clone())
+            .run_aggregated()
+            .await
+            .unwrap(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (_, caps) = discovery
+            .resolve_gvk(&GroupVersionKind::gvk("", "v1", "Pod"))
+            .expect("pods");
+        out[i] = caps
+            .subresources
+            .iter()
+            .any(|(s, _)| s.plural == "pods/resize" || s.plural == "resize");
+    }
+    out
+}
+
+#[tokio::test]
+async fn spec_update_cluster_resizes_through_the_pod_itself() {
+    let (server, api) = setup_with(PodResizeApi::SpecUpdate).await;
+    // 1.27–1.31: no subresource, as the real server answers an unknown one.
+    let (code, _) = api_code(
+        api.patch_resize(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(&resources_patch("150m", "300m")),
+        )
+        .await,
+    );
+    assert_eq!(code, 404);
+    assert_eq!(discovery_lists_pods_resize(&server).await, [false, false]);
+
+    // A pod patch may change cpu/memory, and the server proposes the resize.
+    let out = api
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(&resources_patch("150m", "300m")),
+        )
+        .await
+        .unwrap();
+    let c = &out.spec.as_ref().unwrap().containers[0];
+    let res = c.resources.as_ref().unwrap();
+    assert_eq!(res.requests.as_ref().unwrap()["cpu"].0, "150m");
+    assert_eq!(res.limits.as_ref().unwrap()["cpu"].0, "300m");
+    assert_eq!(out.metadata.generation, Some(2));
+    let stored = server.store().get("pods", "default", "p").unwrap();
+    assert_eq!(stored["status"]["resize"], "Proposed");
+
+    // The same validation as pods/resize: the QoS class stays, only cpu and memory change.
+    let to_guaranteed = json!({"spec": {"containers": [{"name": "app",
+        "resources": {"requests": {"cpu": "300m", "memory": "128Mi"}}}]}});
+    let (code, reason) = api_code(
+        api.patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(&to_guaranteed),
+        )
+        .await,
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    let storage = json!({"spec": {"containers": [{"name": "app",
+        "resources": {"requests": {"ephemeral-storage": "1Gi"}}}]}});
+    assert_eq!(
+        api_code(
+            api.patch("p", &PatchParams::default(), &Patch::Strategic(&storage))
+                .await
+        )
+        .0,
+        422
+    );
+    // Everything else stays as immutable as in any pod update (resizePolicy included),
+    // while an image change still passes.
+    for forbidden in [
+        json!({"spec": {"nodeName": "elsewhere"}}),
+        json!({"spec": {"containers": [{"name": "app", "resizePolicy":
+            [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]}]}}),
+    ] {
+        let (code, _) = api_code(
+            api.patch("p", &PatchParams::default(), &Patch::Strategic(&forbidden))
+                .await,
+        );
+        assert_eq!(code, 422, "{forbidden}");
+    }
+    let image = json!({"spec": {"containers": [{"name": "app", "image": "busybox:2"}]}});
+    api.patch("p", &PatchParams::default(), &Patch::Strategic(&image))
+        .await
+        .unwrap();
+
+    // Once the kubelet reports the new requests as allocated and clears the status, a
+    // limits-only change is nothing for it to accept: no Proposed (MarkPodProposedForResize).
+    server
+        .store()
+        .merge_patch(
+            "pods",
+            "default",
+            "p",
+            json!({"status": {"resize": null, "containerStatuses": [{"name": "app",
+                "allocatedResources": {"cpu": "150m", "memory": "64Mi"}}]}}),
+        )
+        .unwrap();
+    api.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Strategic(&resources_patch("150m", "400m")),
+    )
+    .await
+    .unwrap();
+    let stored = server.store().get("pods", "default", "p").unwrap();
+    assert_eq!(
+        stored["spec"]["containers"][0]["resources"]["limits"]["cpu"],
+        "400m"
+    );
+    assert!(stored["status"].get("resize").is_none(), "{stored}");
+}
+
+#[tokio::test]
+async fn resize_status_proposed_only_until_1_32() {
+    let (server, api) = setup_with(PodResizeApi::SubresourceWithResizeStatus).await;
+    assert_eq!(discovery_lists_pods_resize(&server).await, [true, true]);
+    api.patch_resize(
+        "p",
+        &PatchParams::default(),
+        &Patch::Strategic(&resources_patch("150m", "300m")),
+    )
+    .await
+    .unwrap();
+    let stored = server.store().get("pods", "default", "p").unwrap();
+    assert_eq!(stored["status"]["resize"], "Proposed");
+    // 1.32 still forbids resources in a pod update.
+    let (code, _) = api_code(
+        api.patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(&resources_patch("160m", "300m")),
+        )
+        .await,
+    );
+    assert_eq!(code, 422);
+
+    // 1.33+ (the default): the kubelet's conditions tell, the server sets nothing.
+    let (server, api) = setup_with(PodResizeApi::default()).await;
+    api.patch_resize(
+        "p",
+        &PatchParams::default(),
+        &Patch::Strategic(&resources_patch("150m", "300m")),
+    )
+    .await
+    .unwrap();
+    let stored = server.store().get("pods", "default", "p").unwrap();
+    assert_eq!(
+        stored["spec"]["containers"][0]["resources"]["limits"]["cpu"],
+        "300m"
+    );
+    assert!(stored["status"].get("resize").is_none(), "{stored}");
+}
+
+#[tokio::test]
+async fn resize_off_keeps_resources_immutable() {
+    let (server, api) = setup_with(PodResizeApi::Off).await;
+    let (code, _) = api_code(
+        api.patch_resize(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(&resources_patch("150m", "300m")),
+        )
+        .await,
+    );
+    assert_eq!(code, 404);
+    let (code, reason) = api_code(
+        api.patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(&resources_patch("150m", "300m")),
+        )
+        .await,
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    assert_eq!(discovery_lists_pods_resize(&server).await, [false, false]);
+    let stored = server.store().get("pods", "default", "p").unwrap();
+    assert_eq!(
+        stored["spec"]["containers"][0]["resources"]["limits"]["cpu"],
+        "200m"
+    );
+}
+
+#[test]
+fn resize_api_by_release() {
+    assert_eq!(PodResizeApi::for_release(26, true), PodResizeApi::Off);
+    assert_eq!(
+        PodResizeApi::for_release(27, true),
+        PodResizeApi::SpecUpdate
+    );
+    assert_eq!(
+        PodResizeApi::for_release(31, true),
+        PodResizeApi::SpecUpdate
+    );
+    assert_eq!(PodResizeApi::for_release(30, false), PodResizeApi::Off);
+    assert_eq!(
+        PodResizeApi::for_release(32, true),
+        PodResizeApi::SubresourceWithResizeStatus
+    );
+    assert_eq!(
+        PodResizeApi::for_release(33, true),
+        PodResizeApi::Subresource
+    );
+    assert_eq!(PodResizeApi::for_release(35, false), PodResizeApi::Off);
 }
