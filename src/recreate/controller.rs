@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use ::kube::runtime::reflector::{self, Store};
 use ::kube::runtime::{WatchStreamExt, watcher};
 use futures::StreamExt;
@@ -21,6 +21,7 @@ use super::plan::{self, Facts, KillOrder, PodFacts, RuntimeFacts};
 use crate::cri::CriClient;
 use crate::http::Health;
 use crate::kube::events::PodEvents;
+use crate::kube::status::{ObjectRef, StatusWriter};
 use crate::metrics::{KillLedger, Metrics, Trigger};
 use crate::nodeview::{NodeView, PodView, RuntimeState};
 
@@ -97,17 +98,19 @@ pub async fn run(
         }
     });
 
-    let (written_tx, mut written_rx) = mpsc::channel(64);
     let mut controller = Controller {
+        statuses: StatusWriter::new(
+            client.clone(),
+            resource,
+            crr::KIND,
+            &["message", "completionTime"],
+        ),
         config,
         client,
         cri,
         journal: None,
         in_flight: HashMap::new(),
         failures: HashMap::new(),
-        written: HashMap::new(),
-        writing: HashSet::new(),
-        written_tx,
         health,
         ledger,
     };
@@ -119,7 +122,7 @@ pub async fn run(
             _ = changed.changed() => {}
             _ = views.changed() => {}
             Some(done) = done_rx.recv() => controller.finish(done),
-            Some(written) = written_rx.recv() => controller.status_written(written),
+            _ = controller.statuses.finished() => {}
             _ = tokio::time::sleep(requeue) => {}
             _ = shutdown.changed() => {}
         }
@@ -157,12 +160,7 @@ struct Controller {
     in_flight: HashMap<String, HashSet<String>>,
     /// Request UID → container → why its kill failed.
     failures: HashMap<String, HashMap<String, String>>,
-    /// Request UID → the status last written (avoids rewriting an unchanged status while the
-    /// watch has not yet delivered our own write).
-    written: HashMap<String, (CrrStatus, std::time::Instant)>,
-    /// Requests with a status write under way.
-    writing: HashSet<String>,
-    written_tx: mpsc::Sender<(String, CrrStatus, bool)>,
+    statuses: StatusWriter<CrrStatus>,
     /// Where kills are noted for the restart timing metrics.
     ledger: KillLedger,
     health: Health,
@@ -396,55 +394,13 @@ impl Controller {
         });
     }
 
-    /// Writes the status when it differs from what the request (or our last write) says.
-    /// Merge patch on the status subresource: no resourceVersion, so no conflicts with the
-    /// manager's writes of labels and annotations.
     fn write_status(&mut self, request: &Crr, status: CrrStatus) {
-        let just_written = self.written.get(&request.uid).is_some_and(|(written, at)| {
-            *written == status && at.elapsed() < Duration::from_secs(5)
-        });
-        // One write per request at a time keeps them in order; the next pass writes again.
-        if status == request.status || just_written || self.writing.contains(&request.uid) {
-            return;
-        }
-        self.writing.insert(request.uid.clone());
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &request.namespace, &crr_resource());
-        let mut patch = serde_json::json!({ "status": status });
-        // A merge patch keeps fields it does not mention: clear what this status no longer has.
-        for key in ["message", "completionTime"] {
-            if patch["status"].get(key).is_none() {
-                patch["status"][key] = serde_json::Value::Null;
-            }
-        }
-        let (uid, name, namespace) = (
-            request.uid.clone(),
-            request.name.clone(),
-            request.namespace.clone(),
-        );
-        let written = self.written_tx.clone();
-        // Off the loop: a slow API server must not hold up the next kill.
-        tokio::spawn(async move {
-            let result = api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await;
-            let ok = match result {
-                Ok(_) => true,
-                Err(err) => {
-                    tracing::warn!(crr = %name, namespace = %namespace, error = %err, "cannot write ContainerRecreateRequest status; retrying");
-                    false
-                }
-            };
-            let _ = written.send((uid, status, ok)).await;
-        });
-    }
-
-    fn status_written(&mut self, (uid, status, ok): (String, CrrStatus, bool)) {
-        self.writing.remove(&uid);
-        if ok {
-            self.written
-                .insert(uid, (status, std::time::Instant::now()));
-        }
+        let object = ObjectRef {
+            namespace: request.namespace.clone(),
+            name: request.name.clone(),
+            uid: request.uid.clone(),
+        };
+        self.statuses.write(&object, &request.status, status);
     }
 
     /// Drops journal entries and memory of requests no longer watched (completed ones lose
@@ -461,7 +417,7 @@ impl Controller {
         {
             tracing::warn!(error = %err, "kill journal compaction failed");
         }
-        self.written.retain(|uid, _| live.contains(uid));
+        self.statuses.retain(&live);
         self.failures.retain(|uid, _| live.contains(uid));
         self.in_flight
             .retain(|uid, containers| live.contains(uid) || !containers.is_empty());
