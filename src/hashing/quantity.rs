@@ -121,6 +121,66 @@ impl Quantity {
     }
 }
 
+/// Integer views of the value (`Value` / `MilliValue`), for resource arithmetic.
+///
+/// Rounding is away from zero in both representations, as apimachinery's test tables pin it
+/// (`TestNegativeValueRoundsAwayFromZero`): non-negative values, all that resource requests and
+/// limits can hold, round up. Where apimachinery saturates or wraps (outside i64) these return
+/// `None`.
+impl Quantity {
+    /// Whole units, rounded away from zero.
+    pub fn value(&self) -> Option<i64> {
+        self.scaled_value(0)
+    }
+
+    /// Thousandths of a unit (millicores for cpu), rounded away from zero.
+    pub fn milli_value(&self) -> Option<i64> {
+        self.scaled_value(3)
+    }
+
+    /// The value times 10^shift, rounded away from zero to an integer, if it fits an i64.
+    fn scaled_value(&self, shift: i64) -> Option<i64> {
+        let owned;
+        let (neg, digits, exp): (bool, &[u8], i64) = match &self.amount {
+            Amount::I64 { value, scale } => {
+                owned = value.unsigned_abs().to_string().into_bytes();
+                (*value < 0, &owned, i64::from(*scale))
+            }
+            Amount::Dec(d) => (d.neg, &d.digits, d.exp),
+        };
+        let exp = exp + shift;
+        let significant = digits.iter().skip_while(|&&c| c == b'0').count() as i64;
+        if significant == 0 {
+            return Some(0);
+        }
+        // Digits left of the point once the leading zeros are gone; i64 holds at most 19.
+        if significant + exp > 19 {
+            return None;
+        }
+        let (int_digits, fraction): (&[u8], &[u8]) = if exp >= 0 {
+            (digits, &[])
+        } else {
+            let split = (digits.len() as i64 + exp).max(0) as usize;
+            digits.split_at(split)
+        };
+        let mut magnitude: u128 = 0;
+        for &c in int_digits {
+            magnitude = magnitude * 10 + u128::from(c - b'0');
+        }
+        for _ in 0..exp.max(0) {
+            magnitude *= 10;
+        }
+        if fraction.iter().any(|&c| c != b'0') {
+            magnitude += 1;
+        }
+        if neg {
+            i64::try_from(-i128::try_from(magnitude).ok()?).ok()
+        } else {
+            i64::try_from(magnitude).ok()
+        }
+    }
+}
+
 /// Trims whitespace like Go's `strings.TrimSpace` (Unicode White_Space; invalid UTF-8 stops).
 pub fn go_trim_space(mut s: &[u8]) -> &[u8] {
     while let Some((c, n)) = first_rune(s) {
@@ -976,5 +1036,87 @@ mod proptests {
                 let _ = q.to_json_text();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod value_tests {
+    use super::*;
+
+    fn parsed(s: &str) -> Quantity {
+        Quantity::parse(s.as_bytes()).unwrap_or_else(|e| panic!("{s:?} does not parse: {e}"))
+    }
+
+    /// apimachinery quantity_test.go `TestNegativeValueRoundsAwayFromZero`:
+    /// (input, Value(), MilliValue()).
+    #[test]
+    fn rounds_away_from_zero_like_apimachinery() {
+        let cases = [
+            ("-.484785E-7466", -1, -1),
+            (".484785E-7466", 1, 1),
+            ("-.484785E-1", -1, -49),
+            (".484785E-1", 1, 49),
+            ("-0.0005", -1, -1),
+            ("0.0005", 1, 1),
+            ("-1500m", -2, -1500),
+            ("1500m", 2, 1500),
+            ("-9.5000000001Gi", -10200547329, -10200547328108),
+            ("9.5000000001Gi", 10200547329, 10200547328108),
+            ("-1", -1, -1000),
+            ("1", 1, 1000),
+            ("0", 0, 0),
+        ];
+        for (input, value, milli) in cases {
+            let q = parsed(input);
+            assert_eq!(q.value(), Some(value), "value of {input}");
+            assert_eq!(q.milli_value(), Some(milli), "milli value of {input}");
+        }
+    }
+
+    /// `TestNewSet` / `TestQuantityValueSet` (Value) and `TestMilliNewSet` (MilliValue) round
+    /// trips, and `TestNewScaledSet` / `TestScaledValue` for the sub-unit suffixes.
+    #[test]
+    fn values_of_suffixed_quantities() {
+        for (input, value) in [
+            ("1", 1),
+            ("1k", 1000),
+            ("1234k", 1_234_000),
+            ("1Ki", 1024),
+            ("1e6", 1_000_000),
+            ("1Mi", 1_048_576),
+            ("1n", 1),
+            ("1u", 1),
+            ("1m", 1),
+        ] {
+            assert_eq!(parsed(input).value(), Some(value), "value of {input}");
+        }
+        for (input, milli) in [
+            ("1m", 1),
+            ("1", 1000),
+            ("1234", 1_234_000),
+            ("1e3", 1_000_000),
+            ("1n", 1),
+            ("1u", 1),
+        ] {
+            assert_eq!(parsed(input).milli_value(), Some(milli), "milli of {input}");
+        }
+    }
+
+    /// `TestQuantityDecOnlyOverflow` (Value at the i64 edges) and `TestQuantityValueSaturates`
+    /// (MilliValue of MaxInt64 overflows): where apimachinery reports ok=false, we give None.
+    #[test]
+    fn none_outside_i64() {
+        let value_cases = [
+            ("1e100", None),
+            ("-1e100", None),
+            ("9223372036854775807", Some(i64::MAX)),
+            ("-9223372036854775808", Some(i64::MIN)),
+            ("9223372036854775808", None),
+            ("-9223372036854775809", None),
+        ];
+        for (input, want) in value_cases {
+            assert_eq!(parsed(input).value(), want, "value of {input}");
+        }
+        assert_eq!(parsed("9223372036854775807").milli_value(), None);
     }
 }
