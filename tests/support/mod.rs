@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod golden;
+pub mod prometheus;
 pub mod sandbox;
 
 use std::collections::HashMap;
