@@ -9,20 +9,22 @@
 //! expansion, restart of exited containers per restartPolicy after a delay with restartCount+1
 //! and a new container ID, kill-and-recreate when the spec hash changes (event `Killing`),
 //! preStop exec/sleep before kubelet-initiated kills, only the newest dead container kept, pod
-//! status through `pods/status`, graceful deletion, the Node object.
+//! status through `pods/status`, graceful deletion, the Node object with a configurable
+//! allocatable cpu/memory, and in-place resize per release (see `resize.rs`).
 //!
 //! Simplified (not needed by the agent): host network for every pod (podIP 127.0.0.1), no image
 //! pulls (a missing image is `ErrImagePull`), a fixed restart delay instead of exponential
 //! crash-loop backoff, readiness from exec probes only (other probe kinds count as passing; no
 //! liveness or startup probes; `started` = running), no volumes, configMap/secret/resource env
 //! sources left out, no container logs, no sandbox recreation, httpGet preStop hooks skipped,
-//! pod cgroup limits written on cgroup v1 only.
+//! pod cgroup limits written on cgroup v1 only; resize simplifications in `resize.rs`.
 
 mod cgroups;
+pub mod resize;
 pub mod spec;
 mod sync;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -59,12 +61,23 @@ pub struct KubeletConfig {
     pub sync_period: Duration,
     /// cgroup parent root of pod cgroups (`$INPLACED_TEST_CGROUP_ROOT`, default inplaced-test).
     pub cgroup_root: String,
-    /// InPlacePodVerticalScaling on: 1.27–1.30 also write `hashWithoutResources` and compare it.
+    /// The InPlacePodVerticalScaling gate's value (real kubelets: off by default in 1.27–1.32,
+    /// on from 1.33; default here: on). With it from 1.27 the stand-in resizes in place as that
+    /// release does (allocation, Deferred/Infeasible, actuation in kubelet's order, status per
+    /// release; see `resize.rs`), and 1.27–1.30 also write `hashWithoutResources` and compare it.
+    /// Without it (or before 1.27) spec resource changes are ignored and a (re)created container
+    /// gets the spec's resources.
     pub resize_gate: bool,
     /// Create the Node object and fill its status at start.
     pub register_node: bool,
     /// Node memory capacity in bytes (Burstable oom_score_adj); default: MemTotal.
     pub node_memory_bytes: Option<i64>,
+    /// Node allocatable cpu in millicores (Node status; resize feasibility); default: the
+    /// machine's CPUs.
+    pub allocatable_cpu_millis: Option<i64>,
+    /// Node allocatable memory in bytes (Node status; resize feasibility); default: the memory
+    /// capacity.
+    pub allocatable_memory_bytes: Option<i64>,
 }
 
 impl KubeletConfig {
@@ -80,6 +93,8 @@ impl KubeletConfig {
             resize_gate: true,
             register_node: true,
             node_memory_bytes: None,
+            allocatable_cpu_millis: None,
+            allocatable_memory_bytes: None,
         }
     }
 }
@@ -118,6 +133,11 @@ struct Shared {
     client: kube::Client,
     runtime_name: String,
     node_memory: i64,
+    /// Node allocatable (milli-cpu, bytes).
+    allocatable: (i64, i64),
+    resize: resize::ResizeRelease,
+    /// kubelet's allocation checkpoint, by pod UID (kept while the pod exists).
+    allocations: Mutex<HashMap<String, resize::Allocation>>,
     /// The node's pods by UID, as last seen on the watch.
     pods: Mutex<HashMap<String, Value>>,
     pods_changed: Notify,
@@ -153,12 +173,20 @@ impl KubeletStandIn {
             .map_err(|e| anyhow::anyhow!("CRI runtime: {e}"))?;
         let client = crate::util::kube_client(&config.kubeconfig).await?;
         let node_memory = config.node_memory_bytes.unwrap_or_else(mem_total);
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as i64);
+        let allocatable = (
+            config.allocatable_cpu_millis.unwrap_or(cpus * 1000),
+            config.allocatable_memory_bytes.unwrap_or(node_memory),
+        );
         let shared = Arc::new(Shared {
+            resize: resize::ResizeRelease::new(version.minor(), config.resize_gate),
             version,
             cri,
             client,
             runtime_name: info.runtime_name.clone(),
             node_memory,
+            allocatable,
+            allocations: Mutex::default(),
             pods: Mutex::default(),
             pods_changed: Notify::new(),
             workers: Mutex::default(),
@@ -187,6 +215,18 @@ impl KubeletStandIn {
         lock(&self.shared.sandboxes)
             .get(pod_uid)
             .map(|s| s.id.clone())
+    }
+
+    /// Whether this kubelet resizes in place (1.27+ with the gate).
+    pub fn resizes_in_place(&self) -> bool {
+        self.shared.resize.active()
+    }
+
+    /// What this kubelet has allocated to a pod's containers (its allocation checkpoint):
+    /// container name → `resources` (`null` for none). `None` before the pod's first sync, for
+    /// pods it does not run, and when it does not resize in place.
+    pub fn allocated_resources(&self, pod_uid: &str) -> Option<BTreeMap<String, Value>> {
+        lock(&self.shared.allocations).get(pod_uid).cloned()
     }
 
     /// The runtime containers of one of this stand-in's pods, newest first.
@@ -308,13 +348,19 @@ impl Shared {
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as i64);
+        let (cpu, memory) = self.allocatable;
+        // Capacity is never below allocatable, whatever the knobs say.
+        let capacity_cpu = (cpus * 1000).max(cpu);
+        let capacity_memory = self.node_memory.max(memory);
         let now = crate::util::now_rfc3339();
         let status = json!({"status": {
             "addresses": [{"type": "InternalIP", "address": NODE_IP},
                           {"type": "Hostname", "address": name}],
-            "capacity": {"cpu": cpus.to_string(), "memory": format!("{}Ki", self.node_memory / 1024), "pods": "110"},
-            "allocatable": {"cpu": cpus.to_string(), "memory": format!("{}Ki", self.node_memory / 1024), "pods": "110"},
+            "capacity": {"cpu": resize::format_milli(capacity_cpu),
+                         "memory": resize::format_bytes(capacity_memory), "pods": "110"},
+            "allocatable": {"cpu": resize::format_milli(cpu),
+                            "memory": resize::format_bytes(memory), "pods": "110"},
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "kubelet is posting ready status",
                             "lastHeartbeatTime": now, "lastTransitionTime": now}],
@@ -390,8 +436,9 @@ impl Shared {
         Ok(())
     }
 
-    /// A pod's object has gone: stop and remove its sandbox and cgroup.
+    /// A pod's object has gone: stop and remove its sandbox and cgroup, forget its allocation.
     async fn teardown(&self, uid: &str) {
+        lock(&self.allocations).remove(uid);
         let sb = lock(&self.sandboxes).remove(uid);
         if let Some(sb) = sb {
             if let Err(e) = self.remove_sandbox(&sb.id).await {

@@ -74,15 +74,17 @@ pub fn parse_quantity(text: &str) -> Option<f64> {
 }
 
 /// Milli-units, rounded up like `Quantity.MilliValue`.
-fn milli(q: &str) -> Option<i64> {
+pub fn milli(q: &str) -> Option<i64> {
     parse_quantity(q).map(|v| (v * 1000.0 - 1e-9).ceil() as i64)
 }
 
-fn bytes(q: &str) -> Option<i64> {
+/// Whole units (bytes), rounded up like `Quantity.Value`.
+pub fn bytes(q: &str) -> Option<i64> {
     parse_quantity(q).map(|v| (v - 1e-9).ceil() as i64)
 }
 
-fn resource(c: &Value, kind: &str, name: &str) -> Option<String> {
+/// `resources.<kind>.<name>` of a container as text (`kind`: requests or limits).
+pub fn resource(c: &Value, kind: &str, name: &str) -> Option<String> {
     c.pointer(&format!("/resources/{kind}/{name}"))
         .and_then(|v| match v {
             Value::String(s) => Some(s.clone()),
@@ -92,7 +94,7 @@ fn resource(c: &Value, kind: &str, name: &str) -> Option<String> {
 }
 
 /// Request, defaulting to the limit (as API defaulting does for containers with a limit only).
-fn request(c: &Value, name: &str) -> Option<String> {
+pub fn request(c: &Value, name: &str) -> Option<String> {
     resource(c, "requests", name).or_else(|| resource(c, "limits", name))
 }
 

@@ -1,5 +1,5 @@
 //! One pod's worker: sync the runtime to the spec (sandbox, init containers, containers,
-//! restarts, hash-change recreation), then write the pod status.
+//! restarts, hash-change recreation, in-place resize), then write the pod status.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use super::resize::{self, Applied, PodResize};
 use super::spec::{self, ContainerInputs, PodIds, Qos, str_field};
 use super::{NODE_IP, Sandbox, Shared, cgroups, lock};
 
@@ -30,6 +31,9 @@ struct PodState {
     /// Exited containers never change: their status is fetched once.
     exited: HashMap<String, ContainerStatus>,
     terminated: bool,
+    resize: PodResize,
+    /// CRI statuses of running containers read earlier in this sync, by container ID.
+    fresh: HashMap<String, ContainerStatus>,
 }
 
 struct Probe {
@@ -229,6 +233,11 @@ impl Shared {
             pod_ip: NODE_IP,
         };
         let config = spec::container_config(c, &input);
+        let sent = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.resources.as_ref())
+            .map(Applied::from);
         let id = match self
             .cri
             .create_container(&sb.id, config, sb.config.clone())
@@ -244,6 +253,9 @@ impl Shared {
             }
         };
         st.waiting.remove(name);
+        if let Some(sent) = sent {
+            st.resize.actuated.insert(name.to_owned(), sent);
+        }
         self.event(
             pod,
             Some(name),
@@ -390,10 +402,20 @@ impl Shared {
     }
 }
 
-async fn sync_pod(sh: &Shared, pod: &Value, st: &mut PodState) -> anyhow::Result<()> {
-    let ids = ids(pod);
-    let qos = spec::qos_class(pod);
+async fn sync_pod(sh: &Shared, spec_pod: &Value, st: &mut PodState) -> anyhow::Result<()> {
+    let ids = ids(spec_pod);
+    let qos = spec::qos_class(spec_pod);
+    let resizing = sh.resize.active();
+    // kubelet runs the pod as allocated: a resize it has not admitted changes nothing yet.
+    let allocated;
+    let pod = if resizing {
+        allocated = sh.admit_resize(spec_pod, ids.uid, &mut st.resize);
+        &allocated
+    } else {
+        spec_pod
+    };
     let sb = sh.ensure_sandbox(pod, &ids, qos).await?;
+    st.fresh.clear();
     st.start_time.get_or_insert_with(crate::util::now_rfc3339);
     let pod_policy = pod
         .pointer("/spec/restartPolicy")
@@ -437,8 +459,84 @@ async fn sync_pod(sh: &Shared, pod: &Value, st: &mut PodState) -> anyhow::Result
             sh.reconcile(pod, &sb, &c, &pod_policy, list, st).await;
         }
     }
-    let status = pod_status(sh, pod, &sb, st, init_done, init_failed, qos).await?;
-    write_status(sh, pod, st, status).await
+    if resizing {
+        // Listed again: the actions above may have replaced containers.
+        let runtime = sh.list_containers(&sb.id).await?;
+        match sh
+            .actuate_resize(pod, &sb, &runtime, &mut st.resize, &mut st.fresh)
+            .await
+        {
+            Ok(()) => {
+                st.resize.in_progress = false;
+                st.resize.error = None;
+            }
+            Err(e) => {
+                tracing::warn!(pod = ids.name, error = %e, "resize");
+                st.resize.error = Some(e);
+            }
+        }
+    }
+    let mut status = pod_status(sh, pod, &sb, st, init_done, init_failed, qos).await?;
+    if resizing {
+        resize_status(sh, spec_pod, &mut status, &mut st.resize);
+    }
+    write_status(sh, spec_pod, st, status).await
+}
+
+/// What kubelet reports about resizes: `status.resize` until 1.32, the `PodResizePending` and
+/// `PodResizeInProgress` conditions from 1.33 (`status.resize` cleared: kubelet's status
+/// writes drop what it no longer sets).
+fn resize_status(sh: &Shared, spec_pod: &Value, status: &mut Value, st: &mut PodResize) {
+    let now = crate::util::now_rfc3339();
+    if !sh.resize.conditions() {
+        let statuses = status["containerStatuses"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if resize::settled(spec_pod, &statuses) {
+            st.pending = None;
+            st.in_progress = false;
+        }
+        let value = match (&st.pending, st.in_progress) {
+            (Some(p), _) => json!(p.reason()),
+            (None, true) => json!("InProgress"),
+            (None, false) => Value::Null,
+        };
+        status["resize"] = value;
+        return;
+    }
+    status["resize"] = Value::Null;
+    let mut conditions = Vec::new();
+    match &st.pending {
+        Some(p) => {
+            let since = st.pending_since.get_or_insert_with(|| now.clone());
+            conditions.push(resize::condition(
+                "PodResizePending",
+                since,
+                p.reason(),
+                p.message(),
+            ));
+        }
+        None => st.pending_since = None,
+    }
+    if st.in_progress {
+        let since = st.in_progress_since.get_or_insert_with(|| now.clone());
+        let (reason, message) = match &st.error {
+            Some(e) => ("Error", e.as_str()),
+            None => ("", ""),
+        };
+        conditions.push(resize::condition(
+            "PodResizeInProgress",
+            since,
+            reason,
+            message,
+        ));
+    } else {
+        st.in_progress_since = None;
+    }
+    if let Some(list) = status["conditions"].as_array_mut() {
+        list.extend(conditions);
+    }
 }
 
 async fn write_status(
@@ -447,7 +545,17 @@ async fn write_status(
     st: &mut PodState,
     status: Value,
 ) -> anyhow::Result<()> {
-    if st.last_status.as_ref() == Some(&status) {
+    // Like kubelet's status manager: nothing to write when the API already shows it (others,
+    // e.g. the API server marking a resize Proposed, may have changed it meanwhile).
+    let api_status = pod.get("status").unwrap_or(&Value::Null);
+    let api_shows = |k: &String, v: &Value| match api_status.get(k) {
+        None | Some(Value::Null) => v.is_null(),
+        Some(a) => a == v,
+    };
+    let shown = status
+        .as_object()
+        .is_some_and(|o| o.iter().all(|(k, v)| api_shows(k, v)));
+    if st.last_status.as_ref() == Some(&status) && shown {
         return Ok(());
     }
     let ids = ids(pod);
@@ -522,18 +630,36 @@ async fn container_status_json(
     }
     let running = state_of(newest) == ContainerState::ContainerRunning;
     let mut ready = false;
+    // With in-place resize: `c` is the container as allocated (kubelet's allocated pod).
+    let allocated = c.get("resources").cloned().unwrap_or(Value::Null);
+    if sh.resize.active()
+        && sh.resize.reports_allocated()
+        && let Some(requests) = allocated.get("requests")
+    {
+        out["allocatedResources"] = requests.clone();
+    }
     if running {
-        let started = sh
-            .cri
-            .container_status(&newest.id, false)
-            .await
-            .ok()
-            .and_then(|r| r.status);
+        let started = match st.fresh.remove(&newest.id) {
+            Some(s) => Some(s),
+            None => sh
+                .cri
+                .container_status(&newest.id, false)
+                .await
+                .ok()
+                .and_then(|r| r.status),
+        };
         let started_at = started
             .as_ref()
             .and_then(|s| crate::util::nanos_rfc3339(s.started_at));
         out["state"] = json!({"running": {"startedAt": started_at}});
         out["started"] = json!(true);
+        if sh.resize.active() {
+            let applied = started
+                .as_ref()
+                .and_then(|s| s.resources.as_ref())
+                .and_then(|r| r.linux.as_ref());
+            out["resources"] = resize::status_resources(&allocated, applied);
+        }
         ready = sh.ready(c, newest, st).await;
         out["ready"] = json!(ready);
     } else if let Some(s) = sh.status_of(st, newest).await {
@@ -542,6 +668,9 @@ async fn container_status_json(
         } else {
             out["state"] = terminated_json(&s, runtime);
         }
+    }
+    if !running && sh.resize.active() && sh.resize.resources_when_not_running() {
+        out["resources"] = resize::status_resources(&allocated, None);
     }
     (out, ready, running)
 }
@@ -622,12 +751,14 @@ async fn pod_status(
     ];
     // Like kubelet's status manager, conditions it does not own (readiness gates such as
     // kruise's InPlaceUpdateReady) stay as their owners wrote them.
-    const KUBELET_OWNED: [&str; 5] = [
+    const KUBELET_OWNED: [&str; 7] = [
         "Initialized",
         "Ready",
         "ContainersReady",
         "PodScheduled",
         "PodReadyToStartContainers",
+        "PodResizePending",
+        "PodResizeInProgress",
     ];
     if let Some(existing) = pod.pointer("/status/conditions").and_then(Value::as_array) {
         conditions.extend(

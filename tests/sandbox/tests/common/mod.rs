@@ -35,9 +35,15 @@ impl Env {
     }
 
     pub async fn start_with(tweak: impl FnOnce(&mut KubeletConfig)) -> Env {
+        Self::start_on(ServerConfig::default(), tweak).await
+    }
+
+    /// Like [`Env::start_with`] against an API server double configured by `server` (pods are
+    /// always deleted gracefully, as with a kubelet present).
+    pub async fn start_on(server: ServerConfig, tweak: impl FnOnce(&mut KubeletConfig)) -> Env {
         let server = ApiServer::start(ServerConfig {
             graceful_pod_deletion: true,
-            ..Default::default()
+            ..server
         })
         .await
         .unwrap();
@@ -70,6 +76,14 @@ impl Env {
                        "spec": spec}),
             )
             .unwrap()
+    }
+
+    /// A typed client for the test namespace's pods (resizes, patches).
+    pub async fn pods_api(&self) -> kube::Api<k8s_openapi::api::core::v1::Pod> {
+        let client = node_sandbox::util::kube_client(&self.server.kubeconfig(None))
+            .await
+            .unwrap();
+        kube::Api::namespaced(client, NS)
     }
 
     pub fn pod(&self, name: &str) -> Option<Value> {
