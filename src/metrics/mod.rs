@@ -258,11 +258,18 @@ impl Metrics {
 impl Metrics {
     /// A resize request ended; `seconds` is unknown for requests that ended before this agent
     /// took them up (e.g. refused at once after a restart): counted, not timed.
-    pub fn observe_resize(&self, actuator: &'static str, result: &'static str, seconds: Option<f64>) {
+    pub fn observe_resize(
+        &self,
+        actuator: &'static str,
+        result: &'static str,
+        seconds: Option<f64>,
+    ) {
         let labels = ResizeLabels { actuator, result };
         self.resizes.get_or_create(&labels).inc();
         if let Some(seconds) = seconds {
-            self.resize_durations.get_or_create(&labels).observe(seconds);
+            self.resize_durations
+                .get_or_create(&labels)
+                .observe(seconds);
         }
     }
 
