@@ -20,6 +20,7 @@ use crate::kube::{self, NodeObject, NodePods};
 use crate::metrics::{KillLedger, Metrics, RestartTracker};
 use crate::nodeview::{self, HashCache, NodeView, RuntimeSnapshot, RuntimeTracker};
 use crate::recreate::{self, RecreateConfig};
+use crate::resize::{self, ResizeConfig};
 use crate::systemd::{self, Heartbeat, Notifier};
 
 /// How often the main loop turns even when nothing happens (its heartbeat).
@@ -187,6 +188,20 @@ async fn run_workers(
         metrics.clone(),
         shutdown.clone(),
     );
+    let resize = resize::run(
+        ResizeConfig {
+            node_name: config.node_name.clone(),
+            actuator: config.resize_actuator,
+            kubelet_config: config.kubelet_config.clone(),
+            cgroup_root: config.cgroup_root.clone(),
+        },
+        api.client.clone(),
+        cri.clone(),
+        views.clone(),
+        health.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    );
     let recreate = recreate::run(
         RecreateConfig {
             node_name: config.node_name.clone(),
@@ -201,7 +216,7 @@ async fn run_workers(
         metrics,
         shutdown,
     );
-    tokio::join!(recreate, meta);
+    tokio::join!(recreate, meta, resize);
 }
 
 fn build_view(
@@ -211,7 +226,7 @@ fn build_view(
     health: &Health,
 ) -> NodeView {
     let mut synced = false;
-    let (pods, kubelet_version) = match sources {
+    let (pods, kubelet_version, allocatable) = match sources {
         Some(ApiSources { pods, node, .. }) => {
             let is_synced = |ready: Option<Result<(), _>>| matches!(ready, Some(Ok(())));
             let pods_ready = is_synced(pods.store.wait_until_ready().now_or_never());
@@ -233,12 +248,17 @@ fn build_view(
                     Err("node object not synced yet".into())
                 },
             );
-            (pods.store.state(), node.kubelet_version())
+            (
+                pods.store.state(),
+                node.kubelet_version(),
+                node.allocatable(),
+            )
         }
-        None => (Vec::new(), None),
+        None => (Vec::new(), None, None),
     };
     let mut view = nodeview::join(node_name, &pods, snapshot);
     view.kubelet_version = kubelet_version;
+    view.node_allocatable = allocatable;
     view.synced = synced && snapshot.runtime.is_some();
     view
 }

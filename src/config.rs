@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::resize::ActuatorSetting;
+use crate::resize::cgroup;
+
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/inplaced/config.toml";
 pub const DEFAULT_KUBECONFIG: &str = "/etc/inplaced/kubeconfig";
 /// kruise-daemon holds :10221 on nodes where it still runs; 10231 keeps clear of it and of the
@@ -15,6 +18,8 @@ pub const DEFAULT_KUBECONFIG: &str = "/etc/inplaced/kubeconfig";
 pub const DEFAULT_LISTEN_ADDRESS: &str = "0.0.0.0:10231";
 pub const DEFAULT_ADMIN_SOCKET: &str = "/run/inplaced/admin.sock";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/inplaced";
+/// kubeadm's location of the kubelet's config file.
+pub const DEFAULT_KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -63,6 +68,17 @@ pub struct Settings {
     /// (both agents would act on the same requests) [default: false]
     #[arg(long, env = "INPLACED_IGNORE_KRUISE_DAEMON", num_args = 0..=1, default_missing_value = "true")]
     pub ignore_kruise_daemon: Option<bool>,
+    /// How ContainerResizeRequests are carried out: auto (through the kubelet where it resizes
+    /// in place, else through CRI), kubelet, or cri [default: auto]
+    #[arg(long, env = "INPLACED_RESIZE_ACTUATOR", value_enum)]
+    pub resize_actuator: Option<ActuatorSetting>,
+    /// The kubelet's config file, read for its InPlacePodVerticalScaling feature gate
+    /// [default: /var/lib/kubelet/config.yaml]
+    #[arg(long, env = "INPLACED_KUBELET_CONFIG")]
+    pub kubelet_config: Option<PathBuf>,
+    /// Where the cgroup filesystem is mounted [default: /sys/fs/cgroup]
+    #[arg(long, env = "INPLACED_CGROUP_ROOT")]
+    pub cgroup_root: Option<PathBuf>,
     /// Log format on stderr [default: human]
     #[arg(long, env = "INPLACED_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -86,6 +102,9 @@ impl Settings {
             api_qps: self.api_qps.or(lower.api_qps),
             api_burst: self.api_burst.or(lower.api_burst),
             ignore_kruise_daemon: self.ignore_kruise_daemon.or(lower.ignore_kruise_daemon),
+            resize_actuator: self.resize_actuator.or(lower.resize_actuator),
+            kubelet_config: self.kubelet_config.or(lower.kubelet_config),
+            cgroup_root: self.cgroup_root.or(lower.cgroup_root),
             log_format: self.log_format.or(lower.log_format),
             log_level: self.log_level.or(lower.log_level),
         }
@@ -107,6 +126,9 @@ pub struct Config {
     pub api_qps: u32,
     pub api_burst: u32,
     pub ignore_kruise_daemon: bool,
+    pub resize_actuator: ActuatorSetting,
+    pub kubelet_config: PathBuf,
+    pub cgroup_root: PathBuf,
     pub log_format: LogFormat,
     pub log_level: String,
 }
@@ -183,6 +205,11 @@ impl Config {
             api_qps,
             api_burst,
             ignore_kruise_daemon: s.ignore_kruise_daemon.unwrap_or(false),
+            resize_actuator: s.resize_actuator.unwrap_or_default(),
+            kubelet_config: s
+                .kubelet_config
+                .unwrap_or_else(|| DEFAULT_KUBELET_CONFIG.into()),
+            cgroup_root: s.cgroup_root.unwrap_or_else(|| cgroup::DEFAULT_ROOT.into()),
             log_format: s.log_format.unwrap_or_default(),
             log_level: s.log_level.unwrap_or_else(|| "info".into()),
         })

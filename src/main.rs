@@ -35,6 +35,9 @@ enum Command {
     Runtime(RuntimeArgs),
     /// Kubelet container hashes (io.kubernetes.container.hash) for any release.
     Hash(inplaced::hashing::cli::HashArgs),
+    /// Resize a container's cpu/memory in place: creates a ContainerResizeRequest and follows it
+    /// to the end (exit 0 succeeded, 1 not, 2 bad arguments, 3 timed out).
+    Resize(inplaced::resize::cli::ResizeArgs),
 }
 
 #[derive(clap::Args)]
@@ -121,6 +124,10 @@ fn main() -> ExitCode {
             }
         }
         Command::Hash(args) => inplaced::hashing::cli::run(&args),
+        Command::Resize(args) => {
+            init_logging(LogFormat::Human, "warn");
+            run_async(inplaced::resize::cli::run(args))
+        }
         Command::Runtime(args) => {
             init_logging(LogFormat::Human, "warn");
             run_async(runtime_command(args))

@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
+use crate::resize::resources::Resources;
 pub use layer::ApiLayer;
 
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +88,31 @@ impl NodeObject {
             .kubelet_version
             .clone();
         (!version.is_empty()).then_some(version)
+    }
+
+    /// `status.allocatable` cpu and memory, in the request fields of [`Resources`]; a value
+    /// that is missing or cannot be read is left unset (and so not checked).
+    pub fn allocatable(&self) -> Option<Resources> {
+        let nodes = self.store.state();
+        let allocatable = nodes.first()?.status.as_ref()?.allocatable.as_ref()?;
+        let mut resources = Resources::default();
+        for key in ["cpu", "memory"] {
+            let Some(quantity) = allocatable.get(key) else {
+                continue;
+            };
+            let one = serde_json::json!({ "requests": { key: quantity } });
+            match Resources::from_requirements(&one) {
+                Ok(r) => {
+                    resources.cpu_request = resources.cpu_request.or(r.cpu_request);
+                    resources.memory_request = resources.memory_request.or(r.memory_request);
+                }
+                // Read on every pass of the main loop: debug, not a warning each second.
+                Err(err) => {
+                    tracing::debug!(error = %err, "the node's allocatable {key} cannot be read")
+                }
+            }
+        }
+        Some(resources)
     }
 }
 

@@ -27,6 +27,9 @@ pub struct NodeView {
     pub runtime: Option<String>,
     /// `status.nodeInfo.kubeletVersion` of the node object, when known.
     pub kubelet_version: Option<String>,
+    /// The node's allocatable cpu and memory (in the request fields), when known.
+    #[serde(skip)]
+    pub node_allocatable: Option<crate::resize::resources::Resources>,
     /// Both the API's pods and the runtime have been listed at least once.
     #[serde(default)]
     pub synced: bool,
@@ -259,6 +262,7 @@ pub fn join<P: std::borrow::Borrow<Pod>>(
             .as_ref()
             .map(|r| format!("{} {}", r.runtime_name, r.runtime_version)),
         kubelet_version: None,
+        node_allocatable: None,
         synced: false,
         pods: pod_views,
         unmatched_sandboxes,

@@ -3,4 +3,12 @@
 //! (in kubelet's order) everywhere else.
 
 pub mod cgroup;
+pub mod cli;
+mod controller;
+pub mod request;
 pub mod resources;
+pub mod through_cri;
+pub mod through_kubelet;
+
+pub use controller::{ResizeConfig, resize_resource, run};
+pub use through_kubelet::ActuatorSetting;

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use apiserver_double::{ApiServer, ServerConfig};
+use apiserver_double::{ApiServer, PodResizeApi, ServerConfig};
 use node_sandbox::{CriProxy, KubeletConfig, KubeletStandIn, ManagerConfig, ManagerStandIn};
 use serde_json::{Value, json};
 
@@ -26,6 +26,57 @@ pub struct Node {
     pub kubeconfig: tempfile::NamedTempFile,
     pub state_dir: tempfile::TempDir,
     pub agent: Option<AgentProcess>,
+    /// More agent flags, given at every (re)start.
+    pub agent_args: Vec<String>,
+}
+
+/// How [`Node::start_with`] sets the node up.
+pub struct NodeOptions {
+    pub kubelet_version: String,
+    /// The kubelet stand-in's InPlacePodVerticalScaling gate.
+    pub resize_gate: bool,
+    /// The API double's resize API.
+    pub pod_resize: PodResizeApi,
+    pub agent_args: Vec<String>,
+}
+
+impl NodeOptions {
+    /// A kubelet of `version` with the gate as the release has it by default (on from 1.33),
+    /// and the API of that release.
+    pub fn kubelet(version: &str) -> NodeOptions {
+        let minor = version
+            .trim_start_matches('v')
+            .split('.')
+            .nth(1)
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        let gate = minor >= 33;
+        NodeOptions {
+            kubelet_version: version.to_owned(),
+            resize_gate: gate,
+            pod_resize: PodResizeApi::for_release(minor, gate),
+            agent_args: Vec::new(),
+        }
+    }
+
+    /// The same release with the gate on or off.
+    pub fn gate(mut self, on: bool) -> NodeOptions {
+        let minor = self
+            .kubelet_version
+            .trim_start_matches('v')
+            .split('.')
+            .nth(1)
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        self.resize_gate = on;
+        self.pod_resize = PodResizeApi::for_release(minor, on);
+        self
+    }
+
+    pub fn agent_args(mut self, args: &[&str]) -> NodeOptions {
+        self.agent_args = args.iter().map(|a| a.to_string()).collect();
+        self
+    }
 }
 
 impl Node {
@@ -35,9 +86,14 @@ impl Node {
 
     /// A node whose kubelet stand-in impersonates `kubelet_version` (e.g. `v1.31.12` for era C).
     pub async fn start_with_kubelet(kubelet_version: &str) -> Node {
+        Node::start_with(NodeOptions::kubelet(kubelet_version)).await
+    }
+
+    pub async fn start_with(options: NodeOptions) -> Node {
         let server = ApiServer::start(ServerConfig {
             graceful_pod_deletion: true,
             tokens: [(AGENT_TOKEN.to_string(), AGENT_USER.to_string())].into(),
+            pod_resize: options.pod_resize,
             ..Default::default()
         })
         .await
@@ -46,7 +102,8 @@ impl Node {
         let kubeconfig_text = server.kubeconfig(None);
         let mut kubelet_config =
             KubeletConfig::new(&node, &kubeconfig_text, &endpoint().to_string());
-        kubelet_config.kubelet_version = kubelet_version.to_owned();
+        kubelet_config.kubelet_version = options.kubelet_version.clone();
+        kubelet_config.resize_gate = options.resize_gate;
         kubelet_config.restart_delay = Duration::from_millis(500);
         kubelet_config.sync_period = Duration::from_millis(200);
         let kubelet = KubeletStandIn::start(kubelet_config).await.unwrap();
@@ -75,6 +132,7 @@ impl Node {
             kubeconfig,
             state_dir: tempfile::tempdir().unwrap(),
             agent: None,
+            agent_args: options.agent_args,
         };
         node.start_agent();
         node
@@ -85,19 +143,18 @@ impl Node {
         let kubeconfig = self.kubeconfig.path().display().to_string();
         let state_dir = self.state_dir.path().display().to_string();
         let cri = self.proxy.endpoint();
-        let agent = AgentProcess::start(
-            &[
-                "--node-name",
-                &self.node,
-                "--kubeconfig",
-                &kubeconfig,
-                "--cri-endpoint",
-                &cri,
-                "--state-dir",
-                &state_dir,
-            ],
-            None,
-        );
+        let mut args = vec![
+            "--node-name",
+            &self.node,
+            "--kubeconfig",
+            &kubeconfig,
+            "--cri-endpoint",
+            &cri,
+            "--state-dir",
+            &state_dir,
+        ];
+        args.extend(self.agent_args.iter().map(String::as_str));
+        let agent = AgentProcess::start(&args, None);
         agent.wait_http("/readyz", 200, Duration::from_secs(30));
         self.agent = Some(agent);
     }

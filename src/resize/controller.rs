@@ -1,0 +1,834 @@
+//! The request loop: watches this node's ContainerResizeRequests, handles one request per pod at
+//! a time (oldest first), resizes through the chosen actuator, writes only the requests'
+//! status, re-applies `cri` resizes to containers the kubelet replaced, and deletes finished
+//! requests after their TTL. Level-triggered, like the recreate loop.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ::kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
+use ::kube::runtime::reflector::{self, Store};
+use ::kube::runtime::{WatchStreamExt, watcher};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::LimitRange;
+use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+
+use super::cgroup::Cgroups;
+use super::request::{
+    self, Actuator, ContainerPhase, ContainerResult, ResizePhase, ResizeRequest, ResizeStatus,
+};
+use super::resources::{self, Refusal, Resources};
+use super::through_cri::{self, ContainerTarget, PodTarget, ResizeError};
+use super::through_kubelet::{self, ActuatorSetting, KubeletResizeApi, Progress};
+use crate::cri::CriClient;
+use crate::http::Health;
+use crate::kube::events::PodEvents;
+use crate::kube::status::{ObjectRef, StatusWriter};
+use crate::metrics::Metrics;
+use crate::nodeview::{NodeView, PodView, RuntimeState};
+
+#[derive(Clone, Debug)]
+pub struct ResizeConfig {
+    pub node_name: String,
+    pub actuator: ActuatorSetting,
+    /// The kubelet's config file, read for the InPlacePodVerticalScaling gate.
+    pub kubelet_config: PathBuf,
+    /// Where cgroup filesystems are mounted.
+    pub cgroup_root: PathBuf,
+}
+
+pub fn resize_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(request::GROUP, request::VERSION, request::KIND),
+        request::PLURAL,
+    )
+}
+
+const HEALTH_KEY: &str = "resize";
+
+/// How a `cri` resize ended, reported back to the loop.
+struct CriDone {
+    uid: String,
+    result: Result<Vec<through_cri::Applied>, ResizeError>,
+    /// A re-apply after a container restart rather than the request's first resize.
+    reapply: bool,
+}
+
+pub async fn run(
+    config: ResizeConfig,
+    client: ::kube::Client,
+    cri: CriClient,
+    mut views: watch::Receiver<Arc<NodeView>>,
+    health: Health,
+    metrics: Metrics,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let resource = resize_resource();
+    let writer = reflector::store::Writer::new(resource.clone());
+    let store: Store<DynamicObject> = writer.as_reader();
+    let selector = format!("{}={}", request::LABEL_NODE_NAME, config.node_name);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let (changed_tx, mut changed) = watch::channel(0u64);
+    let watch_metrics = metrics.clone();
+    let watch_task = tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default().labels(&selector))
+            .default_backoff()
+            .reflect(writer);
+        let mut stream = std::pin::pin!(stream);
+        let mut failing = false;
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(_) => {
+                    failing = false;
+                    changed_tx.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                Err(err) => {
+                    watch_metrics.count_watch_restart("containerresizerequests");
+                    if !failing {
+                        tracing::warn!(error = %err, "watching ContainerResizeRequests failed (is the CRD installed?); retrying");
+                    }
+                    failing = true;
+                }
+            }
+        }
+    });
+
+    let (done_tx, mut done_rx) = mpsc::channel::<CriDone>(64);
+    let mut controller = Controller {
+        statuses: StatusWriter::new(
+            client.clone(),
+            resource,
+            request::KIND,
+            &["message", "completionTime"],
+        ),
+        config,
+        client,
+        cri,
+        health,
+        metrics,
+        in_flight: HashSet::new(),
+        started: HashMap::new(),
+        requested: HashSet::new(),
+        outcomes: HashMap::new(),
+        deleted: HashSet::new(),
+        done_tx,
+    };
+    loop {
+        tokio::select! {
+            _ = changed.changed() => {}
+            _ = views.changed() => {}
+            Some(done) = done_rx.recv() => controller.finish(done),
+            _ = controller.statuses.finished() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+        let view = views.borrow().clone();
+        controller.sync(&store.state(), &view).await;
+    }
+    watch_task.abort();
+    // A resize under way is a handful of cgroup writes and CRI calls: let it finish.
+    while !controller.in_flight.is_empty() {
+        match done_rx.recv().await {
+            Some(done) => controller.finish(done),
+            None => break,
+        }
+    }
+}
+
+/// What a finished `cri` resize left for the next pass to write.
+enum Outcome {
+    Applied(Vec<through_cri::Applied>, bool),
+    Failed(String),
+}
+
+struct Controller {
+    config: ResizeConfig,
+    client: ::kube::Client,
+    cri: CriClient,
+    health: Health,
+    metrics: Metrics,
+    statuses: StatusWriter<ResizeStatus>,
+    /// Requests with a `cri` resize running.
+    in_flight: HashSet<String>,
+    /// Request UID → when the agent took it up (for the duration metric).
+    started: HashMap<String, Instant>,
+    /// Requests whose `kubelet` resize the API has accepted from this agent.
+    requested: HashSet<String>,
+    /// Request UID → how its last `cri` resize ended.
+    outcomes: HashMap<String, Outcome>,
+    /// Requests deleted after their TTL (the watch may still show them).
+    deleted: HashSet<String>,
+    done_tx: mpsc::Sender<CriDone>,
+}
+
+/// A pod's containers with the resources the API gives them.
+fn spec_resources(pod: &PodView) -> Vec<(String, Resources)> {
+    pod.containers
+        .iter()
+        .filter(|c| c.kind == crate::nodeview::ContainerKind::Regular)
+        .filter_map(|c| {
+            let spec = c.spec.as_ref()?;
+            let value = serde_json::to_value(spec.resources.clone().unwrap_or_default()).ok()?;
+            Some((c.name.clone(), Resources::from_requirements(&value).ok()?))
+        })
+        .collect()
+}
+
+fn overlay(base: &mut [(String, Resources)], request: &ResizeRequest) {
+    for desired in request.desired() {
+        if let Some((_, r)) = base.iter_mut().find(|(n, _)| *n == desired.name) {
+            *r = r.overlay(&desired.resources);
+        }
+    }
+}
+
+fn now_text() -> String {
+    Timestamp::now().to_string()
+}
+
+impl Controller {
+    fn finish(&mut self, done: CriDone) {
+        self.in_flight.remove(&done.uid);
+        match done.result {
+            Ok(applied) => {
+                self.outcomes
+                    .insert(done.uid, Outcome::Applied(applied, done.reapply));
+            }
+            Err(err) if err.is_transient() => {
+                tracing::warn!(error = %err, "the runtime went away during a resize; trying again");
+            }
+            Err(err) => {
+                self.outcomes
+                    .insert(done.uid, Outcome::Failed(err.to_string()));
+            }
+        }
+    }
+
+    async fn sync(&mut self, objects: &[Arc<DynamicObject>], view: &NodeView) {
+        self.health.set(HEALTH_KEY, Ok(()));
+        if !view.synced {
+            return;
+        }
+        let mut requests = Vec::new();
+        for object in objects {
+            match serde_json::to_value(object.as_ref())
+                .map_err(|e| e.to_string())
+                .and_then(|v| ResizeRequest::from_object(&v))
+            {
+                Ok(r) if !r.deleting && !self.deleted.contains(&r.uid) => requests.push(r),
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::warn!(error = %err, "ignoring a ContainerResizeRequest without identity")
+                }
+            }
+        }
+        requests.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
+        let mut by_pod: BTreeMap<(String, String), Vec<ResizeRequest>> = BTreeMap::new();
+        for r in requests {
+            let pod = match &r.spec {
+                Ok(spec) => spec.pod_name.clone(),
+                Err(_) => format!("\0invalid/{}", r.uid),
+            };
+            by_pod
+                .entry((r.namespace.clone(), pod))
+                .or_default()
+                .push(r);
+        }
+        let live: HashSet<String> = by_pod.values().flatten().map(|r| r.uid.clone()).collect();
+        for ((namespace, pod_name), group) in &by_pod {
+            let pod = view
+                .pods
+                .iter()
+                .find(|p| p.namespace == *namespace && p.name == *pod_name);
+            self.sync_pod(group, pod, view).await;
+        }
+        self.statuses.retain(&live);
+        self.started.retain(|uid, _| live.contains(uid));
+        self.requested.retain(|uid| live.contains(uid));
+        self.outcomes
+            .retain(|uid, _| live.contains(uid) || self.in_flight.contains(uid));
+    }
+
+    async fn sync_pod(&mut self, group: &[ResizeRequest], pod: Option<&PodView>, view: &NodeView) {
+        for request in group.iter().filter(|r| r.status.phase.is_final()) {
+            self.collect_if_expired(request).await;
+        }
+        if let Some(pod) = pod {
+            self.reapply(group, pod).await;
+        }
+        let mut active = group.iter().filter(|r| !r.status.phase.is_final());
+        let Some(first) = active.next() else { return };
+        for waiting in active {
+            if waiting.status.phase == ResizePhase::None {
+                let status = ResizeStatus {
+                    phase: ResizePhase::Pending,
+                    message: Some(format!(
+                        "waiting for ContainerResizeRequest {} of the same pod",
+                        first.name
+                    )),
+                    observed_generation: waiting.generation,
+                    ..Default::default()
+                };
+                self.write(waiting, status);
+            }
+        }
+        self.drive(first, group, pod, view).await;
+    }
+
+    fn write(&mut self, request: &ResizeRequest, status: ResizeStatus) {
+        let object = ObjectRef {
+            namespace: request.namespace.clone(),
+            name: request.name.clone(),
+            uid: request.uid.clone(),
+        };
+        self.statuses.write(&object, &request.status, status);
+    }
+
+    /// Ends a request with `phase` and `message`.
+    fn conclude(
+        &mut self,
+        request: &ResizeRequest,
+        phase: ResizePhase,
+        message: String,
+        actuator: Option<Actuator>,
+    ) {
+        self.conclude_from(request, request.status.clone(), phase, message, actuator);
+    }
+
+    /// Ends a request with `phase` and `message`, from `status` (which may carry results).
+    fn conclude_from(
+        &mut self,
+        request: &ResizeRequest,
+        mut status: ResizeStatus,
+        phase: ResizePhase,
+        message: String,
+        actuator: Option<Actuator>,
+    ) {
+        status.phase = phase;
+        status.message = Some(message.clone());
+        status.actuator = actuator.or(status.actuator);
+        status.observed_generation = request.generation;
+        status.start_time.get_or_insert_with(now_text);
+        status.completion_time = Some(now_text());
+        for c in &mut status.containers {
+            if c.phase != ContainerPhase::Succeeded {
+                c.phase = ContainerPhase::Failed;
+            }
+        }
+        self.observe_end(request, phase, status.actuator);
+        if phase != ResizePhase::Succeeded {
+            tracing::warn!(request = %request.name, namespace = %request.namespace, phase = phase.as_str(), %message, "ContainerResizeRequest not done");
+        }
+        self.write(request, status);
+    }
+
+    fn observe_end(
+        &mut self,
+        request: &ResizeRequest,
+        phase: ResizePhase,
+        actuator: Option<Actuator>,
+    ) {
+        let seconds = self
+            .started
+            .remove(&request.uid)
+            .map(|at| at.elapsed().as_secs_f64());
+        self.metrics.observe_resize(
+            actuator.map_or("none", Actuator::as_str),
+            phase.as_str(),
+            seconds,
+        );
+    }
+
+    async fn drive(
+        &mut self,
+        request: &ResizeRequest,
+        group: &[ResizeRequest],
+        pod: Option<&PodView>,
+        view: &NodeView,
+    ) {
+        self.started
+            .entry(request.uid.clone())
+            .or_insert_with(Instant::now);
+        let spec = match &request.spec {
+            Ok(spec) => spec,
+            Err(err) => return self.conclude(request, ResizePhase::Failed, err.clone(), None),
+        };
+        if let (Some(seconds), Some(created)) = (spec.active_deadline_seconds, request.created_at)
+            && Timestamp::now().duration_since(created).as_secs() >= seconds
+            && !self.in_flight.contains(&request.uid)
+        {
+            let message = format!("not done within activeDeadlineSeconds ({seconds} s)");
+            return self.conclude(request, ResizePhase::Failed, message, None);
+        }
+        let Some(pod) = pod else {
+            let message = format!(
+                "pod {} not found on node {}",
+                spec.pod_name, self.config.node_name
+            );
+            return self.conclude(request, ResizePhase::Failed, message, None);
+        };
+        if let Some(uid) = &spec.pod_uid
+            && *uid != pod.uid
+        {
+            let message = format!(
+                "pod {} has UID {}, the request is for {uid}",
+                pod.name, pod.uid
+            );
+            return self.conclude(request, ResizePhase::Failed, message, None);
+        }
+        if pod.terminating {
+            let message = format!("pod {} is terminating", pod.name);
+            return self.conclude(request, ResizePhase::Failed, message, None);
+        }
+        let base = spec_resources(pod);
+        for c in &spec.containers {
+            if !base.iter().any(|(name, _)| *name == c.name) {
+                let message = format!(
+                    "pod {} has no container {:?} that can be resized",
+                    pod.name, c.name
+                );
+                return self.conclude(request, ResizePhase::Failed, message, None);
+            }
+        }
+        // The actuator is chosen once per request.
+        let (actuator, api) = match request.status.actuator {
+            Some(Actuator::Cri) => (Actuator::Cri, None),
+            _ => {
+                let gate =
+                    through_kubelet::resize_gate_from_kubelet_config(&self.config.kubelet_config);
+                match through_kubelet::choose_actuator(
+                    self.config.actuator,
+                    view.kubelet_version.as_deref(),
+                    gate,
+                    pod.static_pod,
+                ) {
+                    Ok(choice) => choice,
+                    Err(message) => {
+                        return self.conclude(request, ResizePhase::Failed, message, None);
+                    }
+                }
+            }
+        };
+        // Before: what the pod has now (the API's spec; for `cri`, with the resizes this
+        // agent keeps applied). After: that with this request on top.
+        let mut before = base.clone();
+        if actuator == Actuator::Cri {
+            for earlier in group.iter().filter(|r| {
+                r.status.phase == ResizePhase::Succeeded && r.status.actuator == Some(Actuator::Cri)
+            }) {
+                overlay(&mut before, earlier);
+            }
+        }
+        let mut after = before.clone();
+        overlay(&mut after, request);
+
+        // The checks run once, before anything is changed.
+        let untouched = matches!(
+            request.status.phase,
+            ResizePhase::None | ResizePhase::Pending
+        ) && !self.in_flight.contains(&request.uid)
+            && !self.outcomes.contains_key(&request.uid)
+            && !self.requested.contains(&request.uid);
+        if untouched {
+            let limit_ranges = match self.limit_ranges(&request.namespace).await {
+                Ok(ranges) => ranges,
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot list LimitRanges; trying again");
+                    return;
+                }
+            };
+            let allocatable = node_allocatable(view);
+            if let Err(refusal) =
+                resources::check_resize(&before, &after, &allocatable, &limit_ranges)
+            {
+                let phase = match refusal {
+                    Refusal::ExceedsAllocatable { .. } => ResizePhase::Infeasible,
+                    _ => ResizePhase::Failed,
+                };
+                return self.conclude(request, phase, refusal.to_string(), Some(actuator));
+            }
+        }
+        match actuator {
+            Actuator::Cri => self.drive_cri(request, pod, view, &after).await,
+            Actuator::Kubelet => {
+                let api = api.unwrap_or(KubeletResizeApi::Subresource);
+                self.drive_kubelet(request, pod, api, &after).await
+            }
+        }
+    }
+
+    async fn limit_ranges(&self, namespace: &str) -> Result<Vec<Value>, ::kube::Error> {
+        let api: Api<LimitRange> = Api::namespaced(self.client.clone(), namespace);
+        let list = api.list(&ListParams::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .filter_map(|lr| serde_json::to_value(lr).ok())
+            .collect())
+    }
+
+    async fn drive_cri(
+        &mut self,
+        request: &ResizeRequest,
+        pod: &PodView,
+        view: &NodeView,
+        after: &[(String, Resources)],
+    ) {
+        let named: Vec<String> = request.desired().into_iter().map(|d| d.name).collect();
+        if let Some(outcome) = self.outcomes.remove(&request.uid) {
+            return match outcome {
+                Outcome::Applied(applied, _) => {
+                    let mut status = self.running_status(request, Actuator::Cri);
+                    status.containers = applied
+                        .iter()
+                        .map(|a| ContainerResult {
+                            name: a.name.clone(),
+                            phase: ContainerPhase::Succeeded,
+                            container_id: Some(a.container_id.clone()),
+                            resources: Some(a.resources.to_requirements()),
+                            ..Default::default()
+                        })
+                        .collect();
+                    PodEvents::new(self.client.clone(), &self.config.node_name).emit(
+                        &pod.event_ref(),
+                        "Resized",
+                        format!(
+                            "Resized containers {} in place by ContainerResizeRequest {}",
+                            named.join(", "),
+                            request.name
+                        ),
+                        "Normal",
+                    );
+                    let message = "resized through CRI and the pod cgroup".to_string();
+                    self.conclude_from(
+                        request,
+                        status,
+                        ResizePhase::Succeeded,
+                        message,
+                        Some(Actuator::Cri),
+                    );
+                }
+                Outcome::Failed(message) => {
+                    PodEvents::new(self.client.clone(), &self.config.node_name).emit(
+                        &pod.event_ref(),
+                        "ResizeFailed",
+                        format!("ContainerResizeRequest {}: {message}", request.name),
+                        "Warning",
+                    );
+                    self.conclude(request, ResizePhase::Failed, message, Some(Actuator::Cri))
+                }
+            };
+        }
+        if self.in_flight.contains(&request.uid) {
+            return;
+        }
+        let this_pod = pod_requests(after);
+        if !resources::fits_node(
+            &other_pods_requests(view, pod),
+            &this_pod,
+            &node_allocatable(view),
+        ) {
+            let mut status = self.running_status(request, Actuator::Cri);
+            status.phase = ResizePhase::Deferred;
+            status.message = Some("the node's allocatable cpu or memory cannot take the new requests now; trying again".into());
+            return self.write(request, status);
+        }
+        let Some(target) = pod_target(pod, after, &named) else {
+            let mut status = self.running_status(request, Actuator::Cri);
+            status.phase = ResizePhase::Pending;
+            status.message = Some("waiting for the containers to run".into());
+            return self.write(request, status);
+        };
+        let mut status = self.running_status(request, Actuator::Cri);
+        status.phase = ResizePhase::InProgress;
+        status.message = None;
+        status.containers = named
+            .iter()
+            .map(|name| ContainerResult {
+                name: name.clone(),
+                phase: ContainerPhase::InProgress,
+                ..Default::default()
+            })
+            .collect();
+        self.write(request, status);
+        self.spawn_cri(request.uid.clone(), target, false);
+    }
+
+    fn spawn_cri(&mut self, uid: String, target: PodTarget, reapply: bool) {
+        let cgroups = match Cgroups::detect(&self.config.cgroup_root) {
+            Ok(cgroups) => cgroups,
+            Err(err) => {
+                self.health
+                    .set(HEALTH_KEY, Err(format!("cannot resize through CRI: {err}")));
+                self.outcomes.insert(uid, Outcome::Failed(err.to_string()));
+                return;
+            }
+        };
+        self.in_flight.insert(uid.clone());
+        let cri = self.cri.clone();
+        let done = self.done_tx.clone();
+        tokio::spawn(async move {
+            let result = through_cri::apply(&cri, &cgroups, &target).await;
+            let _ = done
+                .send(CriDone {
+                    uid,
+                    result,
+                    reapply,
+                })
+                .await;
+        });
+    }
+
+    /// The request's status with the fields every phase keeps.
+    fn running_status(&self, request: &ResizeRequest, actuator: Actuator) -> ResizeStatus {
+        let mut status = request.status.clone();
+        status.actuator = Some(actuator);
+        status.observed_generation = request.generation;
+        status.start_time.get_or_insert_with(now_text);
+        status
+    }
+
+    async fn drive_kubelet(
+        &mut self,
+        request: &ResizeRequest,
+        pod: &PodView,
+        api: KubeletResizeApi,
+        after: &[(String, Resources)],
+    ) {
+        let named: Vec<String> = request.desired().into_iter().map(|d| d.name).collect();
+        let targets: Vec<(String, Resources)> = after
+            .iter()
+            .filter(|(name, _)| named.contains(name))
+            .cloned()
+            .collect();
+        if !self.requested.contains(&request.uid) {
+            match through_kubelet::request(
+                &self.client,
+                api,
+                &request.namespace,
+                &pod.name,
+                &targets,
+            )
+            .await
+            {
+                Ok(()) => {
+                    self.requested.insert(request.uid.clone());
+                }
+                Err(::kube::Error::Api(status))
+                    if (400..500).contains(&status.code) && status.code != 429 =>
+                {
+                    let message = format!("the API server refused the resize: {}", status.message);
+                    return self.conclude(
+                        request,
+                        ResizePhase::Failed,
+                        message,
+                        Some(Actuator::Kubelet),
+                    );
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot ask for the resize; trying again");
+                    return;
+                }
+            }
+        }
+        let Some(api_pod) = pod
+            .api_pod
+            .as_ref()
+            .and_then(|p| serde_json::to_value(p.as_ref()).ok())
+        else {
+            return;
+        };
+        let mut status = self.running_status(request, Actuator::Kubelet);
+        match through_kubelet::progress(&api_pod, &targets) {
+            Progress::Waiting(message) => {
+                status.phase = ResizePhase::InProgress;
+                status.message = Some(message);
+                self.write(request, status);
+            }
+            Progress::Deferred(message) => {
+                status.phase = ResizePhase::Deferred;
+                status.message = Some(format!("deferred by the kubelet: {message}"));
+                self.write(request, status);
+            }
+            Progress::Infeasible(message) => {
+                self.conclude(
+                    request,
+                    ResizePhase::Infeasible,
+                    format!("infeasible for the kubelet: {message}"),
+                    Some(Actuator::Kubelet),
+                );
+            }
+            Progress::Done(applied) => {
+                status.containers = applied
+                    .iter()
+                    .map(|(name, r)| ContainerResult {
+                        name: name.clone(),
+                        phase: ContainerPhase::Succeeded,
+                        resources: Some(r.to_requirements()),
+                        ..Default::default()
+                    })
+                    .collect();
+                let message = match api {
+                    KubeletResizeApi::Subresource => "resized by the kubelet through pods/resize",
+                    KubeletResizeApi::PodSpec => "resized by the kubelet through the pod spec",
+                };
+                self.conclude_from(
+                    request,
+                    status,
+                    ResizePhase::Succeeded,
+                    message.into(),
+                    Some(Actuator::Kubelet),
+                );
+            }
+        }
+    }
+
+    /// While a succeeded `cri` request exists, a container the kubelet replaced (started from
+    /// the pod spec's resources) gets the resize again.
+    async fn reapply(&mut self, group: &[ResizeRequest], pod: &PodView) {
+        let succeeded: Vec<&ResizeRequest> = group
+            .iter()
+            .filter(|r| {
+                r.status.phase == ResizePhase::Succeeded && r.status.actuator == Some(Actuator::Cri)
+            })
+            .collect();
+        let Some(newest) = succeeded.last() else {
+            return;
+        };
+        if let Some(Outcome::Applied(applied, true)) = self.outcomes.remove(&newest.uid) {
+            self.metrics.count_resize_reapplied();
+            for request in &succeeded {
+                let mut status = request.status.clone();
+                let mut changed = false;
+                for c in &mut status.containers {
+                    if let Some(a) = applied.iter().find(|a| a.name == c.name) {
+                        c.reapplied += 1;
+                        c.container_id = Some(a.container_id.clone());
+                        c.resources = Some(a.resources.to_requirements());
+                        changed = true;
+                    }
+                }
+                if changed {
+                    tracing::info!(request = %request.name, pod = %pod.name, "resize applied again to a replaced container");
+                    self.write(request, status);
+                }
+            }
+            return;
+        }
+        if self.in_flight.contains(&newest.uid) {
+            return;
+        }
+        // The containers whose running instance is not the one the resize was applied to.
+        let mut replaced = Vec::new();
+        for request in &succeeded {
+            for c in &request.status.containers {
+                let Some(view) = pod.containers.iter().find(|v| v.name == c.name) else {
+                    continue;
+                };
+                let Some(runtime) = view
+                    .runtime
+                    .as_ref()
+                    .filter(|r| r.state == RuntimeState::Running)
+                else {
+                    continue;
+                };
+                if c.container_id.as_deref().is_some_and(|id| id != runtime.id)
+                    && !replaced.contains(&c.name)
+                {
+                    replaced.push(c.name.clone());
+                }
+            }
+        }
+        if replaced.is_empty() {
+            return;
+        }
+        let mut after = spec_resources(pod);
+        for request in &succeeded {
+            overlay(&mut after, request);
+        }
+        if let Some(target) = pod_target(pod, &after, &replaced) {
+            tracing::info!(pod = %pod.name, containers = ?replaced, "the kubelet replaced resized containers; applying the resize again");
+            self.spawn_cri(newest.uid.clone(), target, true);
+        }
+    }
+
+    async fn collect_if_expired(&mut self, request: &ResizeRequest) {
+        let Ok(spec) = &request.spec else { return };
+        let (Some(ttl), Some(done)) = (
+            spec.ttl_seconds_after_finished,
+            request
+                .status
+                .completion_time
+                .as_deref()
+                .and_then(|t| t.parse::<Timestamp>().ok()),
+        ) else {
+            return;
+        };
+        if Timestamp::now().duration_since(done).as_secs() < ttl {
+            return;
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &request.namespace, &resize_resource());
+        match api.delete(&request.name, &DeleteParams::default()).await {
+            Ok(_) => {
+                tracing::info!(request = %request.name, namespace = %request.namespace, "deleted finished ContainerResizeRequest after its TTL");
+                self.deleted.insert(request.uid.clone());
+            }
+            Err(::kube::Error::Api(status)) if status.code == 404 => {
+                self.deleted.insert(request.uid.clone());
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot delete an expired ContainerResizeRequest")
+            }
+        }
+    }
+}
+
+/// The containers to resize with their running instances; None while one is not running.
+fn pod_target(pod: &PodView, after: &[(String, Resources)], named: &[String]) -> Option<PodTarget> {
+    let mut containers = Vec::new();
+    for name in named {
+        let view = pod.containers.iter().find(|c| c.name == *name)?;
+        let runtime = view
+            .runtime
+            .as_ref()
+            .filter(|r| r.state == RuntimeState::Running)?;
+        let target = after.iter().find(|(n, _)| n == name)?.1;
+        containers.push(ContainerTarget {
+            name: name.clone(),
+            container_id: runtime.id.clone(),
+            target,
+        });
+    }
+    let all: Vec<Resources> = after.iter().map(|(_, r)| *r).collect();
+    Some(PodTarget {
+        containers,
+        qos: resources::qos_class(&all),
+        all,
+    })
+}
+
+fn node_allocatable(view: &NodeView) -> Resources {
+    view.node_allocatable.unwrap_or_default()
+}
+
+fn pod_requests(containers: &[(String, Resources)]) -> Resources {
+    let app: Vec<Resources> = containers.iter().map(|(_, r)| *r).collect();
+    resources::pod_totals(&app, &[])
+}
+
+/// The requests of the node's other pods that still hold resources, one total per pod.
+fn other_pods_requests(view: &NodeView, pod: &PodView) -> Vec<Resources> {
+    view.pods
+        .iter()
+        .filter(|p| p.uid != pod.uid && !p.terminating)
+        .map(|p| pod_requests(&spec_resources(p)))
+        .collect()
+}

@@ -1,0 +1,382 @@
+//! The `cri` actuator: resizes running containers through the runtime and the pod cgroup in
+//! kubelet's order (`shared/reference/node-runtime.md`): memory first, then cpu; a pod cgroup
+//! limit that grows is written before the containers, one that shrinks after them; containers
+//! that shrink go before those that grow; a memory limit is never set at or below what the
+//! container (or the pod) uses now. Every step is read back.
+
+use crate::cri::proto::LinuxContainerResources;
+use crate::cri::{CriClient, CriError};
+
+use super::cgroup::{CgroupError, CgroupValues, Cgroups};
+use super::resources::{self, CriResources, PodCgroupConfig, QosClass, Resources};
+
+/// One container to resize: the runtime container and the resources it must end with.
+#[derive(Clone, Debug)]
+pub struct ContainerTarget {
+    pub name: String,
+    /// The runtime's container ID (no `containerd://` prefix).
+    pub container_id: String,
+    pub target: Resources,
+}
+
+/// What a pod must look like after the resize.
+#[derive(Clone, Debug)]
+pub struct PodTarget {
+    /// The containers to change.
+    pub containers: Vec<ContainerTarget>,
+    /// Every container of the pod with the resources it will have (the resized ones with their
+    /// targets): the pod cgroup is sized from all of them.
+    pub all: Vec<Resources>,
+    pub qos: QosClass,
+}
+
+/// A container as resized, read back from the runtime.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Applied {
+    pub name: String,
+    pub container_id: String,
+    /// cpu request/limit and memory limit as the runtime reports them; the memory request is
+    /// the target's (the runtime does not know memory requests).
+    pub resources: Resources,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResizeError {
+    #[error("container runtime: {0}")]
+    Runtime(#[from] CriError),
+    #[error("{0}")]
+    Cgroup(#[from] CgroupError),
+    #[error("container {0} is not running")]
+    NotRunning(String),
+    #[error("the runtime does not report the cgroup of container {0}")]
+    NoCgroupPath(String),
+    #[error(
+        "memory limit {limit} bytes for {what} is not above its current usage of {usage} bytes: lowering it would trigger the OOM killer"
+    )]
+    MemoryInUse {
+        what: String,
+        usage: u64,
+        limit: i64,
+    },
+    #[error("{what}: asked for {expected}, but {source_name} shows {actual}")]
+    Verify {
+        what: String,
+        expected: String,
+        actual: String,
+        source_name: &'static str,
+    },
+}
+
+impl ResizeError {
+    /// Worth trying again later (the runtime restarting), as opposed to a refusal.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ResizeError::Runtime(err) if err.is_transient())
+    }
+}
+
+/// A container as found before changing it.
+struct Current {
+    target: ContainerTarget,
+    cgroups_path: String,
+    linux: LinuxContainerResources,
+    wanted: CriResources,
+}
+
+pub async fn apply(
+    cri: &CriClient,
+    cgroups: &Cgroups,
+    pod: &PodTarget,
+) -> Result<Vec<Applied>, ResizeError> {
+    let mut current = Vec::new();
+    for target in &pod.containers {
+        current.push(inspect(cri, target).await?);
+    }
+    let Some(parent) = current
+        .first()
+        .map(|c| pod_cgroup_parent(&c.cgroups_path).to_owned())
+    else {
+        return Ok(Vec::new());
+    };
+    let pod_now = cgroups.read_pod(&parent)?;
+    let pod_new = resources::pod_cgroup_config(&pod.all, pod.qos);
+
+    // Memory.
+    let memory_grows = grows(pod_now.memory_limit, pod_new.memory_limit);
+    if memory_grows && pod_now.memory_limit != pod_new.memory_limit {
+        cgroups.write_pod_memory(&parent, pod_new.memory_limit)?;
+    }
+    let mut order: Vec<usize> = (0..current.len()).collect();
+    // Decreases first, so that the pod never holds more than it had or will have.
+    order.sort_by_key(|&i| {
+        current[i].wanted.memory_limit_in_bytes - current[i].linux.memory_limit_in_bytes
+    });
+    for &i in &order {
+        let c = &mut current[i];
+        if c.wanted.memory_limit_in_bytes == c.linux.memory_limit_in_bytes {
+            continue;
+        }
+        if c.wanted.memory_limit_in_bytes < c.linux.memory_limit_in_bytes
+            || c.linux.memory_limit_in_bytes == 0
+        {
+            let usage = cgroups.container_memory_usage(&c.cgroups_path)?;
+            check_usage(&c.target.name, usage, c.wanted.memory_limit_in_bytes)?;
+        }
+        c.linux.memory_limit_in_bytes = c.wanted.memory_limit_in_bytes;
+        cri.update_container_resources(&c.target.container_id, c.linux.clone())
+            .await?;
+    }
+    if !memory_grows {
+        if let Some(limit) = pod_new.memory_limit {
+            let usage = cgroups.pod_memory_usage(&parent)?;
+            check_usage("the pod", usage, limit)?;
+        }
+        cgroups.write_pod_memory(&parent, pod_new.memory_limit)?;
+    }
+
+    // CPU: the quota is hierarchical (a child may not exceed its parent), shares are not.
+    let cpu_grows = grows(pod_now.cpu_quota, pod_new.cpu_quota);
+    if cpu_grows {
+        write_pod_cpu(cgroups, &parent, &pod_new)?;
+    }
+    order.sort_by_key(|&i| current[i].wanted.cpu_quota - current[i].linux.cpu_quota);
+    for &i in &order {
+        let c = &mut current[i];
+        let wanted = &c.wanted;
+        if (wanted.cpu_shares, wanted.cpu_quota, wanted.cpu_period)
+            == (c.linux.cpu_shares, c.linux.cpu_quota, c.linux.cpu_period)
+        {
+            continue;
+        }
+        c.linux.cpu_shares = wanted.cpu_shares;
+        c.linux.cpu_quota = wanted.cpu_quota;
+        c.linux.cpu_period = wanted.cpu_period;
+        cri.update_container_resources(&c.target.container_id, c.linux.clone())
+            .await?;
+    }
+    if !cpu_grows {
+        write_pod_cpu(cgroups, &parent, &pod_new)?;
+    }
+
+    verify_pod(&cgroups.read_pod(&parent)?, &pod_new)?;
+    let mut applied = Vec::new();
+    for c in &current {
+        applied.push(verify_container(cri, cgroups, c).await?);
+    }
+    Ok(applied)
+}
+
+async fn inspect(cri: &CriClient, target: &ContainerTarget) -> Result<Current, ResizeError> {
+    let response = cri.container_status(&target.container_id, true).await?;
+    let status = response
+        .status
+        .as_ref()
+        .ok_or_else(|| ResizeError::NotRunning(target.name.clone()))?;
+    if status.state != crate::cri::proto::ContainerState::ContainerRunning as i32 {
+        return Err(ResizeError::NotRunning(target.name.clone()));
+    }
+    let cgroups_path = response
+        .info
+        .get("info")
+        .and_then(|info| cgroups_path_of(info))
+        .ok_or_else(|| ResizeError::NoCgroupPath(target.name.clone()))?;
+    let linux = status
+        .resources
+        .as_ref()
+        .and_then(|r| r.linux.clone())
+        .unwrap_or_default();
+    Ok(Current {
+        wanted: resources::cri_resources(&target.target),
+        target: target.clone(),
+        cgroups_path,
+        linux,
+    })
+}
+
+/// `runtimeSpec.linux.cgroupsPath` from containerd's verbose container info.
+fn cgroups_path_of(info: &str) -> Option<String> {
+    let info: serde_json::Value = serde_json::from_str(info).ok()?;
+    let path = info
+        .pointer("/runtimeSpec/linux/cgroupsPath")?
+        .as_str()?
+        .to_owned();
+    (!path.is_empty()).then_some(path)
+}
+
+/// The pod cgroup of a container cgroup: the parent directory with the cgroupfs driver
+/// (`/kubepods/burstable/pod<uid>/<id>`), the slice with the systemd driver
+/// (`kubepods-burstable-pod<uid>.slice:cri-containerd:<id>`).
+pub fn pod_cgroup_parent(cgroups_path: &str) -> &str {
+    match cgroups_path.split_once(':') {
+        Some((slice, _)) => slice,
+        None => cgroups_path
+            .rsplit_once('/')
+            .map_or(cgroups_path, |(parent, _)| parent),
+    }
+}
+
+/// Whether going from `now` to `new` raises the limit (None is unlimited).
+fn grows(now: Option<i64>, new: Option<i64>) -> bool {
+    match (now, new) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(now), Some(new)) => new >= now,
+    }
+}
+
+fn check_usage(what: &str, usage: u64, limit: i64) -> Result<(), ResizeError> {
+    if i64::try_from(usage).map_or(true, |usage| usage >= limit) {
+        return Err(ResizeError::MemoryInUse {
+            what: what.to_owned(),
+            usage,
+            limit,
+        });
+    }
+    Ok(())
+}
+
+fn write_pod_cpu(
+    cgroups: &Cgroups,
+    parent: &str,
+    config: &PodCgroupConfig,
+) -> Result<(), ResizeError> {
+    cgroups.write_pod_cpu(
+        parent,
+        config.cpu_shares,
+        config.cpu_quota,
+        config.cpu_period,
+    )?;
+    Ok(())
+}
+
+fn mismatch(
+    what: &str,
+    expected: impl std::fmt::Debug,
+    actual: impl std::fmt::Debug,
+    source_name: &'static str,
+) -> ResizeError {
+    ResizeError::Verify {
+        what: what.to_owned(),
+        expected: format!("{expected:?}"),
+        actual: format!("{actual:?}"),
+        source_name,
+    }
+}
+
+fn verify_pod(read: &CgroupValues, wanted: &PodCgroupConfig) -> Result<(), ResizeError> {
+    if read.memory_limit != wanted.memory_limit {
+        return Err(mismatch(
+            "pod memory limit",
+            wanted.memory_limit,
+            read.memory_limit,
+            "the pod cgroup",
+        ));
+    }
+    if read.cpu_quota != wanted.cpu_quota {
+        return Err(mismatch(
+            "pod cpu quota",
+            wanted.cpu_quota,
+            read.cpu_quota,
+            "the pod cgroup",
+        ));
+    }
+    Ok(())
+}
+
+async fn verify_container(
+    cri: &CriClient,
+    cgroups: &Cgroups,
+    c: &Current,
+) -> Result<Applied, ResizeError> {
+    let name = &c.target.name;
+    let response = cri.container_status(&c.target.container_id, false).await?;
+    let linux = response
+        .status
+        .and_then(|s| s.resources)
+        .and_then(|r| r.linux)
+        .unwrap_or_default();
+    let reported = CriResources {
+        cpu_shares: linux.cpu_shares,
+        cpu_quota: linux.cpu_quota,
+        cpu_period: linux.cpu_period,
+        memory_limit_in_bytes: linux.memory_limit_in_bytes,
+    };
+    if reported != c.wanted {
+        return Err(mismatch(
+            name,
+            c.wanted,
+            reported,
+            "ContainerStatus.resources",
+        ));
+    }
+    let files = cgroups.read_container(&c.cgroups_path)?;
+    let limit = (c.wanted.memory_limit_in_bytes > 0).then_some(c.wanted.memory_limit_in_bytes);
+    if limit.is_some() && files.memory_limit != limit {
+        return Err(mismatch(
+            name,
+            limit,
+            files.memory_limit,
+            "the container's memory cgroup",
+        ));
+    }
+    let quota = (c.wanted.cpu_quota > 0).then_some(c.wanted.cpu_quota);
+    if quota.is_some() && files.cpu_quota != quota {
+        return Err(mismatch(
+            name,
+            quota,
+            files.cpu_quota,
+            "the container's cpu cgroup",
+        ));
+    }
+    let mut resources = resources::from_cri(&reported);
+    resources.memory_request = c.target.target.memory_request;
+    Ok(Applied {
+        name: name.clone(),
+        container_id: c.target.container_id.clone(),
+        resources,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_cgroup_of_a_container_cgroup() {
+        assert_eq!(
+            pod_cgroup_parent("/kubepods/burstable/pod123/abcdef"),
+            "/kubepods/burstable/pod123"
+        );
+        assert_eq!(
+            pod_cgroup_parent("kubepods-burstable-pod1_2.slice:cri-containerd:abcdef"),
+            "kubepods-burstable-pod1_2.slice"
+        );
+    }
+
+    #[test]
+    fn growth_treats_none_as_unlimited() {
+        assert!(grows(Some(100), None));
+        assert!(grows(None, None));
+        assert!(!grows(None, Some(100)));
+        assert!(grows(Some(100), Some(200)));
+        assert!(!grows(Some(200), Some(100)));
+    }
+
+    #[test]
+    fn usage_must_stay_below_the_new_limit() {
+        assert!(check_usage("c", 99, 100).is_ok());
+        let err = check_usage("c", 100, 100).expect_err("at the limit");
+        assert!(
+            err.to_string()
+                .contains("not above its current usage of 100 bytes")
+        );
+        assert!(check_usage("c", u64::MAX, 100).is_err());
+    }
+
+    #[test]
+    fn cgroups_path_from_verbose_info() {
+        let info = r#"{"pid":1,"runtimeSpec":{"linux":{"cgroupsPath":"/kubepods/pod1/c1"}}}"#;
+        assert_eq!(cgroups_path_of(info).as_deref(), Some("/kubepods/pod1/c1"));
+        assert_eq!(cgroups_path_of(r#"{"runtimeSpec":{}}"#), None);
+        assert_eq!(cgroups_path_of("not json"), None);
+    }
+}
