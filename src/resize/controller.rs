@@ -115,6 +115,7 @@ pub async fn run(
         requested: HashSet::new(),
         outcomes: HashMap::new(),
         deleted: HashSet::new(),
+        written: HashMap::new(),
         done_tx,
     };
     loop {
@@ -165,6 +166,10 @@ struct Controller {
     outcomes: HashMap<String, Outcome>,
     /// Requests deleted after their TTL (the watch may still show them).
     deleted: HashSet<String>,
+    /// Statuses written that the watch does not show yet. They count over the (older) watched
+    /// copy: a request concluded here is over, a container the resize was just applied to again
+    /// is not "replaced" once more.
+    written: HashMap<String, ResizeStatus>,
     done_tx: mpsc::Sender<CriDone>,
 }
 
@@ -229,6 +234,9 @@ impl Controller {
                 }
             }
         }
+        for request in &mut requests {
+            self.overlay_written(request);
+        }
         requests.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
         let mut by_pod: BTreeMap<(String, String), Vec<ResizeRequest>> = BTreeMap::new();
         for r in requests {
@@ -250,6 +258,7 @@ impl Controller {
             self.sync_pod(group, pod, view).await;
         }
         self.statuses.retain(&live);
+        self.written.retain(|uid, _| live.contains(uid));
         self.started.retain(|uid, _| live.contains(uid));
         self.requested.retain(|uid| live.contains(uid));
         self.outcomes
@@ -282,13 +291,31 @@ impl Controller {
         self.drive(first, group, pod, view).await;
     }
 
-    fn write(&mut self, request: &ResizeRequest, status: ResizeStatus) {
-        let object = ObjectRef {
-            namespace: request.namespace.clone(),
-            name: request.name.clone(),
-            uid: request.uid.clone(),
+    /// Puts the status this agent wrote last in place of the watched one until the watch shows
+    /// it, writing it again meanwhile (a failed write is retried this way).
+    fn overlay_written(&mut self, request: &mut ResizeRequest) {
+        let Some(written) = self.written.get(&request.uid) else {
+            return;
         };
-        self.statuses.write(&object, &request.status, status);
+        if *written == request.status {
+            self.written.remove(&request.uid);
+            return;
+        }
+        let written = written.clone();
+        self.statuses
+            .write(&object_ref(request), &request.status, written.clone());
+        request.status = written;
+    }
+
+    /// Writes `status` unless the request already has it (`request.status` is the watched one
+    /// or, when newer, the one last written).
+    fn write(&mut self, request: &ResizeRequest, status: ResizeStatus) {
+        if status == request.status {
+            return;
+        }
+        self.written.insert(request.uid.clone(), status.clone());
+        self.statuses
+            .write(&object_ref(request), &request.status, status);
     }
 
     /// Ends a request with `phase` and `message`.
@@ -788,6 +815,14 @@ impl Controller {
                 tracing::warn!(error = %err, "cannot delete an expired ContainerResizeRequest")
             }
         }
+    }
+}
+
+fn object_ref(request: &ResizeRequest) -> ObjectRef {
+    ObjectRef {
+        namespace: request.namespace.clone(),
+        name: request.name.clone(),
+        uid: request.uid.clone(),
     }
 }
 

@@ -100,8 +100,23 @@ pub async fn apply(
     let pod_now = cgroups.read_pod(&parent)?;
     let pod_new = resources::pod_cgroup_config(&pod.all, pod.qos);
 
-    // Memory.
+    // Every memory limit that goes down is checked against the usage before anything changes,
+    // so a refusal leaves the pod as it was.
+    for c in &current {
+        let wanted = c.wanted.memory_limit_in_bytes;
+        if wanted < c.linux.memory_limit_in_bytes
+            || (wanted > 0 && c.linux.memory_limit_in_bytes == 0)
+        {
+            let usage = cgroups.container_memory_usage(&c.cgroups_path)?;
+            check_usage(&c.target.name, usage, wanted)?;
+        }
+    }
     let memory_grows = grows(pod_now.memory_limit, pod_new.memory_limit);
+    if !memory_grows && let Some(limit) = pod_new.memory_limit {
+        check_usage("the pod", cgroups.pod_memory_usage(&parent)?, limit)?;
+    }
+
+    // Memory.
     if memory_grows && pod_now.memory_limit != pod_new.memory_limit {
         cgroups.write_pod_memory(&parent, pod_new.memory_limit)?;
     }
@@ -115,21 +130,17 @@ pub async fn apply(
         if c.wanted.memory_limit_in_bytes == c.linux.memory_limit_in_bytes {
             continue;
         }
-        if c.wanted.memory_limit_in_bytes < c.linux.memory_limit_in_bytes
-            || c.linux.memory_limit_in_bytes == 0
-        {
-            let usage = cgroups.container_memory_usage(&c.cgroups_path)?;
-            check_usage(&c.target.name, usage, c.wanted.memory_limit_in_bytes)?;
+        // Without swap (kubelet's NoSwap) the memory+swap limit equals the memory limit, and
+        // cgroup v1 refuses a memory limit above it: move both.
+        let old = c.linux.memory_limit_in_bytes;
+        if c.linux.memory_swap_limit_in_bytes == old || c.linux.memory_swap_limit_in_bytes == 0 {
+            c.linux.memory_swap_limit_in_bytes = c.wanted.memory_limit_in_bytes;
         }
         c.linux.memory_limit_in_bytes = c.wanted.memory_limit_in_bytes;
         cri.update_container_resources(&c.target.container_id, c.linux.clone())
             .await?;
     }
     if !memory_grows {
-        if let Some(limit) = pod_new.memory_limit {
-            let usage = cgroups.pod_memory_usage(&parent)?;
-            check_usage("the pod", usage, limit)?;
-        }
         cgroups.write_pod_memory(&parent, pod_new.memory_limit)?;
     }
 

@@ -38,36 +38,28 @@ pub struct NodeOptions {
     /// The API double's resize API.
     pub pod_resize: PodResizeApi,
     pub agent_args: Vec<String>,
+    /// The node's allocatable cpu in millicores (default: the machine's cores).
+    pub allocatable_cpu_millis: Option<i64>,
 }
 
 impl NodeOptions {
     /// A kubelet of `version` with the gate as the release has it by default (on from 1.33),
     /// and the API of that release.
     pub fn kubelet(version: &str) -> NodeOptions {
-        let minor = version
-            .trim_start_matches('v')
-            .split('.')
-            .nth(1)
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(0);
+        let minor = minor_of(version);
         let gate = minor >= 33;
         NodeOptions {
             kubelet_version: version.to_owned(),
             resize_gate: gate,
             pod_resize: PodResizeApi::for_release(minor, gate),
             agent_args: Vec::new(),
+            allocatable_cpu_millis: None,
         }
     }
 
     /// The same release with the gate on or off.
     pub fn gate(mut self, on: bool) -> NodeOptions {
-        let minor = self
-            .kubelet_version
-            .trim_start_matches('v')
-            .split('.')
-            .nth(1)
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(0);
+        let minor = minor_of(&self.kubelet_version);
         self.resize_gate = on;
         self.pod_resize = PodResizeApi::for_release(minor, on);
         self
@@ -77,6 +69,21 @@ impl NodeOptions {
         self.agent_args = args.iter().map(|a| a.to_string()).collect();
         self
     }
+
+    pub fn allocatable_cpu(mut self, millis: i64) -> NodeOptions {
+        self.allocatable_cpu_millis = Some(millis);
+        self
+    }
+}
+
+/// 31 of `v1.31.12`.
+fn minor_of(version: &str) -> u32 {
+    version
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
 }
 
 impl Node {
@@ -85,8 +92,13 @@ impl Node {
     }
 
     /// A node whose kubelet stand-in impersonates `kubelet_version` (e.g. `v1.31.12` for era C).
+    /// Its resize gate is on and the API serves `pods/resize`, whatever the release (what the
+    /// tests written before resize expect: era B containers carry `hashWithoutResources`).
     pub async fn start_with_kubelet(kubelet_version: &str) -> Node {
-        Node::start_with(NodeOptions::kubelet(kubelet_version)).await
+        let mut options = NodeOptions::kubelet(kubelet_version);
+        options.resize_gate = true;
+        options.pod_resize = PodResizeApi::default();
+        Node::start_with(options).await
     }
 
     pub async fn start_with(options: NodeOptions) -> Node {
@@ -104,6 +116,7 @@ impl Node {
             KubeletConfig::new(&node, &kubeconfig_text, &endpoint().to_string());
         kubelet_config.kubelet_version = options.kubelet_version.clone();
         kubelet_config.resize_gate = options.resize_gate;
+        kubelet_config.allocatable_cpu_millis = options.allocatable_cpu_millis;
         kubelet_config.restart_delay = Duration::from_millis(500);
         kubelet_config.sync_period = Duration::from_millis(200);
         let kubelet = KubeletStandIn::start(kubelet_config).await.unwrap();

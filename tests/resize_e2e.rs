@@ -1,0 +1,601 @@
+//! ContainerResizeRequests end to end: the agent against the kubelet stand-in, the API double and
+//! real containerd + runc (cgroup v1 here). Expected cgroup values are worked out by hand from
+//! `shared/reference/node-runtime.md` (shares = milli*1024/1000, quota = milli*100 with the
+//! 100 ms period, the pod cgroup holds the sums) and read from /sys/fs/cgroup directly; the CRI
+//! proxy in front of the agent counts every UpdateContainerResources it sends.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::{Value, json};
+use support::sandbox::{NS, Node, NodeOptions, container_id, container_status};
+use support::{cgroup_root, unique};
+
+const WAIT: Duration = Duration::from_secs(60);
+const MI: i64 = 1 << 20;
+const POLITE: &str = "trap 'exit 0' TERM; while true; do sleep 0.1; done";
+
+fn resources(req_cpu: &str, req_mem: &str, lim_cpu: &str, lim_mem: &str) -> Value {
+    json!({"requests": {"cpu": req_cpu, "memory": req_mem},
+           "limits": {"cpu": lim_cpu, "memory": lim_mem}})
+}
+
+fn busybox(name: &str, script: &str, resources: Value) -> Value {
+    json!({"name": name, "image": "localhost/busybox:local",
+           "command": ["/bin/sh", "-c", script], "resources": resources})
+}
+
+/// Two Burstable containers: app 100m/32Mi requests, 200m/64Mi limits; side 50m/16Mi requests,
+/// 100m/32Mi limits.
+fn two_containers() -> Value {
+    json!({"containers": [
+        busybox("app", POLITE, resources("100m", "32Mi", "200m", "64Mi")),
+        busybox("side", POLITE, resources("50m", "16Mi", "100m", "32Mi")),
+    ]})
+}
+
+/// cpu.shares, cpu.cfs_quota_us and memory.limit_in_bytes of a cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Limits {
+    shares: i64,
+    quota: i64,
+    memory: i64,
+}
+
+const BEFORE_APP: Limits = Limits {
+    shares: 102,
+    quota: 20_000,
+    memory: 64 * MI,
+};
+const BEFORE_SIDE: Limits = Limits {
+    shares: 51,
+    quota: 10_000,
+    memory: 32 * MI,
+};
+const BEFORE_POD: Limits = Limits {
+    shares: 153,
+    quota: 30_000,
+    memory: 96 * MI,
+};
+/// app 200m/48Mi requests, 400m/96Mi limits.
+const GROWN_APP: Limits = Limits {
+    shares: 204,
+    quota: 40_000,
+    memory: 96 * MI,
+};
+/// side 50m/16Mi requests, 50m/24Mi limits.
+const SHRUNK_SIDE: Limits = Limits {
+    shares: 51,
+    quota: 5_000,
+    memory: 24 * MI,
+};
+/// 250m requested, 450m and 120Mi limits in all.
+const RESIZED_POD: Limits = Limits {
+    shares: 256,
+    quota: 45_000,
+    memory: 120 * MI,
+};
+
+fn read_number(path: &str) -> i64 {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{path}: {text:?}: {e}"))
+}
+
+/// The pod cgroup (`container` None) or a container's below it, as the kernel reports it.
+fn cgroup(pod: &Value, container: Option<&str>) -> Limits {
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let mut dir = format!("{}/kubepods/burstable/pod{uid}", cgroup_root());
+    if let Some(name) = container {
+        dir = format!("{dir}/{}", container_id(pod, name));
+    }
+    let file = |controller: &str, name: &str| {
+        read_number(&format!("/sys/fs/cgroup/{controller}/{dir}/{name}"))
+    };
+    Limits {
+        shares: file("cpu", "cpu.shares"),
+        quota: file("cpu", "cpu.cfs_quota_us"),
+        memory: file("memory", "memory.limit_in_bytes"),
+    }
+}
+
+fn resize_api(node: &Node) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("inplaced.io", "v1alpha1", "ContainerResizeRequest"),
+        "containerresizerequests",
+    );
+    Api::namespaced_with(node.client.clone(), NS, &resource)
+}
+
+/// Creates a ContainerResizeRequest as a user would (through the API, labelled with the node).
+async fn create_resize(node: &Node, pod: &str, containers: Value) -> String {
+    create_resize_spec(node, json!({"podName": pod, "containers": containers})).await
+}
+
+async fn create_resize_spec(node: &Node, spec: Value) -> String {
+    let name = unique("resize");
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "inplaced.io/v1alpha1",
+        "kind": "ContainerResizeRequest",
+        "metadata": {"name": name, "namespace": NS,
+                     "labels": {"inplaced.io/node-name": node.node}},
+        "spec": spec,
+    }))
+    .unwrap();
+    resize_api(node)
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    name
+}
+
+fn resize_request(node: &Node, name: &str) -> Value {
+    node.server
+        .store()
+        .get("containerresizerequests", NS, name)
+        .unwrap_or_default()
+}
+
+async fn wait_resize(node: &Node, name: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let request = resize_request(node, name);
+        if pred(&request) {
+            return request;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ContainerResizeRequest {name} never got there: {request:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn phase_is(phase: &'static str) -> impl Fn(&Value) -> bool {
+    move |r| r.pointer("/status/phase") == Some(&json!(phase))
+}
+
+async fn wait_final(node: &Node, name: &str) -> Value {
+    wait_resize(node, name, |r| {
+        matches!(
+            r.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed" | "Infeasible")
+        )
+    })
+    .await
+}
+
+fn result_of<'a>(request: &'a Value, container: &str) -> &'a Value {
+    request
+        .pointer("/status/containers")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().find(|c| c["name"] == container))
+        .unwrap_or(&Value::Null)
+}
+
+fn message(request: &Value) -> &str {
+    request
+        .pointer("/status/message")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// `name{labels} value` of the agent's /metrics, 0 when absent.
+fn metric(node: &mut Node, series: &str) -> f64 {
+    let (_, text) = node.agent().get("/metrics").unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The agent's writes of a request's status, from the API server's audit log.
+fn status_writes(node: &Node, name: &str) -> usize {
+    node.server
+        .audit()
+        .entries()
+        .iter()
+        .filter(|e| {
+            e.request.resource == "containerresizerequests"
+                && e.request.subresource == "status"
+                && e.request.name == name
+                && e.request.verb == "patch"
+        })
+        .count()
+}
+
+async fn cri_linux(id: &str) -> (i64, i64, i64) {
+    let status = support::client().container_status(id, false).await.unwrap();
+    let linux = status
+        .status
+        .and_then(|s| s.resources)
+        .and_then(|r| r.linux)
+        .unwrap();
+    (
+        linux.cpu_shares,
+        linux.cpu_quota,
+        linux.memory_limit_in_bytes,
+    )
+}
+
+/// kubelet 1.31 with the resize gate off (its default): `auto` picks the `cri` actuator. Both
+/// containers change in one request (app grows, side shrinks), then a second request puts them
+/// back; the pod cgroup follows, nothing restarts, the API's pod spec is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cri_actuator_grows_and_shrinks_a_two_container_pod() {
+    let mut node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
+    let pod_name = unique("resize-two");
+    let pod = node.run_pod(&pod_name, two_containers()).await;
+    let (app_id, side_id) = (container_id(&pod, "app"), container_id(&pod, "side"));
+    assert_eq!(cgroup(&pod, None), BEFORE_POD);
+    assert_eq!(cgroup(&pod, Some("app")), BEFORE_APP);
+    assert_eq!(cgroup(&pod, Some("side")), BEFORE_SIDE);
+
+    let name = create_resize(
+        &node,
+        &pod_name,
+        json!([
+            {"name": "app", "resources": resources("200m", "48Mi", "400m", "96Mi")},
+            {"name": "side", "resources": {"limits": {"cpu": "50m", "memory": "24Mi"}}},
+        ]),
+    )
+    .await;
+    let done = wait_final(&node, &name).await;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
+    assert_eq!(done["status"]["actuator"], "cri", "{done:#}");
+    assert!(done.pointer("/status/completionTime").is_some(), "{done:#}");
+    // Read back from the runtime: shares 204 -> ceil(204*1000/1024) = 200m.
+    assert_eq!(
+        result_of(&done, "app")["resources"],
+        resources("200m", "48Mi", "400m", "96Mi"),
+        "{done:#}"
+    );
+    assert_eq!(
+        result_of(&done, "side")["resources"],
+        resources("50m", "16Mi", "50m", "24Mi"),
+        "{done:#}"
+    );
+    assert_eq!(result_of(&done, "app")["containerID"], json!(app_id));
+    assert_eq!(cgroup(&pod, None), RESIZED_POD);
+    assert_eq!(cgroup(&pod, Some("app")), GROWN_APP);
+    assert_eq!(cgroup(&pod, Some("side")), SHRUNK_SIDE);
+    assert_eq!(cri_linux(&app_id).await, (204, 40_000, 96 * MI));
+    assert_eq!(cri_linux(&side_id).await, (51, 5_000, 24 * MI));
+    // Memory and cpu of both containers: four updates, no restart, no change in the API.
+    assert_eq!(node.proxy.calls("UpdateContainerResources"), 4);
+    let now = node.pod(&pod_name).unwrap();
+    assert_eq!(container_id(&now, "app"), app_id);
+    assert_eq!(container_status(&now, "app")["restartCount"], 0);
+    assert_eq!(
+        now["spec"]["containers"][0]["resources"],
+        resources("100m", "32Mi", "200m", "64Mi")
+    );
+    assert_eq!(node.events(&pod_name, "Resized").len(), 1);
+    // The status went InProgress, then Succeeded: two writes, and none after that.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(status_writes(&node, &name), 2);
+
+    let back = create_resize(
+        &node,
+        &pod_name,
+        json!([
+            {"name": "app", "resources": resources("100m", "32Mi", "200m", "64Mi")},
+            {"name": "side", "resources": {"limits": {"cpu": "100m", "memory": "32Mi"}}},
+        ]),
+    )
+    .await;
+    let done = wait_final(&node, &back).await;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
+    assert_eq!(cgroup(&pod, None), BEFORE_POD);
+    assert_eq!(cgroup(&pod, Some("app")), BEFORE_APP);
+    assert_eq!(cgroup(&pod, Some("side")), BEFORE_SIDE);
+    assert_eq!(
+        metric(
+            &mut node,
+            "inplaced_resizes_total{actuator=\"cri\",result=\"Succeeded\"}"
+        ),
+        2.0
+    );
+    assert_eq!(
+        metric(
+            &mut node,
+            "inplaced_resize_duration_seconds_count{actuator=\"cri\",result=\"Succeeded\"}"
+        ),
+        2.0
+    );
+    node.stop().await;
+}
+
+/// Every refusal ends its request with a clear status and changes nothing: no
+/// UpdateContainerResources reaches the runtime and the cgroup files keep their values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_change_nothing() {
+    let mut node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
+    // 40 MiB in /dev/shm (a tmpfs: charged to the container's memory cgroup, not reclaimable).
+    let filler = "dd if=/dev/zero of=/dev/shm/fill bs=1048576 count=40 2>/dev/null; \
+                  trap 'exit 0' TERM; while true; do sleep 0.1; done";
+    let pod_name = unique("refused");
+    let pod = node
+        .run_pod(
+            &pod_name,
+            json!({"containers": [busybox("app", filler, resources("100m", "32Mi", "200m", "64Mi"))]}),
+        )
+        .await;
+    let requests_only = unique("requests-only");
+    node.run_pod(
+        &requests_only,
+        json!({"containers": [busybox("app", POLITE, json!({"requests": {"cpu": "50m", "memory": "16Mi"}}))]}),
+    )
+    .await;
+    node.server
+        .store()
+        .create(
+            "limitranges",
+            json!({"metadata": {"name": "cpu-max", "namespace": NS},
+                   "spec": {"limits": [{"type": "Container", "max": {"cpu": "300m"}}]}}),
+        )
+        .unwrap();
+    let before = (cgroup(&pod, None), cgroup(&pod, Some("app")));
+    let app = |r: Value| json!([{"name": "app", "resources": r}]);
+
+    let cases: Vec<(Value, &str, &str)> = vec![
+        (
+            json!({"podName": pod_name, "containers": app(json!({"requests": {"cpu": "200m", "memory": "64Mi"}}))}),
+            "Failed",
+            "QoS class from Burstable to Guaranteed",
+        ),
+        (
+            json!({"podName": pod_name, "containers": app(json!({"requests": {"cpu": "500"}, "limits": {"cpu": "1000"}}))}),
+            "Infeasible",
+            "allocatable",
+        ),
+        (
+            json!({"podName": pod_name, "containers": app(json!({"limits": {"cpu": "400m"}}))}),
+            "Failed",
+            "LimitRange cpu-max",
+        ),
+        (
+            json!({"podName": pod_name, "containers": app(json!({"limits": {"memory": "32Mi"}}))}),
+            "Failed",
+            "current usage",
+        ),
+        (
+            json!({"podName": requests_only, "containers": app(json!({"limits": {"cpu": "100m"}}))}),
+            "Failed",
+            "cannot add a resource",
+        ),
+        (
+            json!({"podName": pod_name, "containers": app(json!({"limits": {"memory": "0"}}))}),
+            "Failed",
+            "greater than zero",
+        ),
+        (
+            json!({"podName": pod_name, "containers": [{"name": "nope", "resources": {"limits": {"cpu": "1"}}}]}),
+            "Failed",
+            "no container \"nope\"",
+        ),
+        (
+            json!({"podName": pod_name, "podUID": "00000000-0000-0000-0000-000000000000",
+                   "containers": app(json!({"limits": {"cpu": "250m"}}))}),
+            "Failed",
+            "the request is for 00000000",
+        ),
+        (
+            json!({"podName": "no-such-pod", "containers": app(json!({"limits": {"cpu": "250m"}}))}),
+            "Failed",
+            "not found on node",
+        ),
+        (
+            json!({"podName": pod_name, "containers": "app"}),
+            "Failed",
+            "invalid spec",
+        ),
+    ];
+    for (spec, phase, text) in cases {
+        let name = create_resize_spec(&node, spec.clone()).await;
+        let done = wait_final(&node, &name).await;
+        assert_eq!(done["status"]["phase"], phase, "{spec}: {done:#}");
+        assert!(message(&done).contains(text), "{spec}: {done:#}");
+    }
+    assert_eq!(node.proxy.calls("UpdateContainerResources"), 0);
+    assert_eq!((cgroup(&pod, None), cgroup(&pod, Some("app"))), before);
+    assert_eq!(
+        metric(
+            &mut node,
+            "inplaced_resizes_total{actuator=\"cri\",result=\"Infeasible\"}"
+        ),
+        1.0
+    );
+    node.stop().await;
+}
+
+/// A container the kubelet replaces starts from the pod spec's resources: while the succeeded
+/// `cri` request exists, the agent applies the resize again (counted on the request and in the
+/// metrics). The request is made by `inplaced resize`, which follows it to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cri_resize_is_reapplied_after_the_kubelet_restarts_the_container() {
+    let mut node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
+    let pod_name = unique("reapply");
+    let pod = node
+        .run_pod(
+            &pod_name,
+            json!({"containers": [busybox("app", POLITE, resources("100m", "32Mi", "200m", "64Mi"))]}),
+        )
+        .await;
+    // A user's kubeconfig (not the agent's identity).
+    let user_kubeconfig = tempfile::NamedTempFile::new().unwrap();
+    node.server
+        .write_kubeconfig(user_kubeconfig.path(), None)
+        .unwrap();
+    let kubeconfig = user_kubeconfig.path().display().to_string();
+    let output = Command::new(env!("CARGO_BIN_EXE_inplaced"))
+        .args(["resize", &pod_name, "-n", NS, "-c", "app"])
+        .args(["--cpu-limit", "400m", "--memory-limit", "96Mi"])
+        .args(["--timeout", "60s", "--kubeconfig", &kubeconfig])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("Succeeded (cri)"), "{stdout}");
+    let name = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("containerresizerequest/"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let grown = Limits {
+        shares: 102,
+        quota: 40_000,
+        memory: 96 * MI,
+    };
+    assert_eq!(cgroup(&pod, Some("app")), grown);
+
+    // The application dies; the kubelet starts a new container from the spec (200m, 64Mi).
+    let old = container_id(&pod, "app");
+    support::client()
+        .stop_container(&old, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let done = wait_resize(&node, &name, |r| result_of(r, "app")["reapplied"] == 1).await;
+    let new = result_of(&done, "app")["containerID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(new, old);
+    let restarted = node
+        .wait_pod(&pod_name, WAIT, |p| container_id(p, "app") == new)
+        .await;
+    assert_eq!(cgroup(&restarted, Some("app")), grown);
+    assert_eq!(cri_linux(&new).await, (102, 40_000, 96 * MI));
+    assert_eq!(metric(&mut node, "inplaced_resize_reapplies_total"), 1.0);
+
+    // A request the agent refuses: exit code 1 and the reason on stdout.
+    let refused = Command::new(env!("CARGO_BIN_EXE_inplaced"))
+        .args([
+            "resize",
+            &pod_name,
+            "-n",
+            NS,
+            "-c",
+            "app",
+            "--cpu-request",
+            "400m",
+        ])
+        .args(["--memory-request", "96Mi", "--timeout", "60s"])
+        .args(["--kubeconfig", &kubeconfig])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&refused.stdout);
+    assert_eq!(refused.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("QoS class"), "{stdout}");
+    node.stop().await;
+}
+
+/// kubelet 1.35: the agent asks through `pods/resize` and follows the PodResizePending
+/// condition: Deferred while another pod holds the node's cpu, Succeeded once it is gone; the
+/// kubelet stand-in does the actuation (cgroup files) and the API's pod shows the new values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_actuator_through_pods_resize_deferred_then_done() {
+    let node = Node::start_with(NodeOptions::kubelet("v1.35.7").allocatable_cpu(1000)).await;
+    let hog = unique("hog");
+    node.run_pod(
+        &hog,
+        json!({"containers": [busybox("app", POLITE, resources("600m", "16Mi", "600m", "32Mi"))]}),
+    )
+    .await;
+    let pod_name = unique("via-kubelet");
+    let pod = node
+        .run_pod(
+            &pod_name,
+            json!({"containers": [busybox("app", POLITE, resources("100m", "32Mi", "200m", "64Mi"))]}),
+        )
+        .await;
+    let name = create_resize(
+        &node,
+        &pod_name,
+        json!([{"name": "app", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}}}]),
+    )
+    .await;
+    let deferred = wait_resize(&node, &name, phase_is("Deferred")).await;
+    assert_eq!(deferred["status"]["actuator"], "kubelet", "{deferred:#}");
+    assert!(
+        message(&deferred).contains("deferred by the kubelet"),
+        "{deferred:#}"
+    );
+    assert_eq!(
+        node.pod(&pod_name).unwrap()["spec"]["containers"][0]["resources"],
+        resources("500m", "32Mi", "500m", "64Mi"),
+        "pods/resize changed the spec"
+    );
+
+    node.server.store().delete("pods", NS, &hog).unwrap();
+    let done = wait_final(&node, &name).await;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
+    assert_eq!(done["status"]["actuator"], "kubelet");
+    assert!(message(&done).contains("pods/resize"), "{done:#}");
+    assert_eq!(
+        cgroup(&pod, Some("app")),
+        Limits {
+            shares: 512,
+            quota: 50_000,
+            memory: 64 * MI
+        }
+    );
+    // The agent itself never touched the container.
+    assert_eq!(node.proxy.calls("UpdateContainerResources"), 0);
+    node.stop().await;
+}
+
+/// kubelet 1.30 with the gate on, as its config file says: the agent patches the pod spec and
+/// follows `status.resize`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_actuator_through_the_pod_spec_on_1_30_with_the_gate() {
+    let kubelet_config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        kubelet_config.path(),
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         featureGates:\n  InPlacePodVerticalScaling: true\n",
+    )
+    .unwrap();
+    let path = kubelet_config.path().display().to_string();
+    let node = Node::start_with(
+        NodeOptions::kubelet("v1.30.7")
+            .gate(true)
+            .agent_args(&["--kubelet-config", &path]),
+    )
+    .await;
+    let pod_name = unique("spec-patch");
+    let pod = node
+        .run_pod(
+            &pod_name,
+            json!({"containers": [busybox("app", POLITE, resources("100m", "32Mi", "200m", "64Mi"))]}),
+        )
+        .await;
+    let name = create_resize(
+        &node,
+        &pod_name,
+        json!([{"name": "app", "resources": {"limits": {"cpu": "300m", "memory": "80Mi"}}}]),
+    )
+    .await;
+    let done = wait_final(&node, &name).await;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
+    assert_eq!(done["status"]["actuator"], "kubelet");
+    assert!(message(&done).contains("pod spec"), "{done:#}");
+    assert_eq!(
+        cgroup(&pod, Some("app")),
+        Limits {
+            shares: 102,
+            quota: 30_000,
+            memory: 80 * MI
+        }
+    );
+    assert_eq!(node.proxy.calls("UpdateContainerResources"), 0);
+    node.stop().await;
+}
