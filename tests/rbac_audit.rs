@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use support::sandbox::{AGENT_USER, Node, container_id, container_phase};
+use support::sandbox::{AGENT_USER, NS, Node, NodeOptions, container_id, container_phase};
 use support::unique;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -121,25 +121,61 @@ async fn the_agent_uses_only_what_the_shipped_roles_grant() {
     .await;
     assert_eq!(node.proxy.stop_count(&first), 1, "one env restart");
 
+    assert_granted(
+        &node,
+        &[
+            "list core pods",
+            "watch core pods",
+            "list core nodes",
+            "watch core nodes",
+            "list apps.kruise.io containerrecreaterequests",
+            "watch apps.kruise.io containerrecreaterequests",
+            "patch apps.kruise.io containerrecreaterequests/status",
+            "create core events",
+            "patch core pods/status",
+        ],
+    );
+    let not_allowed = |rules: &Value| -> Vec<String> {
+        describe(
+            &node
+                .server
+                .audit()
+                .not_allowed_by(rules)
+                .into_iter()
+                .filter(|e| e.request.user == AGENT_USER)
+                .collect::<Vec<_>>(),
+        )
+    };
+
+    // The check has teeth: without the CRR status rule the status patches are reported.
+    let mut stripped = cluster_roles("rbac-dedicated.yaml");
+    for role in &mut stripped {
+        role["rules"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|r| r["resources"] != json!(["containerrecreaterequests/status"]));
+    }
+    let denied = not_allowed(&Value::Array(stripped));
+    assert!(
+        denied
+            .iter()
+            .any(|d| d.starts_with("patch apps.kruise.io containerrecreaterequests/status")),
+        "{denied:#?}"
+    );
+    node.stop().await;
+}
+
+/// Every request the agent made on `node` is granted by each shipped identity, and the run made
+/// each of the `expected` requests (so the check covers them).
+fn assert_granted(node: &Node, expected: &[&str]) {
     let audit = node.server.audit();
     let agent: Vec<_> = audit
         .entries()
         .into_iter()
         .filter(|e| e.request.user == AGENT_USER)
         .collect();
-    // The run really exercised the agent's API use: watches, the status patch, the event.
     let used = describe(&agent);
-    for expected in [
-        "list core pods",
-        "watch core pods",
-        "list core nodes",
-        "watch core nodes",
-        "list apps.kruise.io containerrecreaterequests",
-        "watch apps.kruise.io containerrecreaterequests",
-        "patch apps.kruise.io containerrecreaterequests/status",
-        "create core events",
-        "patch core pods/status",
-    ] {
+    for expected in expected {
         assert!(
             used.iter().any(|u| u.starts_with(expected)),
             "the scenario never made a `{expected}` request: {used:#?}"
@@ -173,23 +209,67 @@ async fn the_agent_uses_only_what_the_shipped_roles_grant() {
         denied.is_empty(),
         "packaging/kubernetes/rbac-node-bound.yaml and the Node authorizer do not grant: {denied:#?}"
     );
+}
 
-    // The check has teeth: without the CRR status rule the status patches are reported.
-    let mut stripped = cluster_roles("rbac-dedicated.yaml");
-    for role in &mut stripped {
-        role["rules"]
-            .as_array_mut()
-            .unwrap()
-            .retain(|r| r["resources"] != json!(["containerrecreaterequests/status"]));
+/// ContainerResizeRequests: the `cri` actuator (LimitRanges, request status, the Resized event,
+/// deletion after ttlSecondsAfterFinished) on a kubelet 1.31 node, the `kubelet` actuator
+/// (pods/resize) on a kubelet 1.35 node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resize_requests_use_only_what_the_shipped_roles_grant() {
+    for (release, expected) in [
+        (
+            "v1.31.12",
+            &[
+                "list inplaced.io containerresizerequests",
+                "watch inplaced.io containerresizerequests",
+                "patch inplaced.io containerresizerequests/status",
+                "delete inplaced.io containerresizerequests",
+                "list core limitranges",
+                "create core events",
+            ][..],
+        ),
+        ("v1.35.7", &["patch core pods/resize"][..]),
+    ] {
+        let node = Node::start_with(NodeOptions::kubelet(release)).await;
+        let pod_name = unique("rbac-resize");
+        let app = json!({"name": "app", "image": "localhost/busybox:local",
+            "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"],
+            "resources": {"requests": {"cpu": "100m", "memory": "32Mi"},
+                          "limits": {"cpu": "200m", "memory": "64Mi"}}});
+        node.run_pod(&pod_name, json!({"containers": [app]})).await;
+        let name = unique("resize");
+        node.server
+            .store()
+            .create(
+                "containerresizerequests",
+                json!({"apiVersion": "inplaced.io/v1alpha1", "kind": "ContainerResizeRequest",
+                       "metadata": {"name": name, "namespace": NS,
+                                    "labels": {"inplaced.io/node-name": node.node}},
+                       "spec": {"podName": pod_name, "ttlSecondsAfterFinished": 0,
+                                "containers": [{"name": "app", "resources": {"limits": {"cpu": "300m"}}}]}}),
+            )
+            .unwrap();
+        // Gone once finished: the agent deleted it after its TTL.
+        let deadline = std::time::Instant::now() + LONG;
+        while node
+            .server
+            .store()
+            .get("containerresizerequests", NS, &name)
+            .is_some()
+        {
+            assert!(std::time::Instant::now() < deadline, "{name} never deleted");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let pod = node.pod(&pod_name).unwrap();
+        if release == "v1.35.7" {
+            assert_eq!(
+                pod["spec"]["containers"][0]["resources"]["limits"]["cpu"],
+                "300m"
+            );
+        }
+        assert_granted(&node, expected);
+        node.stop().await;
     }
-    let denied = not_allowed(&Value::Array(stripped));
-    assert!(
-        denied
-            .iter()
-            .any(|d| d.starts_with("patch apps.kruise.io containerrecreaterequests/status")),
-        "{denied:#?}"
-    );
-    node.stop().await;
 }
 
 /// Least privilege in the manifests themselves: no wildcards, no secrets, no verbs that change or
@@ -214,6 +294,8 @@ fn shipped_roles_have_no_wildcards_and_only_narrow_writes() {
                     let ok = match verb {
                         "list" | "watch" => true,
                         "create" => resources == ["events"],
+                        // Finished ContainerResizeRequests, after ttlSecondsAfterFinished.
+                        "delete" => resources == ["containerresizerequests"],
                         "patch" => resources
                             .iter()
                             .all(|r| r.ends_with("/status") || *r == "pods/resize" || *r == "pods"),
