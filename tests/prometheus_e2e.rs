@@ -363,13 +363,60 @@ async fn check_dashboard(prometheus: &Prometheus, target: &str) {
                 .unwrap_or_else(|e| panic!("the dashboard query does not evaluate: {e}"));
             let shown =
                 samples(&data).unwrap_or_else(|| panic!("{query}: not an instant vector: {data}"));
-            let shows_this_test = expr.contains("inplaced_restart") || expr.contains("build_info");
+            let shows_this_test = expr.contains("inplaced_restart")
+                || expr.contains("inplaced_resize")
+                || expr.contains("build_info");
             assert!(
                 !shows_this_test || !shown.is_empty(),
                 "{query} shows nothing after this test's restarts: {data}"
             );
         }
     }
+}
+
+/// One in-place resize (the `cri` actuator: a kubelet 1.30 without the resize gate): Prometheus
+/// stores it once, with a duration no longer than the test saw from creating the request to
+/// seeing it Succeeded.
+async fn check_resize(node: &Node, prometheus: &Prometheus) {
+    let pod = unique("sized");
+    let mut app = quick_container();
+    app["resources"] = json!({"requests": {"cpu": "100m", "memory": "32Mi"},
+                              "limits": {"cpu": "200m", "memory": "64Mi"}});
+    node.run_pod(&pod, json!({ "containers": [app] })).await;
+    let created = unix_nanos();
+    let name = node
+        .create_resize(json!({"podName": pod, "containers": [
+            {"name": "app", "resources": {"limits": {"cpu": "300m"}}}]}))
+        .await;
+    let done = node.wait_resize_final(&name, WAIT).await;
+    let seen = unix_nanos();
+    assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
+    let selector = format!("{{job=\"{JOB}\",actuator=\"cri\",result=\"Succeeded\"}}");
+    prometheus
+        .wait_vector(&format!("inplaced_resizes_total{selector}"), WAIT, |s| {
+            s.len() == 1 && s[0].value == 1.0
+        })
+        .await;
+    // Two scrapes of the series, so that the dashboard's rate()s have something to show.
+    prometheus
+        .wait_vector(
+            &format!("count_over_time(inplaced_resizes_total{selector}[5m])"),
+            WAIT,
+            |s| s.len() == 1 && s[0].value >= 2.0,
+        )
+        .await;
+    let count = prometheus
+        .single_value(&format!("inplaced_resize_duration_seconds_count{selector}"))
+        .await;
+    assert_eq!(count, 1.0);
+    let sum = prometheus
+        .single_value(&format!("inplaced_resize_duration_seconds_sum{selector}"))
+        .await;
+    assert!(
+        sum > 0.0 && sum <= seconds(created, seen),
+        "resize took {sum} s by the agent, at most {} s by the test",
+        seconds(created, seen)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -439,6 +486,7 @@ async fn prometheus_stores_every_restart_phase_as_containerd_timed_it() {
         "only CRRs restarted containers here: {misattributed:?}"
     );
     check_increase(&prometheus, between, end, first_batch, observed.len()).await;
+    check_resize(&node, &prometheus).await;
     check_dashboard(&prometheus, &target.to_string()).await;
     assert_eq!(prometheus.single_value(&up).await, 1.0, "still scraped");
 

@@ -237,18 +237,10 @@ async fn resize_requests_use_only_what_the_shipped_roles_grant() {
             "resources": {"requests": {"cpu": "100m", "memory": "32Mi"},
                           "limits": {"cpu": "200m", "memory": "64Mi"}}});
         node.run_pod(&pod_name, json!({"containers": [app]})).await;
-        let name = unique("resize");
-        node.server
-            .store()
-            .create(
-                "containerresizerequests",
-                json!({"apiVersion": "inplaced.io/v1alpha1", "kind": "ContainerResizeRequest",
-                       "metadata": {"name": name, "namespace": NS,
-                                    "labels": {"inplaced.io/node-name": node.node}},
-                       "spec": {"podName": pod_name, "ttlSecondsAfterFinished": 0,
-                                "containers": [{"name": "app", "resources": {"limits": {"cpu": "300m"}}}]}}),
-            )
-            .unwrap();
+        let name = node
+            .create_resize(json!({"podName": pod_name, "ttlSecondsAfterFinished": 0,
+                "containers": [{"name": "app", "resources": {"limits": {"cpu": "300m"}}}]}))
+            .await;
         // Gone once finished: the agent deleted it after its TTL.
         let deadline = std::time::Instant::now() + LONG;
         while node

@@ -7,9 +7,8 @@
 mod support;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
 use support::sandbox::{NS, Node, NodeOptions, container_id, container_status};
 use support::{cgroup_root, unique};
@@ -103,56 +102,13 @@ fn cgroup(pod: &Value, container: Option<&str>) -> Limits {
     }
 }
 
-fn resize_api(node: &Node) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("inplaced.io", "v1alpha1", "ContainerResizeRequest"),
-        "containerresizerequests",
-    );
-    Api::namespaced_with(node.client.clone(), NS, &resource)
-}
-
-/// Creates a ContainerResizeRequest as a user would (through the API, labelled with the node).
 async fn create_resize(node: &Node, pod: &str, containers: Value) -> String {
-    create_resize_spec(node, json!({"podName": pod, "containers": containers})).await
-}
-
-async fn create_resize_spec(node: &Node, spec: Value) -> String {
-    let name = unique("resize");
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "inplaced.io/v1alpha1",
-        "kind": "ContainerResizeRequest",
-        "metadata": {"name": name, "namespace": NS,
-                     "labels": {"inplaced.io/node-name": node.node}},
-        "spec": spec,
-    }))
-    .unwrap();
-    resize_api(node)
-        .create(&PostParams::default(), &object)
+    node.create_resize(json!({"podName": pod, "containers": containers}))
         .await
-        .unwrap();
-    name
-}
-
-fn resize_request(node: &Node, name: &str) -> Value {
-    node.server
-        .store()
-        .get("containerresizerequests", NS, name)
-        .unwrap_or_default()
 }
 
 async fn wait_resize(node: &Node, name: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let request = resize_request(node, name);
-        if pred(&request) {
-            return request;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "ContainerResizeRequest {name} never got there: {request:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    node.wait_resize(name, WAIT, pred).await
 }
 
 fn phase_is(phase: &'static str) -> impl Fn(&Value) -> bool {
@@ -160,13 +116,7 @@ fn phase_is(phase: &'static str) -> impl Fn(&Value) -> bool {
 }
 
 async fn wait_final(node: &Node, name: &str) -> Value {
-    wait_resize(node, name, |r| {
-        matches!(
-            r.pointer("/status/phase").and_then(Value::as_str),
-            Some("Succeeded" | "Failed" | "Infeasible")
-        )
-    })
-    .await
+    node.wait_resize_final(name, WAIT).await
 }
 
 fn result_of<'a>(request: &'a Value, container: &str) -> &'a Value {
@@ -397,7 +347,7 @@ async fn refusals_change_nothing() {
         ),
     ];
     for (spec, phase, text) in cases {
-        let name = create_resize_spec(&node, spec.clone()).await;
+        let name = node.create_resize(spec.clone()).await;
         let done = wait_final(&node, &name).await;
         assert_eq!(done["status"]["phase"], phase, "{spec}: {done:#}");
         assert!(message(&done).contains(text), "{spec}: {done:#}");

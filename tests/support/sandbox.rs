@@ -354,6 +354,72 @@ impl Node {
         .await
     }
 
+    /// Creates a ContainerResizeRequest with `spec` as a user would: through the API, labelled
+    /// with this node. Returns its name.
+    pub async fn create_resize(&self, spec: Value) -> String {
+        let name = unique("resize");
+        let resource = ::kube::api::ApiResource::from_gvk_with_plural(
+            &::kube::api::GroupVersionKind::gvk(
+                "inplaced.io",
+                "v1alpha1",
+                "ContainerResizeRequest",
+            ),
+            "containerresizerequests",
+        );
+        let api: ::kube::Api<::kube::api::DynamicObject> =
+            ::kube::Api::namespaced_with(self.client.clone(), NS, &resource);
+        let object = serde_json::from_value(json!({
+            "apiVersion": "inplaced.io/v1alpha1",
+            "kind": "ContainerResizeRequest",
+            "metadata": {"name": name, "namespace": NS,
+                         "labels": {"inplaced.io/node-name": self.node}},
+            "spec": spec,
+        }))
+        .unwrap();
+        api.create(&::kube::api::PostParams::default(), &object)
+            .await
+            .unwrap();
+        name
+    }
+
+    pub fn resize_request(&self, name: &str) -> Value {
+        self.server
+            .store()
+            .get("containerresizerequests", NS, name)
+            .unwrap_or_default()
+    }
+
+    pub async fn wait_resize(
+        &self,
+        name: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let request = self.resize_request(name);
+            if pred(&request) {
+                return request;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ContainerResizeRequest {name} never got there: {request:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until the request reaches Succeeded, Failed or Infeasible.
+    pub async fn wait_resize_final(&self, name: &str, timeout: Duration) -> Value {
+        self.wait_resize(name, timeout, |r| {
+            matches!(
+                r.pointer("/status/phase").and_then(Value::as_str),
+                Some("Succeeded" | "Failed" | "Infeasible")
+            )
+        })
+        .await
+    }
+
     /// Core/v1 events about `pod` with `reason`.
     pub fn events(&self, pod: &str, reason: &str) -> Vec<Value> {
         self.server
