@@ -124,6 +124,22 @@ async fn wait_annotation(node: &Node, pod: &str, pred: impl Fn(&Value) -> bool) 
     .await
 }
 
+/// [`annotation_current`], and the agent has read every container's started-with env values
+/// (the env hash is left out until it has: right after a restart it may not have yet).
+fn annotation_complete(pod: &Value) -> bool {
+    annotation_current(pod)
+        && annotation(pod)
+            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+            .and_then(|parsed| parsed["containers"].as_array().cloned())
+            .is_some_and(|entries| {
+                entries.iter().all(|e| {
+                    e["name"].as_str().is_some_and(|name| {
+                        e["hashes"]["extractedEnvFromMetadataHash"] == expected_env_hash(pod, name)
+                    })
+                })
+            })
+}
+
 /// The annotation names exactly the containers that pod status names now.
 fn annotation_current(pod: &Value) -> bool {
     let Some(text) = annotation(pod) else {
@@ -161,7 +177,7 @@ async fn annotation_for_release(kubelet: &str, release: &str) {
         json!({"containers": [golden_container.clone()]}),
     )
     .await;
-    let pod = wait_annotation(&node, &single, annotation_current).await;
+    let pod = wait_annotation(&node, &single, annotation_complete).await;
     assert_annotation_matches(&pod, release);
 
     // Multi container, one with env from metadata.
@@ -177,7 +193,7 @@ async fn annotation_for_release(kubelet: &str, release: &str) {
         json!({"containers": [side, golden_container]}),
     )
     .await;
-    let pod = wait_annotation(&node, &multi, annotation_current).await;
+    let pod = wait_annotation(&node, &multi, annotation_complete).await;
     assert_annotation_matches(&pod, release);
     let before = annotation(&pod).unwrap();
 
@@ -196,7 +212,7 @@ async fn annotation_for_release(kubelet: &str, release: &str) {
     let pod = wait_annotation(&node, &multi, |p| {
         container_id(p, "side") != old
             && container_status(p, "side")["restartCount"] == 1
-            && annotation_current(p)
+            && annotation_complete(p)
     })
     .await;
     assert_annotation_matches(&pod, release);
