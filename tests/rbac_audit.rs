@@ -88,11 +88,7 @@ async fn the_agent_uses_only_what_the_shipped_roles_grant() {
     assert_eq!(container_phase(&crr, "app"), "Succeeded", "{crr:#}");
     assert_eq!(node.proxy.stop_count(&old), 1);
     // The events go out beside the kill: wait for the Killing event before reading the log.
-    let deadline = std::time::Instant::now() + LONG;
-    while node.events(&pod_name, "Killing").is_empty() {
-        assert!(std::time::Instant::now() < deadline, "no Killing event");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    node.wait_event(&pod_name, "Killing", LONG).await;
 
     // Runtime container meta (the apps.kruise.io/runtime-containers-meta annotation through
     // pods/status) and an env-from-metadata restart, through inplaced's opt-in annotation.

@@ -223,12 +223,14 @@ async fn cri_actuator_grows_and_shrinks_a_two_container_pod() {
         now["spec"]["containers"][0]["resources"],
         resources("100m", "32Mi", "200m", "64Mi")
     );
-    assert_eq!(node.events(&pod_name, "Resized").len(), 1);
+    // Events go out beside the status write: wait for it, then there is exactly one.
+    node.wait_event(&pod_name, "Resized", WAIT).await;
     // Once final, the status is not written again (the watch has shown it back).
     let writes = status_writes(&node, &name);
     assert!((2..=3).contains(&writes), "{writes} status writes");
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(status_writes(&node, &name), writes);
+    assert_eq!(node.events(&pod_name, "Resized").len(), 1);
 
     let back = create_resize(
         &node,

@@ -6,7 +6,7 @@ pub mod events;
 mod layer;
 pub mod status;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +47,13 @@ pub async fn client(
                 message,
             };
             let kubeconfig = Kubeconfig::read_from(path).map_err(|e| error(e.to_string()))?;
+            for (file, mode) in exposed_credentials(path, &kubeconfig) {
+                tracing::warn!(
+                    file = %file.display(),
+                    mode = format!("{mode:04o}"),
+                    "a file with API credentials is accessible to group or others; chmod 0600 it"
+                );
+            }
             ::kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
                 .map_err(|e| error(e.to_string()))?
@@ -58,6 +65,26 @@ pub async fn client(
     Ok(builder
         .with_layer(&ApiLayer::new(metrics, qps, burst))
         .build())
+}
+
+/// The kubeconfig and the secret files it names (client keys, token files) whose permissions
+/// let group or others read or write them, with their modes. Certificates are public: not listed.
+pub fn exposed_credentials(path: &Path, kubeconfig: &Kubeconfig) -> Vec<(PathBuf, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let named = kubeconfig.auth_infos.iter().flat_map(|named| {
+        let auth = named.auth_info.as_ref();
+        let key = auth.and_then(|a| a.client_key.clone());
+        let token = auth.and_then(|a| a.token_file.clone());
+        [key, token].into_iter().flatten()
+    });
+    std::iter::once(path.to_owned())
+        .chain(named.map(|file| dir.join(file)))
+        .filter_map(|file| {
+            let mode = std::fs::metadata(&file).ok()?.permissions().mode() & 0o777;
+            (mode & 0o077 != 0).then_some((file, mode))
+        })
+        .collect()
 }
 
 /// The pods bound to this node, kept current by a watch; `changes` ticks on every change.
@@ -192,5 +219,42 @@ async fn drive<S, K>(
                 tracing::warn!(resource, error = %err, "watch failed; backing off and resuming");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn credentials_open_to_others_are_found() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |name: &str, text: &str, mode: u32| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).expect("write");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            path
+        };
+        let config = write(
+            "kubeconfig",
+            "apiVersion: v1\nkind: Config\nusers:\n- name: a\n  user:\n    client-certificate: a.crt\n    client-key: a.key\n- name: b\n  user:\n    tokenFile: /nonexistent/token\n- name: c\n  user:\n    tokenFile: token\n",
+            0o644,
+        );
+        write("a.crt", "cert", 0o644);
+        write("a.key", "key", 0o600);
+        let token = write("token", "secret", 0o640);
+        let kubeconfig = Kubeconfig::read_from(&config).expect("kubeconfig");
+        assert_eq!(
+            exposed_credentials(&config, &kubeconfig),
+            vec![(config.clone(), 0o644), (token, 0o640)]
+        );
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        std::fs::set_permissions(
+            dir.path().join("token"),
+            std::fs::Permissions::from_mode(0o400),
+        )
+        .expect("chmod");
+        assert!(exposed_credentials(&config, &kubeconfig).is_empty());
     }
 }

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -11,6 +12,8 @@ use nix::unistd::Pid;
 
 pub struct AgentProcess {
     child: Child,
+    /// Everything the agent wrote to stderr (its log), also passed on to the test's stderr.
+    log: Arc<Mutex<String>>,
     notify: UnixDatagram,
     pub listen: SocketAddr,
     pub admin_socket: PathBuf,
@@ -54,9 +57,26 @@ impl AgentProcess {
         if let Some(interval) = watchdog {
             command.env("WATCHDOG_USEC", interval.as_micros().to_string());
         }
-        let child = command.spawn().expect("start inplaced agent");
+        command.stderr(Stdio::piped());
+        let mut child = command.spawn().expect("start inplaced agent");
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                eprintln!("{line}");
+                let mut log = sink.lock().unwrap_or_else(|e| e.into_inner());
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
         AgentProcess {
             child,
+            log,
             notify,
             listen,
             admin_socket,
@@ -112,6 +132,16 @@ impl AgentProcess {
         }
         self.notifications.extend(got.iter().cloned());
         got
+    }
+
+    /// The agent's log so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The agent's process ID (for /proc readings).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// `GET path` over plain HTTP/1.0: (status code, body).

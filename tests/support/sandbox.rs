@@ -432,6 +432,15 @@ impl Node {
             .collect()
     }
 
+    /// Waits until an event about `pod` with `reason` exists (events are sent in the background).
+    pub async fn wait_event(&self, pod: &str, reason: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.events(pod, reason).is_empty() {
+            assert!(Instant::now() < deadline, "no {reason} event for pod {pod}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     pub async fn stop(mut self) {
         drop(self.agent.take());
         if let Some(manager) = self.manager.take() {
