@@ -83,7 +83,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let (shutdown_tx, shutdown) = watch::channel(false);
     let ledger = KillLedger::default();
     let mut restarts = RestartTracker::new(metrics.clone(), ledger.clone());
-    let workers = tokio::spawn(run_workers(
+    let mut workers = tokio::spawn(run_workers(
         (config.clone(), ledger),
         api.clone(),
         cri,
@@ -100,9 +100,22 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut api_changes: Option<(watch::Receiver<u64>, watch::Receiver<u64>)> = None;
     let mut hash_cache = HashCache::default();
     let mut health_changes = health.subscribe();
+    let mut failure = None;
     loop {
         tokio::select! {
             _ = health_changes.changed() => {}
+            // The request handlers end only on shutdown: anything else is a bug (a panic).
+            // Exit, so that systemd restarts the agent, rather than serve without them.
+            ended = &mut workers => {
+                let reason = match ended {
+                    Err(err) if err.is_panic() => "a request handler panicked".to_string(),
+                    Err(err) => format!("the request handlers failed: {err}"),
+                    Ok(()) => "the request handlers stopped".to_string(),
+                };
+                tracing::error!(%reason, "exiting");
+                failure = Some(reason);
+                break;
+            }
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
             _ = ticker.tick() => {}
@@ -138,13 +151,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
     }
     notifier.stopping();
-    tracing::info!("stopping: finishing work under way, starting nothing new");
     let _ = shutdown_tx.send(true);
-    // A kill under way ends within its grace period; systemd's stop timeout bounds the wait.
-    let _ = workers.await;
+    if failure.is_none() {
+        tracing::info!("stopping: finishing work under way, starting nothing new");
+        // A kill under way ends within its grace period; systemd's stop timeout bounds the wait.
+        let _ = workers.await;
+    }
     tasks.abort_all();
     let _ = std::fs::remove_file(&config.admin_socket);
-    Ok(())
+    match failure {
+        Some(reason) => Err(anyhow::anyhow!(reason)),
+        None => Ok(()),
+    }
 }
 
 /// What the API side provides once the client is built.

@@ -145,10 +145,28 @@ async fn stop_container_honours_sigterm_and_the_grace_timeout() {
         .start_container(
             &cri,
             "polite",
-            "trap 'exit 0' TERM; while true; do sleep 0.1; done",
+            "trap 'exit 0' TERM; touch /tmp/trapped; while true; do sleep 0.1; done",
             "1",
         )
         .await;
+    // A SIGTERM that arrives before the shell has set its trap is ignored (PID 1 has no default
+    // action): wait until it has.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let probe = cri
+            .exec_sync(
+                &polite,
+                vec!["test".into(), "-f".into(), "/tmp/trapped".into()],
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+        if probe.exit_code == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the trap was never set");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let started = Instant::now();
     cri.stop_container(&polite, Duration::from_secs(10))

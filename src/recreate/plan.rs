@@ -269,7 +269,10 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
                     continue;
                 }
                 Some(acquired) => {
-                    let due = acquired + SignedDuration::from_secs(grace);
+                    // A grace beyond the end of time (a hostile i64::MAX) is never over.
+                    let due = acquired
+                        .checked_add(SignedDuration::from_secs(grace))
+                        .unwrap_or(Timestamp::MAX);
                     if facts.now < due {
                         state.phase = ContainerPhase::Pending;
                         state.message = "waiting for unreadyGracePeriodSeconds".into();
@@ -632,6 +635,43 @@ mod tests {
             &[],
         );
         assert_eq!(due.kills.len(), 1);
+    }
+
+    #[test]
+    fn huge_durations_wait_instead_of_overflowing() {
+        let running = pod(&[("app", "old", true, 0)]);
+        let acquired = json!({ANNOTATION_UNREADY_ACQUIRED: "2026-11-22T09:59:50Z"});
+        let strategy = json!({"unreadyGracePeriodSeconds": i64::MAX});
+        let waiting = decide_with(
+            &crr(one_container(strategy), json!({}), acquired),
+            Some(&running),
+            &[],
+        );
+        assert!(waiting.kills.is_empty());
+        assert!(waiting.requeue_after.is_some());
+        let strategy =
+            json!({"terminationGracePeriodSeconds": i64::MAX, "minStartedSeconds": i32::MAX});
+        let kill = decide_with(
+            &crr(one_container(strategy.clone()), json!({}), json!({})),
+            Some(&running),
+            &[],
+        );
+        assert_eq!(kill.kills.len(), 1, "{:?}", kill.status);
+        assert_eq!(kill.kills[0].grace, Duration::from_secs(i64::MAX as u64));
+        // Restarted and ready, but not up for i32::MAX seconds yet: waits.
+        let restarted = pod(&[("app", "new", true, 1)]);
+        let synced = json!({ANNOTATION_SYNC_CONTAINER_STATUSES:
+            r#"[{"name":"app","containerID":"containerd://new","restartCount":1,"ready":true}]"#});
+        let recreating = decide_with(
+            &crr(one_container(strategy), json!({}), synced),
+            Some(&restarted),
+            &[],
+        );
+        assert!(recreating.kills.is_empty());
+        assert_eq!(
+            recreating.status.container_recreate_states[0].phase,
+            ContainerPhase::Recreating
+        );
     }
 
     #[test]
