@@ -25,6 +25,8 @@ use crate::systemd::{self, Heartbeat, Notifier};
 
 /// How often the main loop turns even when nothing happens (its heartbeat).
 const TICK: Duration = Duration::from_secs(1);
+/// Ticks without any change after which the view is rebuilt anyway.
+const REBUILD_IDLE_TICKS: u32 = 10;
 
 /// Runs until SIGTERM or SIGINT. Errors only for what the agent itself cannot do (bind its
 /// listen address or admin socket): those are configuration problems.
@@ -101,9 +103,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut hash_cache = HashCache::default();
     let mut health_changes = health.subscribe();
     let mut failure = None;
+    let mut idle_ticks = 0;
     loop {
-        tokio::select! {
-            _ = health_changes.changed() => {}
+        // The view is rebuilt when one of its inputs changed, and now and then regardless (the
+        // restart tracker's timeouts); a plain tick only proves the loop is alive.
+        let rebuild = tokio::select! {
+            _ = health_changes.changed() => true,
             // The request handlers end only on shutdown: anything else is a bug (a panic).
             // Exit, so that systemd restarts the agent, rather than serve without them.
             ended = &mut workers => {
@@ -118,9 +123,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             }
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
-            _ = ticker.tick() => {}
-            changed = snapshots.changed() => if changed.is_err() { break },
-            changed = api.changed() => if changed.is_err() { break },
+            _ = ticker.tick() => {
+                idle_ticks += 1;
+                idle_ticks >= REBUILD_IDLE_TICKS
+            }
+            changed = snapshots.changed() => if changed.is_err() { break } else { true },
+            changed = api.changed() => if changed.is_err() { break } else { true },
             Some(()) = async {
                 match api_changes.as_mut() {
                     Some((pods, node)) => tokio::select! {
@@ -129,9 +137,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                     },
                     None => std::future::pending().await,
                 }
-            } => {}
-        }
+            } => true,
+        };
         heartbeat.beat();
+        if !rebuild {
+            continue;
+        }
+        idle_ticks = 0;
         let sources = api.borrow().clone();
         if api_changes.is_none() {
             api_changes = sources
@@ -353,7 +365,14 @@ async fn refresh_runtime(
                 Ok(snapshot) => {
                     health.set("runtime", Ok(()));
                     last_error.clear();
-                    snapshots.send_replace(Arc::new(snapshot));
+                    // Nothing downstream has anything to do for the same listing again.
+                    snapshots.send_if_modified(|current| {
+                        let changed = **current != snapshot;
+                        if changed {
+                            *current = Arc::new(snapshot);
+                        }
+                        changed
+                    });
                 }
                 Err(err) => {
                     events = None;

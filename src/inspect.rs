@@ -16,7 +16,9 @@ use crate::nodeview::{self, NodeView, RuntimeTracker, UpgradeReport};
 /// the view shows the runtime's sandboxes as unmatched, and says why on stderr).
 pub async fn snapshot(config: &Config) -> anyhow::Result<NodeView> {
     let endpoint = CriEndpoint::resolve(config.cri_endpoint.as_deref())?;
-    let mut tracker = RuntimeTracker::new(CriClient::new(CriConfig::new(endpoint)));
+    // One listing only: every container's times in it.
+    let mut tracker = RuntimeTracker::new(CriClient::new(CriConfig::new(endpoint)))
+        .with_status_budget(usize::MAX);
     let runtime = tracker.refresh().await?;
     let (pods, kubelet_version) = match api_pods(config).await {
         Ok(found) => found,
@@ -25,6 +27,7 @@ pub async fn snapshot(config: &Config) -> anyhow::Result<NodeView> {
             (Vec::new(), None)
         }
     };
+    let pods: Vec<std::sync::Arc<_>> = pods.into_iter().map(std::sync::Arc::new).collect();
     let mut view = nodeview::join(&config.node_name, &pods, &runtime);
     view.kubelet_version = kubelet_version;
     view.synced = true;

@@ -188,8 +188,7 @@ impl Controller {
         let restarts = plan::restarts_enabled(&api_pod, eligibility);
         let mut runtime = HashMap::new();
         for container in &pod.containers {
-            let (Some(spec), Some(r)) = (container.spec.as_ref(), container.runtime.as_ref())
-            else {
+            let (Some(spec), Some(r)) = (pod.spec_of(container), container.runtime.as_ref()) else {
                 continue;
             };
             if container.kind != ContainerKind::Regular {
@@ -496,6 +495,7 @@ impl Controller {
             return;
         }
         self.writing.insert(pod.uid.clone());
+        tracing::debug!(pod = %pod.name, namespace = %pod.namespace, %value, "writing runtime-containers-meta");
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let patch =
             serde_json::json!({"metadata": {"annotations": {plan::META_ANNOTATION: value}}});

@@ -7,6 +7,10 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
 use super::{ContainerView, NodeView, RuntimeState};
 use crate::hashing::{self, KubeletVersion, StoredHashes};
 
@@ -25,11 +29,22 @@ pub struct HashCheck {
 /// Releases that match as ranges, or why the spec cannot be hashed.
 type Detection = Result<Vec<String>, String>;
 
-/// Remembers detection results between refreshes.
+/// Remembers results between refreshes, per container ID: recomputed only when the pod object
+/// (a new `Arc` from the watch), the stored hashes or the node's kubelet version changed.
 #[derive(Default)]
 pub struct HashCache {
-    /// Container ID → (spec JSON it was computed for, its detection).
-    written_by: HashMap<String, (Vec<u8>, Detection)>,
+    entries: HashMap<String, CacheEntry>,
+}
+
+struct CacheEntry {
+    /// The API's pod the result was computed from (compared by identity).
+    pod: Arc<Pod>,
+    stored: (Option<String>, Option<String>),
+    kubelet: Option<String>,
+    /// The spec JSON that `detected` was computed for.
+    spec_json: Vec<u8>,
+    detected: Detection,
+    result: HashCheck,
 }
 
 const STATIC_POD_NOTE: &str =
@@ -43,30 +58,41 @@ pub fn annotate(view: &mut NodeView, cache: &mut HashCache) {
         .and_then(|v| KubeletVersion::parse(v).ok());
     let mut live = std::collections::HashSet::new();
     for pod in &mut view.pods {
+        let api_pod = pod.api_pod.clone();
         for container in &mut pod.containers {
             let Some(runtime) = container.runtime.as_ref() else {
                 continue;
             };
             live.insert(runtime.id.clone());
-            container.hash_check = Some(if pod.static_pod {
-                HashCheck {
+            container.hash_check = Some(match (&api_pod, pod.static_pod) {
+                (_, true) => HashCheck {
                     note: Some(STATIC_POD_NOTE.into()),
                     ..Default::default()
-                }
-            } else {
-                check(container, kubelet.as_ref(), cache)
+                },
+                (None, false) => HashCheck::default(),
+                (Some(api_pod), false) => check(
+                    container,
+                    api_pod,
+                    view.kubelet_version.as_deref(),
+                    kubelet.as_ref(),
+                    cache,
+                ),
             });
         }
     }
-    cache.written_by.retain(|id, _| live.contains(id));
+    cache.entries.retain(|id, _| live.contains(id));
 }
 
 fn check(
     container: &ContainerView,
+    api_pod: &Arc<Pod>,
+    kubelet_text: Option<&str>,
     kubelet: Option<&KubeletVersion>,
     cache: &mut HashCache,
 ) -> HashCheck {
-    let (Some(spec), Some(runtime)) = (container.spec.as_ref(), container.runtime.as_ref()) else {
+    let (Some(spec), Some(runtime)) =
+        (container.spec_in(Some(api_pod)), container.runtime.as_ref())
+    else {
         return HashCheck::default();
     };
     if runtime.stored_hash.is_none() {
@@ -76,6 +102,18 @@ fn check(
             ),
             ..Default::default()
         };
+    }
+    let stored_text = (
+        runtime.stored_hash.clone(),
+        runtime.stored_hash_without_resources.clone(),
+    );
+    let kubelet_text = kubelet_text.map(str::to_owned);
+    if let Some(entry) = cache.entries.get(&runtime.id)
+        && Arc::ptr_eq(&entry.pod, api_pod)
+        && entry.stored == stored_text
+        && entry.kubelet == kubelet_text
+    {
+        return entry.result.clone();
     }
     let spec_json = match serde_json::to_vec(spec) {
         Ok(json) => json,
@@ -87,12 +125,12 @@ fn check(
         }
     };
     let stored = stored_hashes(container);
-    let entry = cache
-        .written_by
-        .entry(runtime.id.clone())
-        .or_insert_with(|| (Vec::new(), Ok(Vec::new())));
-    if entry.0 != spec_json {
-        let detected = hashing::detect_writers(&stored, &spec_json)
+    // A new pod object often carries the same spec (a status change): keep the detection.
+    let detected = match cache.entries.remove(&runtime.id) {
+        Some(entry) if entry.spec_json == spec_json && entry.stored == stored_text => {
+            entry.detected
+        }
+        _ => hashing::detect_writers(&stored, &spec_json)
             .map(|matches| {
                 let minors: Vec<u32> = matches
                     .iter()
@@ -101,10 +139,9 @@ fn check(
                     .collect();
                 ranges(&minors)
             })
-            .map_err(|err| format!("the spec cannot be hashed: {err}"));
-        *entry = (spec_json.clone(), detected);
-    }
-    let (written_by, note) = match &entry.1 {
+            .map_err(|err| format!("the spec cannot be hashed: {err}")),
+    };
+    let (written_by, note) = match &detected {
         Ok(ranges) => (ranges.clone(), None),
         Err(err) => (Vec::new(), Some(err.clone())),
     };
@@ -114,11 +151,23 @@ fn check(
             .map(|restart| !restart),
         _ => None,
     };
-    HashCheck {
+    let result = HashCheck {
         written_by,
         current,
         note,
-    }
+    };
+    cache.entries.insert(
+        runtime.id.clone(),
+        CacheEntry {
+            pod: api_pod.clone(),
+            stored: stored_text,
+            kubelet: kubelet_text,
+            spec_json,
+            detected,
+            result: result.clone(),
+        },
+    );
+    result
 }
 
 fn stored_hashes(container: &ContainerView) -> StoredHashes {
@@ -199,7 +248,7 @@ pub fn upgrade_check(view: &NodeView, to: &KubeletVersion) -> UpgradeReport {
                 verdict: "unknown".into(),
                 note: None,
             };
-            match (pod.static_pod, container.spec.as_ref()) {
+            match (pod.static_pod, pod.spec_of(container)) {
                 (true, _) => verdict.note = Some(STATIC_POD_NOTE.into()),
                 (false, None) => {
                     verdict.note = Some(

@@ -86,9 +86,10 @@ pub enum RuntimeState {
 pub struct ContainerView {
     pub name: String,
     pub kind: ContainerKind,
-    /// The spec from the API, as JSON (what the hash is computed from).
+    /// Where the spec is in the API's pod (`spec.initContainers` or `spec.containers`, by
+    /// `kind`): read it with [`PodView::spec_of`]. None for ephemeral containers.
     #[serde(skip)]
-    pub spec: Option<SpecContainer>,
+    pub spec_index: Option<usize>,
     pub runtime: Option<RuntimeContainer>,
     /// Era detection for the stored hash (filled by [`annotate`]).
     pub hash_check: Option<HashCheck>,
@@ -100,7 +101,25 @@ pub struct ContainerView {
     pub last_restart: Option<crate::metrics::RestartTiming>,
 }
 
+impl ContainerView {
+    /// This container's spec in `pod` (the API's pod it was joined from).
+    pub fn spec_in<'p>(&self, pod: Option<&'p Pod>) -> Option<&'p SpecContainer> {
+        let spec = pod?.spec.as_ref()?;
+        let index = self.spec_index?;
+        match self.kind {
+            ContainerKind::Init => spec.init_containers.as_ref()?.get(index),
+            ContainerKind::Regular => spec.containers.get(index),
+            ContainerKind::Ephemeral => None,
+        }
+    }
+}
+
 impl PodView {
+    /// A container's spec, from the API's pod (what the hash is computed from).
+    pub fn spec_of(&self, container: &ContainerView) -> Option<&SpecContainer> {
+        container.spec_in(self.api_pod.as_deref())
+    }
+
     /// The pod as events refer to it.
     pub fn event_ref(&self) -> crate::kube::events::PodRef {
         crate::kube::events::PodRef {
@@ -174,11 +193,8 @@ pub struct UnmatchedSandbox {
 }
 
 /// Joins the API's pods with a runtime snapshot.
-pub fn join<P: std::borrow::Borrow<Pod>>(
-    node_name: &str,
-    pods: &[P],
-    snapshot: &RuntimeSnapshot,
-) -> NodeView {
+/// `pods` are shared, not copied: each pod view keeps its pod's `Arc`.
+pub fn join(node_name: &str, pods: &[std::sync::Arc<Pod>], snapshot: &RuntimeSnapshot) -> NodeView {
     let mut sandboxes_by_uid: HashMap<&str, Vec<&PodSandbox>> = HashMap::new();
     for sandbox in &snapshot.sandboxes {
         if let Some(uid) = sandbox.labels.get(labels::POD_UID) {
@@ -195,8 +211,8 @@ pub fn join<P: std::borrow::Borrow<Pod>>(
     let mut matched_uids = std::collections::HashSet::new();
     let mut pod_views: Vec<PodView> = pods
         .iter()
-        .map(|pod| {
-            let pod: &Pod = pod.borrow();
+        .map(|shared| {
+            let pod: &Pod = shared;
             let meta = &pod.metadata;
             let annotations = meta.annotations.as_ref();
             let mirror_uid = annotations.and_then(|a| a.get(MIRROR_ANNOTATION));
@@ -227,7 +243,7 @@ pub fn join<P: std::borrow::Borrow<Pod>>(
                     .is_some_and(|s| s.state == PodSandboxState::SandboxReady as i32),
                 ready_since: ready_since(pod),
                 containers: container_views(pod, runtime_containers, snapshot),
-                api_pod: Some(std::sync::Arc::new(pod.clone())),
+                api_pod: Some(shared.clone()),
             }
         })
         .collect();
@@ -282,7 +298,7 @@ fn container_views(
         return Vec::new();
     };
     let mut views = Vec::new();
-    let mut add = |kind: ContainerKind, name: &str, container: Option<&SpecContainer>| {
+    let mut add = |kind: ContainerKind, name: &str, spec_index: Option<usize>| {
         // kubelet's newest container of a name is the one with the highest attempt; creation
         // time breaks ties (attempt resets when the sandbox is recreated).
         let newest = runtime
@@ -296,18 +312,18 @@ fn container_views(
         views.push(ContainerView {
             name: name.to_owned(),
             kind,
-            spec: container.cloned(),
+            spec_index,
             runtime: newest.map(|c| runtime_container(c, runtime_name, snapshot)),
             hash_check: None,
             status: pod_status_of(pod, name),
             last_restart: None,
         });
     };
-    for c in spec.init_containers.iter().flatten() {
-        add(ContainerKind::Init, &c.name, Some(c));
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        add(ContainerKind::Init, &c.name, Some(i));
     }
-    for c in &spec.containers {
-        add(ContainerKind::Regular, &c.name, Some(c));
+    for (i, c) in spec.containers.iter().enumerate() {
+        add(ContainerKind::Regular, &c.name, Some(i));
     }
     for c in spec.ephemeral_containers.iter().flatten() {
         add(ContainerKind::Ephemeral, &c.name, None);

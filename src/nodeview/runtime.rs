@@ -19,7 +19,7 @@ pub struct ContainerTimes {
     pub exit_code: Option<i32>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct RuntimeSnapshot {
     pub runtime: Option<RuntimeInfo>,
     pub sandboxes: Vec<PodSandbox>,
@@ -34,10 +34,15 @@ pub struct RuntimeTracker {
     info: Option<RuntimeInfo>,
     /// Container ID → (state when asked, times).
     statuses: HashMap<String, (i32, ContainerTimes)>,
+    status_budget: usize,
 }
 
 /// Concurrent ContainerStatus calls when many containers are new (agent start).
 const STATUS_CONCURRENCY: usize = 8;
+/// ContainerStatus calls per refresh at most: at start, with hundreds of containers, the first
+/// listing is published at once and the times follow over the next refreshes (those that matter
+/// first: containers whose state changed, then the newest).
+pub const STATUS_BUDGET: usize = 64;
 
 impl RuntimeTracker {
     pub fn new(cri: CriClient) -> Self {
@@ -45,7 +50,14 @@ impl RuntimeTracker {
             cri,
             info: None,
             statuses: HashMap::new(),
+            status_budget: STATUS_BUDGET,
         }
+    }
+
+    /// At most `budget` ContainerStatus calls per refresh (default [`STATUS_BUDGET`]).
+    pub fn with_status_budget(mut self, budget: usize) -> Self {
+        self.status_budget = budget;
+        self
     }
 
     pub fn client(&self) -> &CriClient {
@@ -68,13 +80,23 @@ impl RuntimeTracker {
         let sandboxes = self.cri.list_pod_sandboxes(None).await?;
         let containers = self.cri.list_containers(None).await?;
 
-        let stale: Vec<(String, i32)> = containers
+        let mut stale: Vec<&Container> = containers
             .iter()
             .filter(|c| {
                 self.statuses
                     .get(&c.id)
                     .is_none_or(|(state, _)| *state != c.state)
             })
+            .collect();
+        stale.sort_by_key(|c| {
+            (
+                !self.statuses.contains_key(&c.id),
+                std::cmp::Reverse(c.created_at),
+            )
+        });
+        let stale: Vec<(String, i32)> = stale
+            .into_iter()
+            .take(self.status_budget)
             .map(|c| (c.id.clone(), c.state))
             .collect();
         let fetched: Vec<(String, i32, Option<ContainerTimes>)> = futures::stream::iter(stale)

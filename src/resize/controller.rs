@@ -179,7 +179,7 @@ fn spec_resources(pod: &PodView) -> Vec<(String, Resources)> {
         .iter()
         .filter(|c| c.kind == crate::nodeview::ContainerKind::Regular)
         .filter_map(|c| {
-            let spec = c.spec.as_ref()?;
+            let spec = pod.spec_of(c)?;
             let value = serde_json::to_value(spec.resources.clone().unwrap_or_default()).ok()?;
             Some((c.name.clone(), Resources::from_requirements(&value).ok()?))
         })

@@ -40,6 +40,8 @@ pub struct NodeOptions {
     pub agent_args: Vec<String>,
     /// The node's allocatable cpu in millicores (default: the machine's cores).
     pub allocatable_cpu_millis: Option<i64>,
+    /// How often the kubelet stand-in re-syncs every pod (tests: 200 ms; kubelet: 1 s).
+    pub kubelet_sync_period: Duration,
 }
 
 impl NodeOptions {
@@ -54,6 +56,7 @@ impl NodeOptions {
             pod_resize: PodResizeApi::for_release(minor, gate),
             agent_args: Vec::new(),
             allocatable_cpu_millis: None,
+            kubelet_sync_period: Duration::from_millis(200),
         }
     }
 
@@ -118,7 +121,7 @@ impl Node {
         kubelet_config.resize_gate = options.resize_gate;
         kubelet_config.allocatable_cpu_millis = options.allocatable_cpu_millis;
         kubelet_config.restart_delay = Duration::from_millis(500);
-        kubelet_config.sync_period = Duration::from_millis(200);
+        kubelet_config.sync_period = options.kubelet_sync_period;
         let kubelet = KubeletStandIn::start(kubelet_config).await.unwrap();
         let mut manager_config = ManagerConfig::new(&kubeconfig_text);
         manager_config.namespace = Some(NS.into());
@@ -151,22 +154,27 @@ impl Node {
         node
     }
 
+    /// The flags the agent of this node runs with.
+    pub fn agent_arguments(&self) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "--node-name".into(),
+            self.node.clone(),
+            "--kubeconfig".into(),
+            self.kubeconfig.path().display().to_string(),
+            "--cri-endpoint".into(),
+            self.proxy.endpoint(),
+            "--state-dir".into(),
+            self.state_dir.path().display().to_string(),
+        ];
+        args.extend(self.agent_args.iter().cloned());
+        args
+    }
+
     /// (Re)starts the agent with the same state directory.
     pub fn start_agent(&mut self) {
-        let kubeconfig = self.kubeconfig.path().display().to_string();
-        let state_dir = self.state_dir.path().display().to_string();
-        let cri = self.proxy.endpoint();
-        let mut args = vec![
-            "--node-name",
-            &self.node,
-            "--kubeconfig",
-            &kubeconfig,
-            "--cri-endpoint",
-            &cri,
-            "--state-dir",
-            &state_dir,
-        ];
-        args.extend(self.agent_args.iter().map(String::as_str));
+        drop(self.agent.take());
+        let args = self.agent_arguments();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let agent = AgentProcess::start(&args, None);
         agent.wait_http("/readyz", 200, Duration::from_secs(30));
         self.agent = Some(agent);

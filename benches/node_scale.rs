@@ -1,0 +1,388 @@
+//! The agent at node scale (issue 13), against real containerd: every pod's containers really
+//! run. Measures, for the release build of the agent with production settings (2 s refresh):
+//! start-up to READY=1 and to /readyz, RSS and CPU idle and during a burst of in-place restarts,
+//! the cost of one node-view refresh (CRI listing, join, hashing), CRR reaction at scale next to
+//! the raw StopContainer time, and optionally RSS over a soak. Needs `tests/node/containerd.sh up`.
+//!
+//!     cargo bench -p inplaced --bench node_scale [-- PODS [BURST [IDLE_SECONDS [SOAK_SECONDS]]]]
+//!
+//! Defaults: 250 pods of 3 containers, a burst of 50 CRRs, 60 s idle, no soak.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use inplaced::cri::{CriClient, CriConfig};
+use inplaced::nodeview::{self, HashCache, RuntimeTracker};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use serde_json::{Value, json};
+use support::agent::AgentProcess;
+use support::sandbox::{NS, Node, NodeOptions, all_running, container_id};
+use support::unique;
+
+/// Sleeps in the background so that the shell is idle, and exits on SIGTERM at once.
+const IDLE_APP: &str = "trap 'exit 0' TERM; while true; do sleep 30 & wait $!; done";
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn summary(mut samples: Vec<f64>) -> String {
+    samples.sort_by(f64::total_cmp);
+    format!(
+        "p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms (n={})",
+        percentile(&samples, 0.5),
+        percentile(&samples, 0.9),
+        percentile(&samples, 0.99),
+        samples.last().copied().unwrap_or(0.0),
+        samples.len()
+    )
+}
+
+/// Resident set size (kB) and user+system CPU time (clock ticks) of a process.
+fn usage(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at ") ".
+    let fields: Vec<&str> = stat
+        .rsplit_once(") ")
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of /proc/pid/stat, 12 and 13 after the name.
+    (rss, ticks(11) + ticks(12))
+}
+
+/// USER_HZ, the unit of /proc/<pid>/stat times: 100 on every Linux ABI this runs on.
+fn ticks_per_second() -> f64 {
+    100.0
+}
+
+/// Samples the agent every `every` for `length`: (peak RSS MiB, mean RSS MiB, CPU % of one core).
+async fn watch_usage(pid: u32, length: Duration, every: Duration) -> (f64, f64, f64) {
+    let (_, cpu_before) = usage(pid);
+    let started = Instant::now();
+    let mut rss = Vec::new();
+    while started.elapsed() < length {
+        rss.push(usage(pid).0 as f64 / 1024.0);
+        tokio::time::sleep(every).await;
+    }
+    let (_, cpu_after) = usage(pid);
+    let cpu =
+        (cpu_after - cpu_before) as f64 / ticks_per_second() / started.elapsed().as_secs_f64();
+    let peak = rss.iter().copied().fold(0.0, f64::max);
+    let mean = rss.iter().sum::<f64>() / rss.len().max(1) as f64;
+    (peak, mean, cpu * 100.0)
+}
+
+/// Three Burstable containers that idle and stop at once on SIGTERM.
+fn pod_spec(node: &str) -> Value {
+    let container = |name: &str| {
+        json!({"name": name, "image": "localhost/busybox:local",
+               "command": ["/bin/sh", "-c", IDLE_APP],
+               "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                             "limits": {"cpu": "100m", "memory": "32Mi"}}})
+    };
+    json!({"nodeName": node, "hostNetwork": true, "terminationGracePeriodSeconds": 5,
+           "containers": [container("app"), container("side"), container("log")]})
+}
+
+/// Starts the node's agent afresh and times READY=1 and /readyz from the process start.
+fn restart_agent(node: &mut Node) -> (Duration, Duration) {
+    drop(node.agent.take());
+    let args = node.agent_arguments();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let mut agent = AgentProcess::start(&args, None);
+    agent.wait_notification(Duration::from_secs(30), |l| l == "READY=1");
+    let ready = started.elapsed();
+    while !matches!(agent.get("/readyz"), Ok((200, _))) {
+        assert!(started.elapsed() < Duration::from_secs(60), "never ready");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let readyz = started.elapsed();
+    node.agent = Some(agent);
+    (ready, readyz)
+}
+
+/// A CRR as kruise's webhook makes it, written straight into the store; returns its name.
+fn create_crr(node: &Node, pod: &Value) -> String {
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let mut crr = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+        "metadata": {"name": unique("crr"), "namespace": NS},
+        "spec": {"podName": pod_name, "containers": [{"name": "app"}],
+                 "strategy": {"terminationGracePeriodSeconds": 5}}});
+    node_sandbox::manager::webhook_mutate(&mut crr, pod).expect("webhook");
+    let name = crr["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    node.server
+        .store()
+        .create("containerrecreaterequests", crr)
+        .expect("create CRR");
+    name
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let pods = args.first().copied().unwrap_or(250) as usize;
+    let burst = (args.get(1).copied().unwrap_or(50) as usize).min(pods);
+    let idle = Duration::from_secs(args.get(2).copied().unwrap_or(60));
+    let soak = Duration::from_secs(args.get(3).copied().unwrap_or(0));
+
+    let mut node =
+        Node::start_with(NodeOptions::kubelet("v1.30.7").agent_args(&["--refresh-interval", "2s"]))
+            .await;
+    println!(
+        "node-scale: {pods} pods x 3 containers (all real), kubelet stand-in v1.30.7 (1 s sync), agent refresh 2 s"
+    );
+    let created = Instant::now();
+    let names: Vec<String> = (0..pods).map(|_| unique("scale")).collect();
+    // In batches, as a node fills up: hundreds of RunPodSandbox calls at once overrun the CRI
+    // deadlines on two cores.
+    for batch in names.chunks(25) {
+        for name in batch {
+            node.server
+                .store()
+                .create(
+                    "pods",
+                    json!({"metadata": {"name": name, "namespace": NS}, "spec": pod_spec(&node.node)}),
+                )
+                .expect("create pod");
+        }
+        for name in batch {
+            node.wait_pod(name, Duration::from_secs(300), all_running)
+                .await;
+        }
+    }
+    println!(
+        "pods running after {:.1} s",
+        created.elapsed().as_secs_f64()
+    );
+
+    // Profiling: `NODE_SCALE_HOLD=SECONDS` keeps the node up that long after the pods run and
+    // prints how to start another agent against it (under valgrind, perf, heaptrack...).
+    if let Some(hold) = std::env::var("NODE_SCALE_HOLD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        drop(node.agent.take());
+        println!(
+            "holding {hold} s; agent: {} agent --listen-address 127.0.0.1:0 --admin-socket /tmp/node-scale-admin.sock {}",
+            env!("CARGO_BIN_EXE_inplaced"),
+            node.agent_arguments().join(" ")
+        );
+        tokio::time::sleep(Duration::from_secs(hold)).await;
+    }
+
+    // Start-up, three times.
+    for round in 1..=3 {
+        let (ready, readyz) = restart_agent(&mut node);
+        println!(
+            "start-up {round}: READY=1 after {:.1} ms, /readyz 200 after {:.1} ms",
+            ready.as_secs_f64() * 1e3,
+            readyz.as_secs_f64() * 1e3
+        );
+    }
+    let pid = node.agent().pid();
+    // Let the first listings and hashing settle, then idle.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (peak, mean, cpu) = watch_usage(pid, idle, Duration::from_secs(1)).await;
+    println!(
+        "idle {} s: RSS mean {mean:.1} MiB, peak {peak:.1} MiB; CPU {cpu:.3} % of one core",
+        idle.as_secs()
+    );
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    let field = |name: &str| {
+        rollup
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    println!(
+        "idle RSS by kind: anonymous {:.1} MiB, file-backed (the binary's pages) {:.1} MiB",
+        field("Anonymous:"),
+        field("Rss:") - field("Anonymous:")
+    );
+
+    // One refresh, in this process: CRI listing, join with the API's pods, hashing.
+    let cri = CriClient::new(CriConfig::new(support::endpoint()));
+    let mut tracker = RuntimeTracker::new(cri).with_status_budget(usize::MAX);
+    let api: Api<Pod> = Api::all(node.client.clone());
+    let listed: Vec<std::sync::Arc<Pod>> = api
+        .list(&ListParams::default().fields(&format!("spec.nodeName={}", node.node)))
+        .await
+        .expect("list pods")
+        .items
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect();
+    let (mut listing, mut joining, mut cold, mut warm) = (vec![], vec![], vec![], vec![]);
+    let mut snapshot = tracker.refresh().await.expect("refresh");
+    let mut cache = HashCache::default();
+    for _ in 0..20 {
+        let t = Instant::now();
+        snapshot = tracker.refresh().await.expect("refresh");
+        listing.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        let mut view = nodeview::join(&node.node, &listed, &snapshot);
+        joining.push(t.elapsed().as_secs_f64() * 1e3);
+        let mut fresh = HashCache::default();
+        let mut cold_view = view.clone();
+        let t = Instant::now();
+        nodeview::annotate(&mut cold_view, &mut fresh);
+        cold.push(t.elapsed().as_secs_f64() * 1e3);
+        nodeview::annotate(&mut view, &mut cache);
+        let t = Instant::now();
+        nodeview::annotate(&mut view, &mut cache);
+        warm.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let containers: usize = snapshot.containers.len();
+    println!(
+        "refresh: CRI listing ({containers} containers) {}",
+        summary(listing)
+    );
+    println!(
+        "refresh: join with {} API pods {}",
+        listed.len(),
+        summary(joining)
+    );
+    println!(
+        "refresh: era detection, cold cache (one hash per container and release era) {}",
+        summary(cold.clone())
+    );
+    cold.sort_by(f64::total_cmp);
+    println!(
+        "refresh: per container, cold: {:.1} us",
+        percentile(&cold, 0.5) * 1e3 / (pods * 3) as f64
+    );
+    println!("refresh: era detection, warm cache {}", summary(warm));
+
+    // CRR reaction at scale, one at a time: created -> StopContainer at the runtime.
+    let mut reaction = Vec::new();
+    for name in names.iter().take(20) {
+        let pod = node
+            .wait_pod(name, Duration::from_secs(60), all_running)
+            .await;
+        let old = container_id(&pod, "app");
+        let crr = create_crr(&node, &pod);
+        let t = Instant::now();
+        while node.proxy.stop_count(&old) == 0 {
+            assert!(t.elapsed() < Duration::from_secs(30), "no kill for {crr}");
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        reaction.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    println!(
+        "CRR created -> StopContainer at the runtime, one at a time: {}",
+        summary(reaction)
+    );
+
+    // Raw StopContainer of the same kind of container, straight to containerd.
+    let client = support::client();
+    let pod = support::TestPod::run(&client, "raw-stop").await;
+    let mut raw = Vec::new();
+    for i in 0..20 {
+        let id = pod
+            .start_container(&client, &format!("c{i}"), IDLE_APP, "1")
+            .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let t = Instant::now();
+        client
+            .stop_container(&id, Duration::from_secs(5))
+            .await
+            .expect("stop");
+        raw.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    pod.remove(&client).await;
+    println!(
+        "raw StopContainer (SIGTERM-handling container): {}",
+        summary(raw)
+    );
+
+    // A burst: one CRR for each of `burst` pods at once.
+    for name in names.iter().take(20) {
+        node.wait_pod(name, Duration::from_secs(60), all_running)
+            .await;
+    }
+    // Pods the one-at-a-time round did not touch, as far as there are enough.
+    let skip = 20.min(pods - burst);
+    let pods_now: Vec<Value> = names
+        .iter()
+        .skip(skip)
+        .take(burst)
+        .filter_map(|n| node.pod(n))
+        .collect();
+    let usage_task = tokio::spawn(watch_usage(
+        pid,
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+    ));
+    let t = Instant::now();
+    let crrs: Vec<String> = pods_now.iter().map(|p| create_crr(&node, p)).collect();
+    for crr in &crrs {
+        node.wait_completed(crr, Duration::from_secs(120)).await;
+    }
+    let burst_took = t.elapsed();
+    let (peak, mean, cpu) = usage_task.await.expect("usage");
+    println!(
+        "burst of {burst} CRRs: all Completed after {:.1} s; over 20 s from its start: RSS mean {mean:.1} MiB, peak {peak:.1} MiB, CPU {cpu:.2} % of one core",
+        burst_took.as_secs_f64()
+    );
+
+    if !soak.is_zero() {
+        // Soak: a CRR every 10 s round robin, RSS every 10 s.
+        let t = Instant::now();
+        let mut samples = Vec::new();
+        let (_, cpu_before) = usage(pid);
+        let mut i = 0;
+        while t.elapsed() < soak {
+            if let Some(pod) = node.pod(&names[i % names.len()])
+                && all_running(&pod)
+            {
+                create_crr(&node, &pod);
+            }
+            i += 1;
+            samples.push((t.elapsed().as_secs(), usage(pid).0 as f64 / 1024.0));
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        }
+        let (_, cpu_after) = usage(pid);
+        let first = samples.iter().take(6).map(|s| s.1).fold(0.0, f64::max);
+        let last = samples
+            .iter()
+            .rev()
+            .take(6)
+            .map(|s| s.1)
+            .fold(0.0, f64::max);
+        let peak = samples.iter().map(|s| s.1).fold(0.0, f64::max);
+        println!(
+            "soak {} s, {i} CRRs: RSS max of first minute {first:.1} MiB, of last minute {last:.1} MiB, peak {peak:.1} MiB; CPU {:.3} % of one core",
+            soak.as_secs(),
+            (cpu_after - cpu_before) as f64 / ticks_per_second() / t.elapsed().as_secs_f64()
+                * 100.0
+        );
+        println!("soak RSS samples (s, MiB): {samples:?}");
+    }
+    node.stop().await;
+}
