@@ -1,11 +1,13 @@
 //! The kubelet's hash primitive: FNV-1a 32 over go-spew's `%#v` rendering of a `[]byte`, i.e.
 //! over the text `([]uint8)[` + the bytes as decimal numbers separated by single spaces + `]`.
 //!
-//! Speed (decision): the spew text is never built. FNV-1a's low 8 bits evolve independently of
-//! the high bits (XOR with a byte and multiplication mod 2^8 only look at the low 8 bits), so
-//! for each input byte `v` the whole step "feed ` ` and the decimal digits of `v`" is
-//! `h' = h * P[v] + K[v][h mod 256]`, and the next low byte is `L[v][h mod 256]`. Two small
-//! independent dependency chains replace 3–4 serial multiply steps per byte; the tables are
+//! Speed (decision): the spew text is never built. Every character fed per input byte (a space
+//! and decimal digits) is below 0x40, so `h ^ c` differs from `h` by an amount that depends only
+//! on the low 6 bits of `h`, and those low 6 bits evolve on their own (multiplication and XOR
+//! carry only upwards). So for each input byte `v` the whole step "feed ` ` and the decimal digits
+//! of `v`" is `h' = h * P[v] + K[v][h mod 64]`, and the next low 6 bits are `L[v][h mod 64]`. The
+//! only serial dependency left is one small table load per byte (the `L` chain); the
+//! multiply-adds are combined two bytes at a time so they stay off that chain. The tables are
 //! derived once from the definition and checked against the naive form in tests.
 
 use std::sync::OnceLock;
@@ -48,17 +50,19 @@ fn decimal(v: u8, buf: &mut [u8; 3]) -> &[u8] {
 }
 
 struct Tables {
-    /// Indexed by `v << 8 | low`.
-    k: Box<[u32; 65536]>,
-    l: Box<[u8; 65536]>,
+    /// `low[v][l]`: the low 6 bits after byte `v` from low bits `l`. Rows are 256 wide although
+    /// only 64 entries are used, so that indexing with the previous `u8` needs no mask and no
+    /// bounds check on the serial chain (the unused entries are never touched).
+    low: Box<[[u8; 256]; 256]>,
+    k: Box<[[u32; 64]; 256]>,
     p: [u32; 256],
 }
 
 fn tables() -> &'static Tables {
     static T: OnceLock<Tables> = OnceLock::new();
     T.get_or_init(|| {
-        let mut k = Box::new([0u32; 65536]);
-        let mut l = Box::new([0u8; 65536]);
+        let mut low = Box::new([[0u8; 256]; 256]);
+        let mut k = Box::new([[0u32; 64]; 256]);
         let mut p = [0u32; 256];
         for v in 0..=255u8 {
             let mut buf = [0u8; 3];
@@ -67,33 +71,83 @@ fn tables() -> &'static Tables {
             for _ in digits {
                 pw = pw.wrapping_mul(PRIME);
             }
-            p[usize::from(v)] = pw;
-            for low in 0..256u32 {
-                let g = steps(step(low, b' '), digits);
-                let idx = usize::from(v) << 8 | low as usize;
-                k[idx] = g.wrapping_sub(low.wrapping_mul(pw));
-                l[idx] = (g & 0xff) as u8;
+            let row = usize::from(v);
+            p[row] = pw;
+            for l in 0..64u32 {
+                let g = steps(step(l, b' '), digits);
+                k[row][l as usize] = g.wrapping_sub(l.wrapping_mul(pw));
+                low[row][l as usize] = (g & 63) as u8;
             }
         }
-        Tables { k, l, p }
+        Tables { low, k, p }
     })
+}
+
+/// FNV-1a 32 of the go-spew dump of a `[]byte` fed in pieces (no text is built).
+#[derive(Debug, Clone, Copy)]
+pub struct SpewFnv {
+    h: u32,
+    empty: bool,
+}
+
+impl Default for SpewFnv {
+    fn default() -> Self {
+        SpewFnv {
+            h: PREFIX_STATE,
+            empty: true,
+        }
+    }
+}
+
+impl SpewFnv {
+    /// Appends bytes to the hashed slice.
+    #[inline]
+    pub fn write(&mut self, data: &[u8]) {
+        let mut data = data;
+        if self.empty {
+            let Some((&first, rest)) = data.split_first() else {
+                return;
+            };
+            // The first byte has no leading space.
+            let mut buf = [0u8; 3];
+            self.h = steps(self.h, decimal(first, &mut buf));
+            self.empty = false;
+            data = rest;
+        }
+        let t = tables();
+        let (k, low, p) = (&*t.k, &*t.low, &t.p);
+        let mut h = self.h;
+        let mut l = (h & 63) as u8;
+        let mut pairs = data.chunks_exact(2);
+        for pair in &mut pairs {
+            let (a, b) = (usize::from(pair[0]), usize::from(pair[1]));
+            let ka = k[a][usize::from(l) & 63];
+            let mid = low[a][usize::from(l)];
+            let kb = k[b][usize::from(mid) & 63];
+            l = low[b][usize::from(mid)];
+            // h*Pa*Pb + (Ka*Pb + Kb): one multiply-add on the chain per two bytes.
+            let pb = p[b];
+            h = h
+                .wrapping_mul(p[a].wrapping_mul(pb))
+                .wrapping_add(ka.wrapping_mul(pb).wrapping_add(kb));
+        }
+        if let [v] = *pairs.remainder() {
+            let v = usize::from(v);
+            h = h.wrapping_mul(p[v]).wrapping_add(k[v][usize::from(l) & 63]);
+        }
+        self.h = h;
+    }
+
+    pub fn finish(&self) -> u32 {
+        step(self.h, b']')
+    }
 }
 
 /// FNV-1a 32 of the go-spew dump of `data` as a `[]byte` (what `DeepHashObject` computes).
 pub fn spew_fnv32a(data: &[u8]) -> u32 {
-    let mut h = PREFIX_STATE;
-    if let Some((&first, rest)) = data.split_first() {
-        let mut buf = [0u8; 3];
-        h = steps(h, decimal(first, &mut buf));
-        let t = tables();
-        let mut low = (h & 0xff) as usize;
-        for &b in rest {
-            let idx = (usize::from(b) << 8 | low) & 0xffff;
-            h = h.wrapping_mul(t.p[usize::from(b)]).wrapping_add(t.k[idx]);
-            low = usize::from(t.l[idx]);
-        }
-    }
-    step(h, b']')
+    let mut f = SpewFnv::default();
+    f.write(data);
+    f.finish()
 }
 
 /// The same, computed naively from the spew text (reference for tests).
@@ -136,6 +190,20 @@ mod tests {
                 spew_fnv32a_naive(&data[..n]),
                 "len {n}"
             );
+        }
+    }
+
+    #[test]
+    fn pieces_equal_whole() {
+        let data: Vec<u8> = (0..=255u8).chain((0..=255u8).rev()).collect();
+        for split in [0, 1, 2, 3, 7, 100, 511, 512] {
+            for second in [0, 1, 2, 5] {
+                let mut f = SpewFnv::default();
+                f.write(&data[..split]);
+                f.write(&data[split..(split + second).min(data.len())]);
+                f.write(&data[(split + second).min(data.len())..]);
+                assert_eq!(f.finish(), spew_fnv32a_naive(&data), "{split}+{second}");
+            }
         }
     }
 }
