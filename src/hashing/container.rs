@@ -12,8 +12,9 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::encode::Encoder;
-use super::json::{DResult, DecodeError, DecodeErrorKind, Parser, PathSeg, parse_int, validate};
+use super::json::{DResult, DecodeError, Parser, PathSeg, quantity_error, validate};
 use super::quantity::{self, go_trim_space};
+use super::schema::{self, Field, I32, I64, Kind, Schema};
 
 pub type Str<'a> = Cow<'a, [u8]>;
 
@@ -372,34 +373,15 @@ fn dec_opt_bool(p: &mut Parser<'_>, out: &mut Option<bool>) -> DResult<()> {
     Ok(())
 }
 
-/// A JSON integer for a Go int of the given range; `None` for null.
-fn dec_int(p: &mut Parser<'_>, min: i64, max: i64, ty: &'static str) -> DResult<Option<i64>> {
-    match p.peek_value()? {
-        b'-' | b'0'..=b'9' => {
-            let at = p.offset();
-            let lit = p.number()?;
-            match parse_int(lit) {
-                Some(v) if v >= min && v <= max => Ok(Some(v)),
-                _ => p.number_type_error(lit, ty, at),
-            }
-        }
-        b'n' => {
-            p.literal()?;
-            Ok(None)
-        }
-        _ => p.type_error(ty),
-    }
-}
-
 fn dec_i32(p: &mut Parser<'_>, out: &mut i32) -> DResult<()> {
-    if let Some(v) = dec_int(p, i64::from(i32::MIN), i64::from(i32::MAX), "int32")? {
+    if let Some(v) = p.int(i64::from(i32::MIN), i64::from(i32::MAX), "int32")? {
         *out = v as i32;
     }
     Ok(())
 }
 
 fn dec_i64(p: &mut Parser<'_>, out: &mut i64) -> DResult<()> {
-    if let Some(v) = dec_int(p, i64::MIN, i64::MAX, "int64")? {
+    if let Some(v) = p.int(i64::MIN, i64::MAX, "int64")? {
         *out = v;
     }
     Ok(())
@@ -492,427 +474,396 @@ fn dec_struct<'a, T>(
     }
 }
 
-/// Go's object decoding into a struct: exact key match, then case-insensitive (Unicode folded).
+/// Go's object decoding into a struct: each key selects a field (see [`Schema::lookup`]) and is
+/// decoded into it; other keys are skipped (still validated).
 fn dec_fields<'a, T>(
     p: &mut Parser<'a>,
     t: &mut T,
     ctx: &Ctx,
-    names: &'static [&'static str],
-    dispatch: fn(&mut Parser<'a>, &mut T, &[u8], &Ctx) -> DResult<bool>,
+    schema: &Schema,
+    dispatch: fn(&mut Parser<'a>, &mut T, usize, &Ctx) -> DResult<()>,
 ) -> DResult<()> {
     p.begin_object()?;
     let mut first = true;
     while let Some(key) = p.next_key(&mut first)? {
-        if dispatch(p, t, &key, ctx)? {
-            continue;
+        match schema.lookup(&key, ctx.minor) {
+            Some(field) => dispatch(p, t, field, ctx)?,
+            None => p.skip_value()?,
         }
-        if let Some(canon) = fold_match(&key, names)
-            && dispatch(p, t, canon.as_bytes(), ctx)?
-        {
-            continue;
-        }
-        p.skip_value()?;
     }
     Ok(())
 }
 
-/// Case-insensitive field lookup with Go's simple folding. Field names are ASCII letters, and
-/// the only non-ASCII runes that fold onto ASCII letters are U+017F (ſ, to s) and U+212A
-/// (Kelvin sign, to k).
-fn fold_match(key: &[u8], names: &[&'static str]) -> Option<&'static str> {
-    let mut folded = [0u8; 48];
-    let mut n = 0;
-    let mut i = 0;
-    while i < key.len() {
-        let c = key[i];
-        let (f, adv) = if c < 0x80 {
-            (c.to_ascii_lowercase(), 1)
-        } else if key[i..].starts_with("\u{17f}".as_bytes()) {
-            (b's', 2)
-        } else if key[i..].starts_with("\u{212a}".as_bytes()) {
-            (b'k', 3)
-        } else {
-            return None;
-        };
-        *folded.get_mut(n)? = f;
-        n += 1;
-        i += adv;
-    }
-    let folded = &folded[..n];
-    names
-        .iter()
-        .copied()
-        .find(|name| name.len() == n && name.as_bytes().eq_ignore_ascii_case(folded))
-}
-
-/// Declares a struct's JSON field names and the decoder dispatch for them.
+/// Declares a struct's fields: the schema (JSON names, release introduced, accepted JSON; see
+/// [`super::schema`]) and the decoder dispatch, which decodes the field at a schema index.
 macro_rules! fields {
     (
         fn $dispatch:ident<$lt:lifetime>($p:ident, $t:ident: $T:ty, $ctx:ident);
-        const $names:ident;
-        { $( $json:literal $( since $since:literal )? => $body:expr ),* $(,)? }
+        const $schema:ident;
+        { $( $json:literal $( since $since:literal )? : $kind:expr => $body:expr ),* $(,)? }
     ) => {
-        const $names: &[&str] = &[ $( $json ),* ];
+        const $schema: Schema = Schema::new(&[
+            $( Field { name: $json, since: 0 $( + $since )?, kind: $kind } ),*
+        ]);
         #[allow(unused_variables)]
-        fn $dispatch<$lt>($p: &mut Parser<$lt>, $t: &mut $T, key: &[u8], $ctx: &Ctx) -> DResult<bool> {
+        fn $dispatch<$lt>($p: &mut Parser<$lt>, $t: &mut $T, field: usize, $ctx: &Ctx) -> DResult<()> {
             $(
-                if key == $json.as_bytes() $( && $ctx.minor >= $since )? {
-                    ($body).map_err(|e: DecodeError| e.at(PathSeg::Field($json)))?;
-                    return Ok(true);
+                if field == const { $schema.index_of($json) } {
+                    return ($body).map_err(|e: DecodeError| e.at(PathSeg::Field($json)));
                 }
             )*
-            Ok(false)
+            Ok(())
         }
     };
     // The same, plus `$obj`: decodes a whole JSON object of `$T` through the dispatch.
     (
         fn $dispatch:ident<$lt:lifetime>($p:ident, $t:ident: $T:ty, $ctx:ident);
-        const $names:ident;
+        const $schema:ident;
         fn $obj:ident;
-        { $( $json:literal $( since $since:literal )? => $body:expr ),* $(,)? }
+        { $( $json:literal $( since $since:literal )? : $kind:expr => $body:expr ),* $(,)? }
     ) => {
         fields! {
             fn $dispatch<$lt>($p, $t: $T, $ctx);
-            const $names;
-            { $( $json $( since $since )? => $body ),* }
+            const $schema;
+            { $( $json $( since $since )? : $kind => $body ),* }
         }
         fn $obj<$lt>($p: &mut Parser<$lt>, $t: &mut $T, $ctx: &Ctx) -> DResult<()> {
-            dec_fields($p, $t, $ctx, $names, $dispatch)
+            dec_fields($p, $t, $ctx, &$schema, $dispatch)
         }
     };
 }
 
 fields! {
     fn container_field<'a>(p, t: Container<'a>, ctx);
-    const CONTAINER_FIELDS;
+    const CONTAINER;
     fn container_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "image" => dec_str(p, &mut t.image),
-        "command" => dec_str_slice(p, &mut t.command),
-        "args" => dec_str_slice(p, &mut t.args),
-        "workingDir" => dec_str(p, &mut t.working_dir),
-        "ports" => dec_slice(p, &mut t.ports, |p, v| dec_struct(p, v, ctx, port_obj)),
-        "envFrom" => dec_slice(p, &mut t.env_from, |p, v| dec_struct(p, v, ctx, env_from_obj)),
-        "env" => dec_slice(p, &mut t.env, |p, v| dec_struct(p, v, ctx, env_var_obj)),
-        "resources" => dec_struct(p, &mut t.resources, ctx, resources_obj),
-        "resizePolicy" since 27 => dec_slice(p, &mut t.resize_policy, |p, v| dec_struct(p, v, ctx, resize_obj)),
-        "restartPolicy" since 28 => dec_opt_str(p, &mut t.restart_policy),
-        "restartPolicyRules" since 34 => dec_slice(p, &mut t.restart_policy_rules, |p, v| dec_struct(p, v, ctx, restart_rule_obj)),
-        "volumeMounts" => dec_slice(p, &mut t.volume_mounts, |p, v| dec_struct(p, v, ctx, volume_mount_obj)),
-        "volumeDevices" => dec_slice(p, &mut t.volume_devices, |p, v| dec_struct(p, v, ctx, volume_device_obj)),
-        "livenessProbe" => dec_ptr(p, &mut t.liveness_probe, ctx, probe_obj),
-        "readinessProbe" => dec_ptr(p, &mut t.readiness_probe, ctx, probe_obj),
-        "startupProbe" since 16 => dec_ptr(p, &mut t.startup_probe, ctx, probe_obj),
-        "lifecycle" => dec_ptr(p, &mut t.lifecycle, ctx, lifecycle_obj),
-        "terminationMessagePath" => dec_str(p, &mut t.termination_message_path),
-        "terminationMessagePolicy" => dec_str(p, &mut t.termination_message_policy),
-        "imagePullPolicy" => dec_str(p, &mut t.image_pull_policy),
-        "securityContext" => dec_ptr(p, &mut t.security_context, ctx, security_context_obj),
-        "stdin" => dec_bool(p, &mut t.stdin),
-        "stdinOnce" => dec_bool(p, &mut t.stdin_once),
-        "tty" => dec_bool(p, &mut t.tty),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "image": Kind::Str => dec_str(p, &mut t.image),
+        "command": Kind::List(&Kind::Str) => dec_str_slice(p, &mut t.command),
+        "args": Kind::List(&Kind::Str) => dec_str_slice(p, &mut t.args),
+        "workingDir": Kind::Str => dec_str(p, &mut t.working_dir),
+        "ports": Kind::List(&Kind::Object(&PORT)) => dec_slice(p, &mut t.ports, |p, v| dec_struct(p, v, ctx, port_obj)),
+        "envFrom": Kind::List(&Kind::Object(&ENV_FROM)) => dec_slice(p, &mut t.env_from, |p, v| dec_struct(p, v, ctx, env_from_obj)),
+        "env": Kind::List(&Kind::Object(&ENV_VAR)) => dec_slice(p, &mut t.env, |p, v| dec_struct(p, v, ctx, env_var_obj)),
+        "resources": Kind::Object(&RESOURCES) => dec_struct(p, &mut t.resources, ctx, resources_obj),
+        "resizePolicy" since 27: Kind::List(&Kind::Object(&RESIZE)) => dec_slice(p, &mut t.resize_policy, |p, v| dec_struct(p, v, ctx, resize_obj)),
+        "restartPolicy" since 28: Kind::Str => dec_opt_str(p, &mut t.restart_policy),
+        "restartPolicyRules" since 34: Kind::List(&Kind::Object(&RESTART_RULE)) => dec_slice(p, &mut t.restart_policy_rules, |p, v| dec_struct(p, v, ctx, restart_rule_obj)),
+        "volumeMounts": Kind::List(&Kind::Object(&VOLUME_MOUNT)) => dec_slice(p, &mut t.volume_mounts, |p, v| dec_struct(p, v, ctx, volume_mount_obj)),
+        "volumeDevices": Kind::List(&Kind::Object(&VOLUME_DEVICE)) => dec_slice(p, &mut t.volume_devices, |p, v| dec_struct(p, v, ctx, volume_device_obj)),
+        "livenessProbe": Kind::Object(&PROBE) => dec_ptr(p, &mut t.liveness_probe, ctx, probe_obj),
+        "readinessProbe": Kind::Object(&PROBE) => dec_ptr(p, &mut t.readiness_probe, ctx, probe_obj),
+        "startupProbe" since 16: Kind::Object(&PROBE) => dec_ptr(p, &mut t.startup_probe, ctx, probe_obj),
+        "lifecycle": Kind::Object(&LIFECYCLE) => dec_ptr(p, &mut t.lifecycle, ctx, lifecycle_obj),
+        "terminationMessagePath": Kind::Str => dec_str(p, &mut t.termination_message_path),
+        "terminationMessagePolicy": Kind::Str => dec_str(p, &mut t.termination_message_policy),
+        "imagePullPolicy": Kind::Str => dec_str(p, &mut t.image_pull_policy),
+        "securityContext": Kind::Object(&SECURITY_CONTEXT) => dec_ptr(p, &mut t.security_context, ctx, security_context_obj),
+        "stdin": Kind::Bool => dec_bool(p, &mut t.stdin),
+        "stdinOnce": Kind::Bool => dec_bool(p, &mut t.stdin_once),
+        "tty": Kind::Bool => dec_bool(p, &mut t.tty),
     }
 }
 
 fields! {
     fn port_field<'a>(p, t: ContainerPort<'a>, ctx);
-    const PORT_FIELDS;
+    const PORT;
     fn port_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "hostPort" => dec_i32(p, &mut t.host_port),
-        "containerPort" => dec_i32(p, &mut t.container_port),
-        "protocol" => dec_str(p, &mut t.protocol),
-        "hostIP" => dec_str(p, &mut t.host_ip),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "hostPort": I32 => dec_i32(p, &mut t.host_port),
+        "containerPort": I32 => dec_i32(p, &mut t.container_port),
+        "protocol": Kind::Str => dec_str(p, &mut t.protocol),
+        "hostIP": Kind::Str => dec_str(p, &mut t.host_ip),
     }
 }
 
 fields! {
     fn env_from_field<'a>(p, t: EnvFromSource<'a>, ctx);
-    const ENV_FROM_FIELDS;
+    const ENV_FROM;
     fn env_from_obj;
     {
-        "prefix" => dec_str(p, &mut t.prefix),
-        "configMapRef" => dec_ptr(p, &mut t.config_map_ref, ctx, optional_ref_obj),
-        "secretRef" => dec_ptr(p, &mut t.secret_ref, ctx, optional_ref_obj),
+        "prefix": Kind::Str => dec_str(p, &mut t.prefix),
+        "configMapRef": Kind::Object(&OPTIONAL_REF) => dec_ptr(p, &mut t.config_map_ref, ctx, optional_ref_obj),
+        "secretRef": Kind::Object(&OPTIONAL_REF) => dec_ptr(p, &mut t.secret_ref, ctx, optional_ref_obj),
     }
 }
 
 fields! {
     fn optional_ref_field<'a>(p, t: OptionalRef<'a>, ctx);
-    const OPTIONAL_REF_FIELDS;
+    const OPTIONAL_REF;
     fn optional_ref_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "optional" => dec_opt_bool(p, &mut t.optional),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "optional": Kind::Bool => dec_opt_bool(p, &mut t.optional),
     }
 }
 
 fields! {
     fn env_var_field<'a>(p, t: EnvVar<'a>, ctx);
-    const ENV_VAR_FIELDS;
+    const ENV_VAR;
     fn env_var_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "value" => dec_str(p, &mut t.value),
-        "valueFrom" => dec_ptr(p, &mut t.value_from, ctx, env_source_obj),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "value": Kind::Str => dec_str(p, &mut t.value),
+        "valueFrom": Kind::Object(&ENV_SOURCE) => dec_ptr(p, &mut t.value_from, ctx, env_source_obj),
     }
 }
 
 fields! {
     fn env_source_field<'a>(p, t: EnvVarSource<'a>, ctx);
-    const ENV_SOURCE_FIELDS;
+    const ENV_SOURCE;
     fn env_source_obj;
     {
-        "fieldRef" => dec_ptr(p, &mut t.field_ref, ctx, field_selector_obj),
-        "resourceFieldRef" => dec_ptr(p, &mut t.resource_field_ref, ctx, resource_selector_obj),
-        "configMapKeyRef" => dec_ptr(p, &mut t.config_map_key_ref, ctx, key_selector_obj),
-        "secretKeyRef" => dec_ptr(p, &mut t.secret_key_ref, ctx, key_selector_obj),
-        "fileKeyRef" since 34 => dec_ptr(p, &mut t.file_key_ref, ctx, file_key_obj),
+        "fieldRef": Kind::Object(&FIELD_SELECTOR) => dec_ptr(p, &mut t.field_ref, ctx, field_selector_obj),
+        "resourceFieldRef": Kind::Object(&RESOURCE_SELECTOR) => dec_ptr(p, &mut t.resource_field_ref, ctx, resource_selector_obj),
+        "configMapKeyRef": Kind::Object(&KEY_SELECTOR) => dec_ptr(p, &mut t.config_map_key_ref, ctx, key_selector_obj),
+        "secretKeyRef": Kind::Object(&KEY_SELECTOR) => dec_ptr(p, &mut t.secret_key_ref, ctx, key_selector_obj),
+        "fileKeyRef" since 34: Kind::Object(&FILE_KEY) => dec_ptr(p, &mut t.file_key_ref, ctx, file_key_obj),
     }
 }
 
 fields! {
     fn field_selector_field<'a>(p, t: ObjectFieldSelector<'a>, ctx);
-    const FIELD_SELECTOR_FIELDS;
+    const FIELD_SELECTOR;
     fn field_selector_obj;
     {
-        "apiVersion" => dec_str(p, &mut t.api_version),
-        "fieldPath" => dec_str(p, &mut t.field_path),
+        "apiVersion": Kind::Str => dec_str(p, &mut t.api_version),
+        "fieldPath": Kind::Str => dec_str(p, &mut t.field_path),
     }
 }
 
 fields! {
     fn resource_selector_field<'a>(p, t: ResourceFieldSelector<'a>, ctx);
-    const RESOURCE_SELECTOR_FIELDS;
+    const RESOURCE_SELECTOR;
     fn resource_selector_obj;
     {
-        "containerName" => dec_str(p, &mut t.container_name),
-        "resource" => dec_str(p, &mut t.resource),
-        "divisor" => dec_qty(p, &mut t.divisor, ctx),
+        "containerName": Kind::Str => dec_str(p, &mut t.container_name),
+        "resource": Kind::Str => dec_str(p, &mut t.resource),
+        "divisor": Kind::Quantity => dec_qty(p, &mut t.divisor, ctx),
     }
 }
 
 fields! {
     fn key_selector_field<'a>(p, t: KeySelector<'a>, ctx);
-    const KEY_SELECTOR_FIELDS;
+    const KEY_SELECTOR;
     fn key_selector_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "key" => dec_str(p, &mut t.key),
-        "optional" => dec_opt_bool(p, &mut t.optional),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "key": Kind::Str => dec_str(p, &mut t.key),
+        "optional": Kind::Bool => dec_opt_bool(p, &mut t.optional),
     }
 }
 
 fields! {
     fn file_key_field<'a>(p, t: FileKeySelector<'a>, ctx);
-    const FILE_KEY_FIELDS;
+    const FILE_KEY;
     fn file_key_obj;
     {
-        "volumeName" => dec_str(p, &mut t.volume_name),
-        "path" => dec_str(p, &mut t.path),
-        "key" => dec_str(p, &mut t.key),
-        "optional" => dec_opt_bool(p, &mut t.optional),
+        "volumeName": Kind::Str => dec_str(p, &mut t.volume_name),
+        "path": Kind::Str => dec_str(p, &mut t.path),
+        "key": Kind::Str => dec_str(p, &mut t.key),
+        "optional": Kind::Bool => dec_opt_bool(p, &mut t.optional),
     }
 }
 
 fields! {
     fn resources_field<'a>(p, t: ResourceRequirements<'a>, ctx);
-    const RESOURCES_FIELDS;
+    const RESOURCES;
     fn resources_obj;
     {
-        "limits" => dec_resource_list(p, &mut t.limits, ctx),
-        "requests" => dec_resource_list(p, &mut t.requests, ctx),
-        "claims" since 26 => dec_slice(p, &mut t.claims, |p, v| dec_struct(p, v, ctx, claim_obj)),
+        "limits": Kind::ResourceList => dec_resource_list(p, &mut t.limits, ctx),
+        "requests": Kind::ResourceList => dec_resource_list(p, &mut t.requests, ctx),
+        "claims" since 26: Kind::List(&Kind::Object(&CLAIM)) => dec_slice(p, &mut t.claims, |p, v| dec_struct(p, v, ctx, claim_obj)),
     }
 }
 
 fields! {
     fn claim_field<'a>(p, t: ResourceClaim<'a>, ctx);
-    const CLAIM_FIELDS;
+    const CLAIM;
     fn claim_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "request" since 31 => dec_str(p, &mut t.request),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "request" since 31: Kind::Str => dec_str(p, &mut t.request),
     }
 }
 
 fields! {
     fn resize_field<'a>(p, t: ResizePolicy<'a>, ctx);
-    const RESIZE_FIELDS;
+    const RESIZE;
     fn resize_obj;
     {
-        "resourceName" => dec_str(p, &mut t.resource_name),
-        "restartPolicy" => dec_str(p, &mut t.restart_policy),
+        "resourceName": Kind::Str => dec_str(p, &mut t.resource_name),
+        "restartPolicy": Kind::Str => dec_str(p, &mut t.restart_policy),
     }
 }
 
 fields! {
     fn restart_rule_field<'a>(p, t: RestartRule<'a>, ctx);
-    const RESTART_RULE_FIELDS;
+    const RESTART_RULE;
     fn restart_rule_obj;
     {
-        "action" => dec_str(p, &mut t.action),
-        "exitCodes" => dec_ptr(p, &mut t.exit_codes, ctx, exit_codes_obj),
+        "action": Kind::Str => dec_str(p, &mut t.action),
+        "exitCodes": Kind::Object(&EXIT_CODES) => dec_ptr(p, &mut t.exit_codes, ctx, exit_codes_obj),
     }
 }
 
 fields! {
     fn exit_codes_field<'a>(p, t: ExitCodes<'a>, ctx);
-    const EXIT_CODES_FIELDS;
+    const EXIT_CODES;
     fn exit_codes_obj;
     {
-        "operator" => dec_str(p, &mut t.operator),
-        "values" => dec_slice(p, &mut t.values, dec_i32),
+        "operator": Kind::Str => dec_str(p, &mut t.operator),
+        "values": Kind::List(&I32) => dec_slice(p, &mut t.values, dec_i32),
     }
 }
 
 fields! {
     fn volume_mount_field<'a>(p, t: VolumeMount<'a>, ctx);
-    const VOLUME_MOUNT_FIELDS;
+    const VOLUME_MOUNT;
     fn volume_mount_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "readOnly" => dec_bool(p, &mut t.read_only),
-        "recursiveReadOnly" since 30 => dec_opt_str(p, &mut t.recursive_read_only),
-        "mountPath" => dec_str(p, &mut t.mount_path),
-        "subPath" => dec_str(p, &mut t.sub_path),
-        "mountPropagation" => dec_opt_str(p, &mut t.mount_propagation),
-        "subPathExpr" => dec_str(p, &mut t.sub_path_expr),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "readOnly": Kind::Bool => dec_bool(p, &mut t.read_only),
+        "recursiveReadOnly" since 30: Kind::Str => dec_opt_str(p, &mut t.recursive_read_only),
+        "mountPath": Kind::Str => dec_str(p, &mut t.mount_path),
+        "subPath": Kind::Str => dec_str(p, &mut t.sub_path),
+        "mountPropagation": Kind::Str => dec_opt_str(p, &mut t.mount_propagation),
+        "subPathExpr": Kind::Str => dec_str(p, &mut t.sub_path_expr),
     }
 }
 
 fields! {
     fn volume_device_field<'a>(p, t: VolumeDevice<'a>, ctx);
-    const VOLUME_DEVICE_FIELDS;
+    const VOLUME_DEVICE;
     fn volume_device_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "devicePath" => dec_str(p, &mut t.device_path),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "devicePath": Kind::Str => dec_str(p, &mut t.device_path),
     }
 }
 
 fields! {
     fn probe_field<'a>(p, t: Probe<'a>, ctx);
-    const PROBE_FIELDS;
+    const PROBE;
     fn probe_obj;
     {
-        "exec" => dec_ptr(p, &mut t.exec, ctx, exec_obj),
-        "httpGet" => dec_ptr(p, &mut t.http_get, ctx, http_get_obj),
-        "tcpSocket" => dec_ptr(p, &mut t.tcp_socket, ctx, tcp_socket_obj),
-        "grpc" since 23 => dec_ptr(p, &mut t.grpc, ctx, grpc_obj),
-        "initialDelaySeconds" => dec_i32(p, &mut t.initial_delay_seconds),
-        "timeoutSeconds" => dec_i32(p, &mut t.timeout_seconds),
-        "periodSeconds" => dec_i32(p, &mut t.period_seconds),
-        "successThreshold" => dec_i32(p, &mut t.success_threshold),
-        "failureThreshold" => dec_i32(p, &mut t.failure_threshold),
-        "terminationGracePeriodSeconds" since 21 => dec_opt_i64(p, &mut t.termination_grace_period_seconds),
+        "exec": Kind::Object(&EXEC) => dec_ptr(p, &mut t.exec, ctx, exec_obj),
+        "httpGet": Kind::Object(&HTTP_GET) => dec_ptr(p, &mut t.http_get, ctx, http_get_obj),
+        "tcpSocket": Kind::Object(&TCP_SOCKET) => dec_ptr(p, &mut t.tcp_socket, ctx, tcp_socket_obj),
+        "grpc" since 23: Kind::Object(&GRPC) => dec_ptr(p, &mut t.grpc, ctx, grpc_obj),
+        "initialDelaySeconds": I32 => dec_i32(p, &mut t.initial_delay_seconds),
+        "timeoutSeconds": I32 => dec_i32(p, &mut t.timeout_seconds),
+        "periodSeconds": I32 => dec_i32(p, &mut t.period_seconds),
+        "successThreshold": I32 => dec_i32(p, &mut t.success_threshold),
+        "failureThreshold": I32 => dec_i32(p, &mut t.failure_threshold),
+        "terminationGracePeriodSeconds" since 21: I64 => dec_opt_i64(p, &mut t.termination_grace_period_seconds),
     }
 }
 
 fields! {
     fn exec_field<'a>(p, t: ExecAction<'a>, ctx);
-    const EXEC_FIELDS;
+    const EXEC;
     fn exec_obj;
     {
-        "command" => dec_str_slice(p, &mut t.command),
+        "command": Kind::List(&Kind::Str) => dec_str_slice(p, &mut t.command),
     }
 }
 
 fields! {
     fn http_get_field<'a>(p, t: HttpGet<'a>, ctx);
-    const HTTP_GET_FIELDS;
+    const HTTP_GET;
     fn http_get_obj;
     {
-        "path" => dec_str(p, &mut t.path),
-        "port" => dec_int_or_str(p, &mut t.port),
-        "host" => dec_str(p, &mut t.host),
-        "scheme" => dec_str(p, &mut t.scheme),
-        "httpHeaders" => dec_slice(p, &mut t.http_headers, |p, v| dec_struct(p, v, ctx, header_obj)),
+        "path": Kind::Str => dec_str(p, &mut t.path),
+        "port": Kind::IntOrStr => dec_int_or_str(p, &mut t.port),
+        "host": Kind::Str => dec_str(p, &mut t.host),
+        "scheme": Kind::Str => dec_str(p, &mut t.scheme),
+        "httpHeaders": Kind::List(&Kind::Object(&HEADER)) => dec_slice(p, &mut t.http_headers, |p, v| dec_struct(p, v, ctx, header_obj)),
     }
 }
 
 fields! {
     fn header_field<'a>(p, t: HttpHeader<'a>, ctx);
-    const HEADER_FIELDS;
+    const HEADER;
     fn header_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "value" => dec_str(p, &mut t.value),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "value": Kind::Str => dec_str(p, &mut t.value),
     }
 }
 
 fields! {
     fn tcp_socket_field<'a>(p, t: TcpSocket<'a>, ctx);
-    const TCP_SOCKET_FIELDS;
+    const TCP_SOCKET;
     fn tcp_socket_obj;
     {
-        "port" => dec_int_or_str(p, &mut t.port),
-        "host" => dec_str(p, &mut t.host),
+        "port": Kind::IntOrStr => dec_int_or_str(p, &mut t.port),
+        "host": Kind::Str => dec_str(p, &mut t.host),
     }
 }
 
 fields! {
     fn grpc_field<'a>(p, t: Grpc<'a>, ctx);
-    const GRPC_FIELDS;
+    const GRPC;
     fn grpc_obj;
     {
-        "port" => dec_i32(p, &mut t.port),
-        "service" => dec_opt_str(p, &mut t.service),
+        "port": I32 => dec_i32(p, &mut t.port),
+        "service": Kind::Str => dec_opt_str(p, &mut t.service),
     }
 }
 
 fields! {
     fn lifecycle_field<'a>(p, t: Lifecycle<'a>, ctx);
-    const LIFECYCLE_FIELDS;
+    const LIFECYCLE;
     fn lifecycle_obj;
     {
-        "postStart" => dec_ptr(p, &mut t.post_start, ctx, handler_obj),
-        "preStop" => dec_ptr(p, &mut t.pre_stop, ctx, handler_obj),
-        "stopSignal" since 33 => dec_opt_str(p, &mut t.stop_signal),
+        "postStart": Kind::Object(&HANDLER) => dec_ptr(p, &mut t.post_start, ctx, handler_obj),
+        "preStop": Kind::Object(&HANDLER) => dec_ptr(p, &mut t.pre_stop, ctx, handler_obj),
+        "stopSignal" since 33: Kind::Str => dec_opt_str(p, &mut t.stop_signal),
     }
 }
 
 fields! {
     fn handler_field<'a>(p, t: LifecycleHandler<'a>, ctx);
-    const HANDLER_FIELDS;
+    const HANDLER;
     fn handler_obj;
     {
-        "exec" => dec_ptr(p, &mut t.exec, ctx, exec_obj),
-        "httpGet" => dec_ptr(p, &mut t.http_get, ctx, http_get_obj),
-        "tcpSocket" => dec_ptr(p, &mut t.tcp_socket, ctx, tcp_socket_obj),
-        "sleep" since 29 => dec_ptr(p, &mut t.sleep, ctx, sleep_obj),
+        "exec": Kind::Object(&EXEC) => dec_ptr(p, &mut t.exec, ctx, exec_obj),
+        "httpGet": Kind::Object(&HTTP_GET) => dec_ptr(p, &mut t.http_get, ctx, http_get_obj),
+        "tcpSocket": Kind::Object(&TCP_SOCKET) => dec_ptr(p, &mut t.tcp_socket, ctx, tcp_socket_obj),
+        "sleep" since 29: Kind::Object(&SLEEP) => dec_ptr(p, &mut t.sleep, ctx, sleep_obj),
     }
 }
 
 fields! {
     fn sleep_field<'a>(p, t: SleepAction, ctx);
-    const SLEEP_FIELDS;
+    const SLEEP;
     {
-        "seconds" => dec_i64(p, &mut t.seconds),
+        "seconds": I64 => dec_i64(p, &mut t.seconds),
     }
 }
 fn sleep_obj(p: &mut Parser<'_>, t: &mut SleepAction, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, SLEEP_FIELDS, sleep_field)
+    dec_fields(p, t, ctx, &SLEEP, sleep_field)
 }
 
 fields! {
     fn security_context_field<'a>(p, t: SecurityContext<'a>, ctx);
-    const SECURITY_CONTEXT_FIELDS;
+    const SECURITY_CONTEXT;
     {
-        "capabilities" => dec_ptr(p, &mut t.capabilities, ctx, capabilities_obj),
-        "privileged" => dec_opt_bool(p, &mut t.privileged),
-        "seLinuxOptions" => dec_ptr(p, &mut t.se_linux_options, ctx, selinux_obj),
-        "windowsOptions" => dec_ptr(p, &mut t.windows_options, ctx, windows_obj),
-        "runAsUser" => dec_opt_i64(p, &mut t.run_as_user),
-        "runAsGroup" => dec_opt_i64(p, &mut t.run_as_group),
-        "runAsNonRoot" => dec_opt_bool(p, &mut t.run_as_non_root),
-        "readOnlyRootFilesystem" => dec_opt_bool(p, &mut t.read_only_root_filesystem),
-        "allowPrivilegeEscalation" => dec_opt_bool(p, &mut t.allow_privilege_escalation),
-        "procMount" => dec_opt_str(p, &mut t.proc_mount),
-        "seccompProfile" since 19 => dec_ptr(p, &mut t.seccomp_profile, ctx, profile_obj),
-        "appArmorProfile" since 30 => dec_ptr(p, &mut t.app_armor_profile, ctx, profile_obj),
+        "capabilities": Kind::Object(&CAPABILITIES) => dec_ptr(p, &mut t.capabilities, ctx, capabilities_obj),
+        "privileged": Kind::Bool => dec_opt_bool(p, &mut t.privileged),
+        "seLinuxOptions": Kind::Object(&SELINUX) => dec_ptr(p, &mut t.se_linux_options, ctx, selinux_obj),
+        "windowsOptions": Kind::Object(&WINDOWS) => dec_ptr(p, &mut t.windows_options, ctx, windows_obj),
+        "runAsUser": I64 => dec_opt_i64(p, &mut t.run_as_user),
+        "runAsGroup": I64 => dec_opt_i64(p, &mut t.run_as_group),
+        "runAsNonRoot": Kind::Bool => dec_opt_bool(p, &mut t.run_as_non_root),
+        "readOnlyRootFilesystem": Kind::Bool => dec_opt_bool(p, &mut t.read_only_root_filesystem),
+        "allowPrivilegeEscalation": Kind::Bool => dec_opt_bool(p, &mut t.allow_privilege_escalation),
+        "procMount": Kind::Str => dec_opt_str(p, &mut t.proc_mount),
+        "seccompProfile" since 19: Kind::Object(&PROFILE) => dec_ptr(p, &mut t.seccomp_profile, ctx, profile_obj),
+        "appArmorProfile" since 30: Kind::Object(&PROFILE) => dec_ptr(p, &mut t.app_armor_profile, ctx, profile_obj),
     }
 }
 fn security_context_obj<'a>(
@@ -920,50 +871,50 @@ fn security_context_obj<'a>(
     t: &mut SecurityContext<'a>,
     ctx: &Ctx,
 ) -> DResult<()> {
-    dec_fields(p, t, ctx, SECURITY_CONTEXT_FIELDS, security_context_field)
+    dec_fields(p, t, ctx, &SECURITY_CONTEXT, security_context_field)
 }
 
 fields! {
     fn capabilities_field<'a>(p, t: Capabilities<'a>, ctx);
-    const CAPABILITIES_FIELDS;
+    const CAPABILITIES;
     fn capabilities_obj;
     {
-        "add" => dec_str_slice(p, &mut t.add),
-        "drop" => dec_str_slice(p, &mut t.drop),
+        "add": Kind::List(&Kind::Str) => dec_str_slice(p, &mut t.add),
+        "drop": Kind::List(&Kind::Str) => dec_str_slice(p, &mut t.drop),
     }
 }
 
 fields! {
     fn selinux_field<'a>(p, t: SeLinuxOptions<'a>, ctx);
-    const SELINUX_FIELDS;
+    const SELINUX;
     fn selinux_obj;
     {
-        "user" => dec_str(p, &mut t.user),
-        "role" => dec_str(p, &mut t.role),
-        "type" => dec_str(p, &mut t.type_),
-        "level" => dec_str(p, &mut t.level),
+        "user": Kind::Str => dec_str(p, &mut t.user),
+        "role": Kind::Str => dec_str(p, &mut t.role),
+        "type": Kind::Str => dec_str(p, &mut t.type_),
+        "level": Kind::Str => dec_str(p, &mut t.level),
     }
 }
 
 fields! {
     fn windows_field<'a>(p, t: WindowsOptions<'a>, ctx);
-    const WINDOWS_FIELDS;
+    const WINDOWS;
     fn windows_obj;
     {
-        "gmsaCredentialSpecName" => dec_opt_str(p, &mut t.gmsa_credential_spec_name),
-        "gmsaCredentialSpec" => dec_opt_str(p, &mut t.gmsa_credential_spec),
-        "runAsUserName" => dec_opt_str(p, &mut t.run_as_user_name),
-        "hostProcess" since 22 => dec_opt_bool(p, &mut t.host_process),
+        "gmsaCredentialSpecName": Kind::Str => dec_opt_str(p, &mut t.gmsa_credential_spec_name),
+        "gmsaCredentialSpec": Kind::Str => dec_opt_str(p, &mut t.gmsa_credential_spec),
+        "runAsUserName": Kind::Str => dec_opt_str(p, &mut t.run_as_user_name),
+        "hostProcess" since 22: Kind::Bool => dec_opt_bool(p, &mut t.host_process),
     }
 }
 
 fields! {
     fn profile_field<'a>(p, t: Profile<'a>, ctx);
-    const PROFILE_FIELDS;
+    const PROFILE;
     fn profile_obj;
     {
-        "type" => dec_str(p, &mut t.type_),
-        "localhostProfile" => dec_opt_str(p, &mut t.localhost_profile),
+        "type": Kind::Str => dec_str(p, &mut t.type_),
+        "localhostProfile": Kind::Str => dec_opt_str(p, &mut t.localhost_profile),
     }
 }
 
@@ -986,21 +937,6 @@ fn dec_int_or_str<'a>(p: &mut Parser<'a>, v: &mut IntOrStr<'a>) -> DResult<()> {
             dec_i32(p, &mut v.int_val)
         }
     }
-}
-
-fn quantity_error<T>(
-    text: &[u8],
-    error: super::quantity::QuantityError,
-    offset: usize,
-) -> DResult<T> {
-    Err(DecodeError {
-        kind: DecodeErrorKind::Quantity {
-            text: String::from_utf8_lossy(text).into_owned(),
-            error,
-        },
-        offset,
-        path: Vec::new(),
-    })
 }
 
 /// Quantity.UnmarshalJSON: parses the *raw* JSON text (quotes stripped, escapes not processed).
@@ -1097,6 +1033,29 @@ pub fn decode<'a>(src: &'a [u8], ctx: &Ctx) -> DResult<Container<'a>> {
             Err(e)
         }
     }
+}
+
+/// Era C: the container's name and image as [`decode`] would leave them, validating the rest of
+/// the document without building it ([`schema::check`] rejects exactly what [`decode`] rejects).
+/// On error, run [`decode`] for Go's error message.
+pub fn check_name_image(src: &[u8], minor: u32) -> DResult<(Str<'_>, Str<'_>)> {
+    const NAME: usize = CONTAINER.index_of("name");
+    const IMAGE: usize = CONTAINER.index_of("image");
+    let mut p = Parser::new(src);
+    let (mut name, mut image) = (Str::default(), Str::default());
+    match p.peek_value()? {
+        b'{' => schema::check_fields(&mut p, &CONTAINER, minor, |p, field| match field {
+            NAME => dec_str(p, &mut name).map(|()| true),
+            IMAGE => dec_str(p, &mut image).map(|()| true),
+            _ => Ok(false),
+        })?,
+        b'n' => {
+            p.literal()?;
+        }
+        _ => return p.type_error("object (v1.Container)"),
+    }
+    p.finish()?;
+    Ok((name, image))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1250,11 +1209,11 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
 }
 
 /// Era C: `json.Marshal(map[string]string{"name":..,"image":..})` (keys sorted).
-pub fn encode_name_image(e: &mut Encoder, c: &Container<'_>) {
+pub fn encode_name_image(e: &mut Encoder, name: &[u8], image: &[u8]) {
     e.raw(b"{\"image\":");
-    e.string(&c.image);
+    e.string(image);
     e.raw(b",\"name\":");
-    e.string(&c.name);
+    e.string(name);
     e.byte(b'}');
 }
 

@@ -248,39 +248,57 @@ impl<'a> Parser<'a> {
     /// The next key of an object (decoded), positioned at its value; `None` at `}`.
     #[inline]
     pub fn next_key(&mut self, first: &mut bool) -> DResult<Option<Cow<'a, [u8]>>> {
+        if !self.key_start(first)? {
+            return Ok(None);
+        }
+        let key = self.string()?;
+        self.colon()?;
+        Ok(Some(key))
+    }
+
+    /// [`Parser::next_key`] for keys whose text does not matter (still validated).
+    #[inline]
+    pub fn next_key_raw(&mut self, first: &mut bool) -> DResult<Option<()>> {
+        if !self.key_start(first)? {
+            return Ok(None);
+        }
+        self.scan_string()?;
+        self.colon()?;
+        Ok(Some(()))
+    }
+
+    /// Moves past `,` to the opening quote of the next key; false (and consumed) at `}`.
+    #[inline(always)]
+    fn key_start(&mut self, first: &mut bool) -> DResult<bool> {
         self.ws();
         let c = self.src.get(self.pos).copied();
+        if c == Some(b'}') {
+            self.pos += 1;
+            self.depth -= 1;
+            return Ok(false);
+        }
         if *first {
             *first = false;
-            if c == Some(b'}') {
-                self.pos += 1;
-                self.depth -= 1;
-                return Ok(None);
-            }
+        } else if c == Some(b',') {
+            self.pos += 1;
+            self.ws();
         } else {
-            match c {
-                Some(b',') => {
-                    self.pos += 1;
-                    self.ws();
-                }
-                Some(b'}') => {
-                    self.pos += 1;
-                    self.depth -= 1;
-                    return Ok(None);
-                }
-                _ => return self.unexpected("after object key:value pair"),
-            }
+            return self.unexpected("after object key:value pair");
         }
         if self.src.get(self.pos) != Some(&b'"') {
             return self.unexpected("looking for beginning of object key string");
         }
-        let key = self.string()?;
+        Ok(true)
+    }
+
+    #[inline(always)]
+    fn colon(&mut self) -> DResult<()> {
         self.ws();
         if self.src.get(self.pos) != Some(&b':') {
             return self.unexpected("after object key");
         }
         self.pos += 1;
-        Ok(Some(key))
+        Ok(())
     }
 
     /// Consumes `[`; then call [`Parser::next_elem`] until it returns false.
@@ -384,6 +402,25 @@ impl<'a> Parser<'a> {
         }
         self.pos = p;
         Ok(&s[start..p])
+    }
+
+    /// A JSON integer for a Go int of the given range; `None` for null.
+    pub fn int(&mut self, min: i64, max: i64, ty: &'static str) -> DResult<Option<i64>> {
+        match self.peek_value()? {
+            b'-' | b'0'..=b'9' => {
+                let at = self.pos;
+                let lit = self.number()?;
+                match parse_int(lit) {
+                    Some(v) if v >= min && v <= max => Ok(Some(v)),
+                    _ => self.number_type_error(lit, ty, at),
+                }
+            }
+            b'n' => {
+                self.literal()?;
+                Ok(None)
+            }
+            _ => self.type_error(ty),
+        }
     }
 
     /// Scans a string starting at its opening quote; validates escapes.
@@ -566,6 +603,18 @@ pub fn validate(src: &[u8]) -> DResult<()> {
     let mut p = Parser::new(src);
     p.skip_value()?;
     p.finish()
+}
+
+/// A quantity apimachinery refuses, found at `offset`.
+pub fn quantity_error<T>(text: &[u8], error: QuantityError, offset: usize) -> DResult<T> {
+    Err(DecodeError {
+        kind: DecodeErrorKind::Quantity {
+            text: String::from_utf8_lossy(text).into_owned(),
+            error,
+        },
+        offset,
+        path: Vec::new(),
+    })
 }
 
 fn describe_byte(c: u8) -> String {

@@ -31,6 +31,7 @@ mod kruise;
 #[cfg(test)]
 mod proptests;
 pub mod quantity;
+mod schema;
 mod version;
 
 pub use detect::{ReleaseMatch, StoredHashes, detect_writers, would_restart, would_restart_with};
@@ -136,6 +137,26 @@ fn ctx_for(version: &KubeletVersion, need_output: bool) -> Ctx {
     }
 }
 
+/// Era C's payload `{"image":..,"name":..}`, the rest of the container validated as Go does.
+fn era_c_json(
+    container_json: &[u8],
+    version: &KubeletVersion,
+    escaping: GoJsonEscaping,
+) -> Result<Vec<u8>, HashError> {
+    let ctx = ctx_for(version, false);
+    let (name, image) = match container::check_name_image(container_json, ctx.minor) {
+        Ok(name_image) => name_image,
+        // The full decoder rejects the same inputs and says why as Go would.
+        Err(_) => {
+            let c = container::decode(container_json, &ctx)?;
+            (c.name, c.image)
+        }
+    };
+    let mut enc = Encoder::new(escaping, name.len() + image.len() + 24);
+    container::encode_name_image(&mut enc, &name, &image);
+    Ok(enc.out)
+}
+
 /// Computes the hash(es) `version`'s kubelet writes for this container JSON.
 pub fn hash_container(
     container_json: &[u8],
@@ -146,31 +167,26 @@ pub fn hash_container(
         .escaping
         .unwrap_or_else(|| version.default_escaping());
     let era = version.era();
-    let c = container::decode(container_json, &ctx_for(version, era != Era::C))?;
-    let mut enc = Encoder::new(escaping, container_json.len() + 64);
-    match era {
-        Era::C => {
-            container::encode_name_image(&mut enc, &c);
-            Ok(ContainerHashes {
-                hash: u64::from(spew_fnv32a(&enc.out)),
-                hash_without_resources: None,
-            })
-        }
-        Era::A | Era::B => {
-            container::encode_container(&mut enc, &c, false);
-            let hash = u64::from(spew_fnv32a(&enc.out));
-            let mut without = None;
-            if era == Era::B && !options.skip_without_resources {
-                enc.out.clear();
-                container::encode_container(&mut enc, &c, true);
-                without = Some(u64::from(spew_fnv32a(&enc.out)));
-            }
-            Ok(ContainerHashes {
-                hash,
-                hash_without_resources: without,
-            })
-        }
+    if era == Era::C {
+        return Ok(ContainerHashes {
+            hash: u64::from(spew_fnv32a(&era_c_json(container_json, version, escaping)?)),
+            hash_without_resources: None,
+        });
     }
+    let c = container::decode(container_json, &ctx_for(version, true))?;
+    let mut enc = Encoder::new(escaping, container_json.len() + 64);
+    container::encode_container(&mut enc, &c, false);
+    let hash = u64::from(spew_fnv32a(&enc.out));
+    let mut without = None;
+    if era == Era::B && !options.skip_without_resources {
+        enc.out.clear();
+        container::encode_container(&mut enc, &c, true);
+        without = Some(u64::from(spew_fnv32a(&enc.out)));
+    }
+    Ok(ContainerHashes {
+        hash,
+        hash_without_resources: without,
+    })
 }
 
 /// The exact JSON bytes `version`'s kubelet hashes for this container (for `--explain`).
@@ -185,15 +201,13 @@ pub fn hashed_json(
         .escaping
         .unwrap_or_else(|| version.default_escaping());
     let era = version.era();
-    let c = container::decode(container_json, &ctx_for(version, era != Era::C))?;
-    let mut enc = Encoder::new(escaping, container_json.len() + 64);
-    match era {
-        Era::C => container::encode_name_image(&mut enc, &c),
-        Era::A => container::encode_container(&mut enc, &c, false),
-        Era::B => {
-            container::encode_container(&mut enc, &c, payload == HashedPayload::WithoutResources)
-        }
+    if era == Era::C {
+        return era_c_json(container_json, version, escaping);
     }
+    let c = container::decode(container_json, &ctx_for(version, true))?;
+    let mut enc = Encoder::new(escaping, container_json.len() + 64);
+    let without_resources = era == Era::B && payload == HashedPayload::WithoutResources;
+    container::encode_container(&mut enc, &c, without_resources);
     Ok(enc.out)
 }
 
