@@ -109,7 +109,8 @@ impl Schema {
         let (&first, &last) = (key.first()?, key.last()?);
         let exact = match self.slots[slot(key.len(), first, last)] {
             0 => None,
-            i => Some(usize::from(i) - 1).filter(|&i| self.fields[i].name.as_bytes() == key),
+            i => Some(usize::from(i) - 1)
+                .filter(|&i| same_bytes(self.fields[i].name.as_bytes(), key)),
         };
         let i = exact.or_else(|| self.fold_lookup(key))?;
         (self.fields[i].since <= minor).then_some(i)
@@ -142,6 +143,40 @@ impl Schema {
         self.fields
             .iter()
             .position(|f| f.name.len() == n && f.name.as_bytes().eq_ignore_ascii_case(folded))
+    }
+}
+
+/// `a == b` for short strings, inline (a library `memcmp` call costs more than the compare).
+#[inline(always)]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word = |s: &[u8], at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&s[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    let half = |s: &[u8], at: usize| {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(&s[at..at + 4]);
+        u32::from_le_bytes(w)
+    };
+    match n {
+        // Overlapping first and last words cover the rest.
+        8.. => {
+            let mut i = 0;
+            while i + 8 < n {
+                if word(a, i) != word(b, i) {
+                    return false;
+                }
+                i += 8;
+            }
+            word(a, n - 8) == word(b, n - 8)
+        }
+        4..8 => half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4),
+        _ => a.iter().zip(b).all(|(x, y)| x == y),
     }
 }
 
