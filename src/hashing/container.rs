@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use super::encode::Encoder;
+use super::encode::{Encoder, frag};
 use super::json::{DResult, DecodeError, Parser, PathSeg, quantity_error, validate};
 use super::quantity::{self, go_trim_space};
 use super::schema::{self, Field, I32, I64, Kind, Schema};
@@ -1061,9 +1061,14 @@ pub fn check_name_image(src: &[u8], minor: u32) -> DResult<(Str<'_>, Str<'_>)> {
 // ---------------------------------------------------------------------------------------------
 // Encoding (json.Marshal of the Go structs).
 
+/// `,"key":`, without the comma for the first field of an object.
 macro_rules! key {
     ($e:expr, $first:expr, $k:literal) => {
-        $e.key(&mut $first, concat!("\"", $k, "\":").as_bytes())
+        $e.frag(if std::mem::replace(&mut $first, false) {
+            frag!(concat!("\"", $k, "\":").as_bytes())
+        } else {
+            frag!(concat!(",\"", $k, "\":").as_bytes())
+        })
     };
 }
 
@@ -1125,16 +1130,16 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
     }
     key!(e, f, "resources");
     if without_resources {
-        e.raw(b"{}");
+        e.frag(frag!(b"{}"));
     } else {
         enc_resources(e, &c.resources);
     }
     if !c.resize_policy.is_empty() {
         key!(e, f, "resizePolicy");
         enc_slice(e, c.resize_policy.as_slice(), |e, r| {
-            e.raw(b"{\"resourceName\":");
+            e.frag(frag!(b"{\"resourceName\":"));
             e.string(&r.resource_name);
-            e.raw(b",\"restartPolicy\":");
+            e.frag(frag!(b",\"restartPolicy\":"));
             e.string(&r.restart_policy);
             e.byte(b'}');
         });
@@ -1154,9 +1159,9 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
     if !c.volume_devices.is_empty() {
         key!(e, f, "volumeDevices");
         enc_slice(e, c.volume_devices.as_slice(), |e, d| {
-            e.raw(b"{\"name\":");
+            e.frag(frag!(b"{\"name\":"));
             e.string(&d.name);
-            e.raw(b",\"devicePath\":");
+            e.frag(frag!(b",\"devicePath\":"));
             e.string(&d.device_path);
             e.byte(b'}');
         });
@@ -1195,24 +1200,24 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
     }
     if c.stdin {
         key!(e, f, "stdin");
-        e.raw(b"true");
+        e.frag(frag!(b"true"));
     }
     if c.stdin_once {
         key!(e, f, "stdinOnce");
-        e.raw(b"true");
+        e.frag(frag!(b"true"));
     }
     if c.tty {
         key!(e, f, "tty");
-        e.raw(b"true");
+        e.frag(frag!(b"true"));
     }
     e.byte(b'}');
 }
 
 /// Era C: `json.Marshal(map[string]string{"name":..,"image":..})` (keys sorted).
 pub fn encode_name_image(e: &mut Encoder, name: &[u8], image: &[u8]) {
-    e.raw(b"{\"image\":");
+    e.frag(frag!(b"{\"image\":"));
     e.string(image);
-    e.raw(b",\"name\":");
+    e.frag(frag!(b",\"name\":"));
     e.string(name);
     e.byte(b'}');
 }
@@ -1290,14 +1295,14 @@ fn enc_key_selector(e: &mut Encoder, k: &KeySelector<'_>) {
 }
 
 pub fn enc_env_var(e: &mut Encoder, v: &EnvVar<'_>) {
-    e.raw(b"{\"name\":");
+    e.frag(frag!(b"{\"name\":"));
     e.string(&v.name);
     if !v.value.is_empty() {
-        e.raw(b",\"value\":");
+        e.frag(frag!(b",\"value\":"));
         e.string(&v.value);
     }
     if let Some(src) = &v.value_from {
-        e.raw(b",\"valueFrom\":");
+        e.frag(frag!(b",\"valueFrom\":"));
         let mut f = true;
         e.byte(b'{');
         if let Some(r) = &src.field_ref {
@@ -1336,14 +1341,14 @@ pub fn enc_env_var(e: &mut Encoder, v: &EnvVar<'_>) {
         }
         if let Some(r) = &src.file_key_ref {
             key!(e, f, "fileKeyRef");
-            e.raw(b"{\"volumeName\":");
+            e.frag(frag!(b"{\"volumeName\":"));
             e.string(&r.volume_name);
-            e.raw(b",\"path\":");
+            e.frag(frag!(b",\"path\":"));
             e.string(&r.path);
-            e.raw(b",\"key\":");
+            e.frag(frag!(b",\"key\":"));
             e.string(&r.key);
             if let Some(o) = r.optional {
-                e.raw(b",\"optional\":");
+                e.frag(frag!(b",\"optional\":"));
                 e.bool(o);
             }
             e.byte(b'}');
@@ -1380,10 +1385,10 @@ fn enc_resources(e: &mut Encoder, r: &ResourceRequirements<'_>) {
     if !r.claims.is_empty() {
         key!(e, f, "claims");
         enc_slice(e, r.claims.as_slice(), |e, c| {
-            e.raw(b"{\"name\":");
+            e.frag(frag!(b"{\"name\":"));
             e.string(&c.name);
             if !c.request.is_empty() {
-                e.raw(b",\"request\":");
+                e.frag(frag!(b",\"request\":"));
                 e.string(&c.request);
             }
             e.byte(b'}');
@@ -1417,27 +1422,27 @@ fn enc_restart_rule(e: &mut Encoder, r: &RestartRule<'_>) {
 }
 
 fn enc_volume_mount(e: &mut Encoder, m: &VolumeMount<'_>) {
-    e.raw(b"{\"name\":");
+    e.frag(frag!(b"{\"name\":"));
     e.string(&m.name);
     if m.read_only {
-        e.raw(b",\"readOnly\":true");
+        e.frag(frag!(b",\"readOnly\":true"));
     }
     if let Some(r) = &m.recursive_read_only {
-        e.raw(b",\"recursiveReadOnly\":");
+        e.frag(frag!(b",\"recursiveReadOnly\":"));
         e.string(r);
     }
-    e.raw(b",\"mountPath\":");
+    e.frag(frag!(b",\"mountPath\":"));
     e.string(&m.mount_path);
     if !m.sub_path.is_empty() {
-        e.raw(b",\"subPath\":");
+        e.frag(frag!(b",\"subPath\":"));
         e.string(&m.sub_path);
     }
     if let Some(p) = &m.mount_propagation {
-        e.raw(b",\"mountPropagation\":");
+        e.frag(frag!(b",\"mountPropagation\":"));
         e.string(p);
     }
     if !m.sub_path_expr.is_empty() {
-        e.raw(b",\"subPathExpr\":");
+        e.frag(frag!(b",\"subPathExpr\":"));
         e.string(&m.sub_path_expr);
     }
     e.byte(b'}');
@@ -1454,7 +1459,7 @@ fn enc_int_or_str(e: &mut Encoder, v: &IntOrStr<'_>) {
 fn enc_exec(e: &mut Encoder, x: &ExecAction<'_>) {
     e.byte(b'{');
     if !x.command.is_empty() {
-        e.raw(b"\"command\":");
+        e.frag(frag!(b"\"command\":"));
         enc_str_slice(e, x.command.as_slice());
     }
     e.byte(b'}');
@@ -1480,9 +1485,9 @@ fn enc_http_get(e: &mut Encoder, h: &HttpGet<'_>) {
     if !h.http_headers.is_empty() {
         key!(e, f, "httpHeaders");
         enc_slice(e, h.http_headers.as_slice(), |e, hd| {
-            e.raw(b"{\"name\":");
+            e.frag(frag!(b"{\"name\":"));
             e.string(&hd.name);
-            e.raw(b",\"value\":");
+            e.frag(frag!(b",\"value\":"));
             e.string(&hd.value);
             e.byte(b'}');
         });
@@ -1491,10 +1496,10 @@ fn enc_http_get(e: &mut Encoder, h: &HttpGet<'_>) {
 }
 
 fn enc_tcp_socket(e: &mut Encoder, t: &TcpSocket<'_>) {
-    e.raw(b"{\"port\":");
+    e.frag(frag!(b"{\"port\":"));
     enc_int_or_str(e, &t.port);
     if !t.host.is_empty() {
-        e.raw(b",\"host\":");
+        e.frag(frag!(b",\"host\":"));
         e.string(&t.host);
     }
     e.byte(b'}');
@@ -1517,27 +1522,34 @@ fn enc_probe(e: &mut Encoder, p: &Probe<'_>) {
     }
     if let Some(g) = &p.grpc {
         key!(e, f, "grpc");
-        e.raw(b"{\"port\":");
+        e.frag(frag!(b"{\"port\":"));
         e.int(i64::from(g.port));
-        e.raw(b",\"service\":");
+        e.frag(frag!(b",\"service\":"));
         match &g.service {
             Some(s) => e.string(s),
-            None => e.raw(b"null"),
+            None => e.frag(frag!(b"null")),
         }
         e.byte(b'}');
     }
-    let ints = [
-        (p.initial_delay_seconds, &b"\"initialDelaySeconds\":"[..]),
-        (p.timeout_seconds, b"\"timeoutSeconds\":"),
-        (p.period_seconds, b"\"periodSeconds\":"),
-        (p.success_threshold, b"\"successThreshold\":"),
-        (p.failure_threshold, b"\"failureThreshold\":"),
-    ];
-    for (v, k) in ints {
-        if v != 0 {
-            e.key(&mut f, k);
-            e.int(i64::from(v));
-        }
+    if p.initial_delay_seconds != 0 {
+        key!(e, f, "initialDelaySeconds");
+        e.int(i64::from(p.initial_delay_seconds));
+    }
+    if p.timeout_seconds != 0 {
+        key!(e, f, "timeoutSeconds");
+        e.int(i64::from(p.timeout_seconds));
+    }
+    if p.period_seconds != 0 {
+        key!(e, f, "periodSeconds");
+        e.int(i64::from(p.period_seconds));
+    }
+    if p.success_threshold != 0 {
+        key!(e, f, "successThreshold");
+        e.int(i64::from(p.success_threshold));
+    }
+    if p.failure_threshold != 0 {
+        key!(e, f, "failureThreshold");
+        e.int(i64::from(p.failure_threshold));
     }
     if let Some(t) = p.termination_grace_period_seconds {
         key!(e, f, "terminationGracePeriodSeconds");
@@ -1563,7 +1575,7 @@ fn enc_handler(e: &mut Encoder, h: &LifecycleHandler<'_>) {
     }
     if let Some(s) = &h.sleep {
         key!(e, f, "sleep");
-        e.raw(b"{\"seconds\":");
+        e.frag(frag!(b"{\"seconds\":"));
         e.int(s.seconds);
         e.byte(b'}');
     }
@@ -1589,10 +1601,10 @@ fn enc_lifecycle(e: &mut Encoder, l: &Lifecycle<'_>) {
 }
 
 fn enc_profile(e: &mut Encoder, p: &Profile<'_>) {
-    e.raw(b"{\"type\":");
+    e.frag(frag!(b"{\"type\":"));
     e.string(&p.type_);
     if let Some(l) = &p.localhost_profile {
-        e.raw(b",\"localhostProfile\":");
+        e.frag(frag!(b",\"localhostProfile\":"));
         e.string(l);
     }
     e.byte(b'}');
@@ -1623,16 +1635,21 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
         key!(e, f, "seLinuxOptions");
         let mut g = true;
         e.byte(b'{');
-        for (v, k) in [
-            (&o.user, &b"\"user\":"[..]),
-            (&o.role, b"\"role\":"),
-            (&o.type_, b"\"type\":"),
-            (&o.level, b"\"level\":"),
-        ] {
-            if !v.is_empty() {
-                e.key(&mut g, k);
-                e.string(v);
-            }
+        if !o.user.is_empty() {
+            key!(e, g, "user");
+            e.string(&o.user);
+        }
+        if !o.role.is_empty() {
+            key!(e, g, "role");
+            e.string(&o.role);
+        }
+        if !o.type_.is_empty() {
+            key!(e, g, "type");
+            e.string(&o.type_);
+        }
+        if !o.level.is_empty() {
+            key!(e, g, "level");
+            e.string(&o.level);
         }
         e.byte(b'}');
     }
@@ -1640,18 +1657,17 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
         key!(e, f, "windowsOptions");
         let mut g = true;
         e.byte(b'{');
-        for (v, k) in [
-            (
-                &w.gmsa_credential_spec_name,
-                &b"\"gmsaCredentialSpecName\":"[..],
-            ),
-            (&w.gmsa_credential_spec, b"\"gmsaCredentialSpec\":"),
-            (&w.run_as_user_name, b"\"runAsUserName\":"),
-        ] {
-            if let Some(v) = v {
-                e.key(&mut g, k);
-                e.string(v);
-            }
+        if let Some(v) = &w.gmsa_credential_spec_name {
+            key!(e, g, "gmsaCredentialSpecName");
+            e.string(v);
+        }
+        if let Some(v) = &w.gmsa_credential_spec {
+            key!(e, g, "gmsaCredentialSpec");
+            e.string(v);
+        }
+        if let Some(v) = &w.run_as_user_name {
+            key!(e, g, "runAsUserName");
+            e.string(v);
         }
         if let Some(h) = w.host_process {
             key!(e, g, "hostProcess");
@@ -1667,18 +1683,17 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
         key!(e, f, "runAsGroup");
         e.int(v);
     }
-    for (v, k) in [
-        (s.run_as_non_root, &b"\"runAsNonRoot\":"[..]),
-        (s.read_only_root_filesystem, b"\"readOnlyRootFilesystem\":"),
-        (
-            s.allow_privilege_escalation,
-            b"\"allowPrivilegeEscalation\":",
-        ),
-    ] {
-        if let Some(v) = v {
-            e.key(&mut f, k);
-            e.bool(v);
-        }
+    if let Some(v) = s.run_as_non_root {
+        key!(e, f, "runAsNonRoot");
+        e.bool(v);
+    }
+    if let Some(v) = s.read_only_root_filesystem {
+        key!(e, f, "readOnlyRootFilesystem");
+        e.bool(v);
+    }
+    if let Some(v) = s.allow_privilege_escalation {
+        key!(e, f, "allowPrivilegeEscalation");
+        e.bool(v);
     }
     if let Some(v) = &s.proc_mount {
         key!(e, f, "procMount");

@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use super::HashError;
 use super::container::{self, Ctx, Str};
 use super::encode::{Encoder, GoJsonEscaping};
-use super::fnv::spew_fnv32a;
 use super::version::NEWEST_KNOWN_MINOR;
 
 /// Env var names kruise never counts.
@@ -71,7 +70,7 @@ pub fn extracted_env_from_metadata_hash(
     }
     // Stable sort by name, bytewise like Go's string comparison.
     envs.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut e = Encoder::new(GoJsonEscaping::Modern, 64);
+    let mut e = Encoder::hashing(GoJsonEscaping::Modern);
     if envs.is_empty() {
         e.raw(b"null");
     } else {
@@ -90,7 +89,7 @@ pub fn extracted_env_from_metadata_hash(
         }
         e.byte(b']');
     }
-    Ok(u64::from(spew_fnv32a(&e.out)))
+    Ok(u64::from(e.hash()))
 }
 
 #[cfg(test)]

@@ -137,12 +137,13 @@ fn ctx_for(version: &KubeletVersion, need_output: bool) -> Ctx {
     }
 }
 
-/// Era C's payload `{"image":..,"name":..}`, the rest of the container validated as Go does.
-fn era_c_json(
+/// Encodes era C's payload `{"image":..,"name":..}`, the rest of the container validated as Go
+/// does.
+fn encode_era_c(
+    enc: &mut Encoder,
     container_json: &[u8],
     version: &KubeletVersion,
-    escaping: GoJsonEscaping,
-) -> Result<Vec<u8>, HashError> {
+) -> Result<(), HashError> {
     let ctx = ctx_for(version, false);
     let (name, image) = match container::check_name_image(container_json, ctx.minor) {
         Ok(name_image) => name_image,
@@ -152,9 +153,8 @@ fn era_c_json(
             (c.name, c.image)
         }
     };
-    let mut enc = Encoder::new(escaping, name.len() + image.len() + 24);
-    container::encode_name_image(&mut enc, &name, &image);
-    Ok(enc.out)
+    container::encode_name_image(enc, &name, &image);
+    Ok(())
 }
 
 /// Computes the hash(es) `version`'s kubelet writes for this container JSON.
@@ -167,21 +167,22 @@ pub fn hash_container(
         .escaping
         .unwrap_or_else(|| version.default_escaping());
     let era = version.era();
+    let mut enc = Encoder::hashing(escaping);
     if era == Era::C {
+        encode_era_c(&mut enc, container_json, version)?;
         return Ok(ContainerHashes {
-            hash: u64::from(spew_fnv32a(&era_c_json(container_json, version, escaping)?)),
+            hash: u64::from(enc.hash()),
             hash_without_resources: None,
         });
     }
     let c = container::decode(container_json, &ctx_for(version, true))?;
-    let mut enc = Encoder::new(escaping, container_json.len() + 64);
     container::encode_container(&mut enc, &c, false);
-    let hash = u64::from(spew_fnv32a(&enc.out));
+    let hash = u64::from(enc.hash());
     let mut without = None;
     if era == Era::B && !options.skip_without_resources {
-        enc.out.clear();
+        let mut enc = Encoder::hashing(escaping);
         container::encode_container(&mut enc, &c, true);
-        without = Some(u64::from(spew_fnv32a(&enc.out)));
+        without = Some(u64::from(enc.hash()));
     }
     Ok(ContainerHashes {
         hash,
@@ -201,14 +202,15 @@ pub fn hashed_json(
         .escaping
         .unwrap_or_else(|| version.default_escaping());
     let era = version.era();
+    let mut enc = Encoder::recording(escaping, container_json.len() + 64);
     if era == Era::C {
-        return era_c_json(container_json, version, escaping);
+        encode_era_c(&mut enc, container_json, version)?;
+    } else {
+        let c = container::decode(container_json, &ctx_for(version, true))?;
+        let without_resources = era == Era::B && payload == HashedPayload::WithoutResources;
+        container::encode_container(&mut enc, &c, without_resources);
     }
-    let c = container::decode(container_json, &ctx_for(version, true))?;
-    let mut enc = Encoder::new(escaping, container_json.len() + 64);
-    let without_resources = era == Era::B && payload == HashedPayload::WithoutResources;
-    container::encode_container(&mut enc, &c, without_resources);
-    Ok(enc.out)
+    Ok(enc.into_bytes())
 }
 
 /// Checks that Go would accept this container JSON for `version` (no hashing).
