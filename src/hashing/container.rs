@@ -509,7 +509,7 @@ macro_rules! fields {
         fn $dispatch<$lt>($p: &mut Parser<$lt>, $t: &mut $T, field: usize, $ctx: &Ctx) -> DResult<()> {
             $(
                 if field == const { $schema.index_of($json) } {
-                    return ($body).map_err(|e: DecodeError| e.at(PathSeg::Field($json)));
+                    return ($body).map_err(|e: Box<DecodeError>| e.at(PathSeg::Field($json)));
                 }
             )*
             Ok(())
@@ -1073,31 +1073,31 @@ macro_rules! key {
 }
 
 fn enc_str_slice(e: &mut Encoder, s: &[Str<'_>]) {
-    e.byte(b'[');
+    e.frag(frag!(b"["));
     for (i, v) in s.iter().enumerate() {
         if i > 0 {
-            e.byte(b',');
+            e.frag(frag!(b","));
         }
         e.string(v);
     }
-    e.byte(b']');
+    e.frag(frag!(b"]"));
 }
 
 fn enc_slice<T>(e: &mut Encoder, s: &[T], f: impl Fn(&mut Encoder, &T)) {
-    e.byte(b'[');
+    e.frag(frag!(b"["));
     for (i, v) in s.iter().enumerate() {
         if i > 0 {
-            e.byte(b',');
+            e.frag(frag!(b","));
         }
         f(e, v);
     }
-    e.byte(b']');
+    e.frag(frag!(b"]"));
 }
 
 /// Era A/B: the whole container; `without_resources` zeroes Resources (era B's second hash).
 pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: bool) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     key!(e, f, "name");
     e.string(&c.name);
     if !c.image.is_empty() {
@@ -1141,7 +1141,7 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
             e.string(&r.resource_name);
             e.frag(frag!(b",\"restartPolicy\":"));
             e.string(&r.restart_policy);
-            e.byte(b'}');
+            e.frag(frag!(b"}"));
         });
     }
     if let Some(rp) = &c.restart_policy {
@@ -1163,7 +1163,7 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
             e.string(&d.name);
             e.frag(frag!(b",\"devicePath\":"));
             e.string(&d.device_path);
-            e.byte(b'}');
+            e.frag(frag!(b"}"));
         });
     }
     if let Some(p) = &c.liveness_probe {
@@ -1210,7 +1210,7 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
         key!(e, f, "tty");
         e.frag(frag!(b"true"));
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 /// Era C: `json.Marshal(map[string]string{"name":..,"image":..})` (keys sorted).
@@ -1219,12 +1219,12 @@ pub fn encode_name_image(e: &mut Encoder, name: &[u8], image: &[u8]) {
     e.string(image);
     e.frag(frag!(b",\"name\":"));
     e.string(name);
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_port(e: &mut Encoder, p: &ContainerPort<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if !p.name.is_empty() {
         key!(e, f, "name");
         e.string(&p.name);
@@ -1243,12 +1243,12 @@ fn enc_port(e: &mut Encoder, p: &ContainerPort<'_>) {
         key!(e, f, "hostIP");
         e.string(&p.host_ip);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_optional_ref(e: &mut Encoder, r: &OptionalRef<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if !r.name.is_empty() {
         key!(e, f, "name");
         e.string(&r.name);
@@ -1257,12 +1257,12 @@ fn enc_optional_ref(e: &mut Encoder, r: &OptionalRef<'_>) {
         key!(e, f, "optional");
         e.bool(o);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_env_from(e: &mut Encoder, s: &EnvFromSource<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if !s.prefix.is_empty() {
         key!(e, f, "prefix");
         e.string(&s.prefix);
@@ -1275,12 +1275,12 @@ fn enc_env_from(e: &mut Encoder, s: &EnvFromSource<'_>) {
         key!(e, f, "secretRef");
         enc_optional_ref(e, r);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_key_selector(e: &mut Encoder, k: &KeySelector<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if !k.name.is_empty() {
         key!(e, f, "name");
         e.string(&k.name);
@@ -1291,7 +1291,7 @@ fn enc_key_selector(e: &mut Encoder, k: &KeySelector<'_>) {
         key!(e, f, "optional");
         e.bool(o);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 pub fn enc_env_var(e: &mut Encoder, v: &EnvVar<'_>) {
@@ -1304,23 +1304,23 @@ pub fn enc_env_var(e: &mut Encoder, v: &EnvVar<'_>) {
     if let Some(src) = &v.value_from {
         e.frag(frag!(b",\"valueFrom\":"));
         let mut f = true;
-        e.byte(b'{');
+        e.frag(frag!(b"{"));
         if let Some(r) = &src.field_ref {
             key!(e, f, "fieldRef");
             let mut g = true;
-            e.byte(b'{');
+            e.frag(frag!(b"{"));
             if !r.api_version.is_empty() {
                 key!(e, g, "apiVersion");
                 e.string(&r.api_version);
             }
             key!(e, g, "fieldPath");
             e.string(&r.field_path);
-            e.byte(b'}');
+            e.frag(frag!(b"}"));
         }
         if let Some(r) = &src.resource_field_ref {
             key!(e, f, "resourceFieldRef");
             let mut g = true;
-            e.byte(b'{');
+            e.frag(frag!(b"{"));
             if !r.container_name.is_empty() {
                 key!(e, g, "containerName");
                 e.string(&r.container_name);
@@ -1329,7 +1329,7 @@ pub fn enc_env_var(e: &mut Encoder, v: &EnvVar<'_>) {
             e.string(&r.resource);
             key!(e, g, "divisor");
             e.string(r.divisor.text());
-            e.byte(b'}');
+            e.frag(frag!(b"}"));
         }
         if let Some(r) = &src.config_map_key_ref {
             key!(e, f, "configMapKeyRef");
@@ -1351,29 +1351,29 @@ pub fn enc_env_var(e: &mut Encoder, v: &EnvVar<'_>) {
                 e.frag(frag!(b",\"optional\":"));
                 e.bool(o);
             }
-            e.byte(b'}');
+            e.frag(frag!(b"}"));
         }
-        e.byte(b'}');
+        e.frag(frag!(b"}"));
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_resource_list(e: &mut Encoder, m: &ResourceList<'_>) {
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     for (i, (k, q)) in m.iter().enumerate() {
         if i > 0 {
-            e.byte(b',');
+            e.frag(frag!(b","));
         }
         e.string(k);
-        e.byte(b':');
+        e.frag(frag!(b":"));
         e.string(q.text());
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_resources(e: &mut Encoder, r: &ResourceRequirements<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if let Some(m) = r.limits.as_ref().filter(|m| !m.is_empty()) {
         key!(e, f, "limits");
         enc_resource_list(e, m);
@@ -1391,15 +1391,15 @@ fn enc_resources(e: &mut Encoder, r: &ResourceRequirements<'_>) {
                 e.frag(frag!(b",\"request\":"));
                 e.string(&c.request);
             }
-            e.byte(b'}');
+            e.frag(frag!(b"}"));
         });
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_restart_rule(e: &mut Encoder, r: &RestartRule<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if !r.action.is_empty() {
         key!(e, f, "action");
         e.string(&r.action);
@@ -1407,7 +1407,7 @@ fn enc_restart_rule(e: &mut Encoder, r: &RestartRule<'_>) {
     if let Some(x) = &r.exit_codes {
         key!(e, f, "exitCodes");
         let mut g = true;
-        e.byte(b'{');
+        e.frag(frag!(b"{"));
         if !x.operator.is_empty() {
             key!(e, g, "operator");
             e.string(&x.operator);
@@ -1416,9 +1416,9 @@ fn enc_restart_rule(e: &mut Encoder, r: &RestartRule<'_>) {
             key!(e, g, "values");
             enc_slice(e, x.values.as_slice(), |e, v| e.int(i64::from(*v)));
         }
-        e.byte(b'}');
+        e.frag(frag!(b"}"));
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_volume_mount(e: &mut Encoder, m: &VolumeMount<'_>) {
@@ -1445,7 +1445,7 @@ fn enc_volume_mount(e: &mut Encoder, m: &VolumeMount<'_>) {
         e.frag(frag!(b",\"subPathExpr\":"));
         e.string(&m.sub_path_expr);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_int_or_str(e: &mut Encoder, v: &IntOrStr<'_>) {
@@ -1457,17 +1457,17 @@ fn enc_int_or_str(e: &mut Encoder, v: &IntOrStr<'_>) {
 }
 
 fn enc_exec(e: &mut Encoder, x: &ExecAction<'_>) {
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if !x.command.is_empty() {
         e.frag(frag!(b"\"command\":"));
         enc_str_slice(e, x.command.as_slice());
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_http_get(e: &mut Encoder, h: &HttpGet<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if !h.path.is_empty() {
         key!(e, f, "path");
         e.string(&h.path);
@@ -1489,10 +1489,10 @@ fn enc_http_get(e: &mut Encoder, h: &HttpGet<'_>) {
             e.string(&hd.name);
             e.frag(frag!(b",\"value\":"));
             e.string(&hd.value);
-            e.byte(b'}');
+            e.frag(frag!(b"}"));
         });
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_tcp_socket(e: &mut Encoder, t: &TcpSocket<'_>) {
@@ -1502,12 +1502,12 @@ fn enc_tcp_socket(e: &mut Encoder, t: &TcpSocket<'_>) {
         e.frag(frag!(b",\"host\":"));
         e.string(&t.host);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_probe(e: &mut Encoder, p: &Probe<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if let Some(x) = &p.exec {
         key!(e, f, "exec");
         enc_exec(e, x);
@@ -1529,7 +1529,7 @@ fn enc_probe(e: &mut Encoder, p: &Probe<'_>) {
             Some(s) => e.string(s),
             None => e.frag(frag!(b"null")),
         }
-        e.byte(b'}');
+        e.frag(frag!(b"}"));
     }
     if p.initial_delay_seconds != 0 {
         key!(e, f, "initialDelaySeconds");
@@ -1555,12 +1555,12 @@ fn enc_probe(e: &mut Encoder, p: &Probe<'_>) {
         key!(e, f, "terminationGracePeriodSeconds");
         e.int(t);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_handler(e: &mut Encoder, h: &LifecycleHandler<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if let Some(x) = &h.exec {
         key!(e, f, "exec");
         enc_exec(e, x);
@@ -1577,14 +1577,14 @@ fn enc_handler(e: &mut Encoder, h: &LifecycleHandler<'_>) {
         key!(e, f, "sleep");
         e.frag(frag!(b"{\"seconds\":"));
         e.int(s.seconds);
-        e.byte(b'}');
+        e.frag(frag!(b"}"));
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_lifecycle(e: &mut Encoder, l: &Lifecycle<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if let Some(h) = &l.post_start {
         key!(e, f, "postStart");
         enc_handler(e, h);
@@ -1597,7 +1597,7 @@ fn enc_lifecycle(e: &mut Encoder, l: &Lifecycle<'_>) {
         key!(e, f, "stopSignal");
         e.string(s);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_profile(e: &mut Encoder, p: &Profile<'_>) {
@@ -1607,16 +1607,16 @@ fn enc_profile(e: &mut Encoder, p: &Profile<'_>) {
         e.frag(frag!(b",\"localhostProfile\":"));
         e.string(l);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if let Some(c) = &s.capabilities {
         key!(e, f, "capabilities");
         let mut g = true;
-        e.byte(b'{');
+        e.frag(frag!(b"{"));
         if !c.add.is_empty() {
             key!(e, g, "add");
             enc_str_slice(e, c.add.as_slice());
@@ -1625,7 +1625,7 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
             key!(e, g, "drop");
             enc_str_slice(e, c.drop.as_slice());
         }
-        e.byte(b'}');
+        e.frag(frag!(b"}"));
     }
     if let Some(v) = s.privileged {
         key!(e, f, "privileged");
@@ -1634,7 +1634,7 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
     if let Some(o) = &s.se_linux_options {
         key!(e, f, "seLinuxOptions");
         let mut g = true;
-        e.byte(b'{');
+        e.frag(frag!(b"{"));
         if !o.user.is_empty() {
             key!(e, g, "user");
             e.string(&o.user);
@@ -1651,12 +1651,12 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
             key!(e, g, "level");
             e.string(&o.level);
         }
-        e.byte(b'}');
+        e.frag(frag!(b"}"));
     }
     if let Some(w) = &s.windows_options {
         key!(e, f, "windowsOptions");
         let mut g = true;
-        e.byte(b'{');
+        e.frag(frag!(b"{"));
         if let Some(v) = &w.gmsa_credential_spec_name {
             key!(e, g, "gmsaCredentialSpecName");
             e.string(v);
@@ -1673,7 +1673,7 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
             key!(e, g, "hostProcess");
             e.bool(h);
         }
-        e.byte(b'}');
+        e.frag(frag!(b"}"));
     }
     if let Some(v) = s.run_as_user {
         key!(e, f, "runAsUser");
@@ -1707,5 +1707,5 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
         key!(e, f, "appArmorProfile");
         enc_profile(e, p);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }

@@ -117,11 +117,6 @@ impl Encoder {
         }
     }
 
-    #[inline]
-    pub fn byte(&mut self, b: u8) {
-        self.raw(&[b]);
-    }
-
     /// Constant text (keys, punctuation, escapes): one hash step whatever its length.
     #[inline]
     pub fn frag(&mut self, f: &'static Frag) {
@@ -157,7 +152,7 @@ impl Encoder {
     /// A JSON string exactly as Go's encoder writes it. Runs that need no escaping go from the
     /// input straight into the hash.
     pub fn string(&mut self, s: &[u8]) {
-        self.byte(b'"');
+        self.frag(frag!(b"\""));
         let mut start = 0;
         let mut i = 0;
         while i < s.len() {
@@ -234,7 +229,7 @@ impl Encoder {
             }
         }
         self.raw(&s[start..]);
-        self.byte(b'"');
+        self.frag(frag!(b"\""));
     }
 }
 

@@ -57,7 +57,7 @@ impl DecodeError {
     }
 
     /// Prepends a path step while the error unwinds through the schema.
-    pub fn at(mut self, seg: PathSeg) -> Self {
+    pub fn at(mut self: Box<Self>, seg: PathSeg) -> Box<Self> {
         self.path.push(seg);
         self
     }
@@ -113,7 +113,8 @@ impl fmt::Display for DecodeError {
     }
 }
 
-pub type DResult<T> = Result<T, DecodeError>;
+/// Boxed so that a `DResult` is small enough to be returned in registers on the hot path.
+pub type DResult<T> = Result<T, Box<DecodeError>>;
 
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
@@ -151,11 +152,11 @@ impl<'a> Parser<'a> {
     }
 
     fn syntax<T>(&self, msg: impl Into<String>) -> DResult<T> {
-        Err(DecodeError {
+        Err(Box::new(DecodeError {
             kind: DecodeErrorKind::Syntax(msg.into()),
             offset: self.pos,
             path: Vec::new(),
-        })
+        }))
     }
 
     fn unexpected<T>(&self, context: &str) -> DResult<T> {
@@ -175,14 +176,14 @@ impl<'a> Parser<'a> {
             Some(b'n') => "null",
             _ => "a number",
         };
-        Err(DecodeError {
+        Err(Box::new(DecodeError {
             kind: DecodeErrorKind::Type {
                 found: found.to_owned(),
                 expected,
             },
             offset: self.pos,
             path: Vec::new(),
-        })
+        }))
     }
 
     pub fn number_type_error<T>(
@@ -191,14 +192,14 @@ impl<'a> Parser<'a> {
         expected: &'static str,
         offset: usize,
     ) -> DResult<T> {
-        Err(DecodeError {
+        Err(Box::new(DecodeError {
             kind: DecodeErrorKind::Type {
                 found: format!("number {}", String::from_utf8_lossy(literal)),
                 expected,
             },
             offset,
             path: Vec::new(),
-        })
+        }))
     }
 
     #[inline(always)]
@@ -424,13 +425,48 @@ impl<'a> Parser<'a> {
     }
 
     /// Scans a string starting at its opening quote; validates escapes.
-    #[inline]
+    #[inline(always)]
     fn scan_string(&mut self) -> DResult<StrScan> {
         let s = self.src;
         let start = self.pos + 1;
         let mut p = start;
-        let mut escaped = false;
         let mut high: u64 = 0;
+        // Fast path, for strings without escapes: eight bytes at a time until the first quote,
+        // backslash or control byte. The lowest flagged byte of the masks is exact (borrows only
+        // propagate upwards), so when it is in the quote mask it is the closing quote.
+        while let Some(chunk) = s.get(p..p + 8) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(chunk);
+            let w = u64::from_le_bytes(w);
+            let quote = has_zero_byte(w ^ (ONES * u64::from(b'"')));
+            let special = quote
+                | has_zero_byte(w ^ (ONES * u64::from(b'\\')))
+                | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS);
+            if special != 0 {
+                let first = special & special.wrapping_neg();
+                if first & quote == 0 {
+                    break;
+                }
+                let end = p + (first.trailing_zeros() / 8) as usize;
+                self.pos = end + 1;
+                return Ok(StrScan {
+                    start,
+                    end,
+                    escaped: false,
+                    non_ascii: (high | (w & (first - 1))) & HIGHS != 0,
+                });
+            }
+            high |= w;
+            p += 8;
+        }
+        self.scan_string_rest(start, p, high)
+    }
+
+    /// The rest of [`Parser::scan_string`] from `p` (escapes, errors, the last bytes).
+    #[inline(never)]
+    fn scan_string_rest(&mut self, start: usize, mut p: usize, mut high: u64) -> DResult<StrScan> {
+        let s = self.src;
+        let mut escaped = false;
         loop {
             // Eight bytes at a time; the lowest flagged byte of the masks is exactly the first
             // quote, backslash or control byte (borrows only propagate upwards).
@@ -607,14 +643,14 @@ pub fn validate(src: &[u8]) -> DResult<()> {
 
 /// A quantity apimachinery refuses, found at `offset`.
 pub fn quantity_error<T>(text: &[u8], error: QuantityError, offset: usize) -> DResult<T> {
-    Err(DecodeError {
+    Err(Box::new(DecodeError {
         kind: DecodeErrorKind::Quantity {
             text: String::from_utf8_lossy(text).into_owned(),
             error,
         },
         offset,
         path: Vec::new(),
-    })
+    }))
 }
 
 fn describe_byte(c: u8) -> String {

@@ -69,8 +69,9 @@ pub enum HashError {
     },
 }
 
-impl From<DecodeError> for HashError {
-    fn from(e: DecodeError) -> Self {
+impl From<Box<DecodeError>> for HashError {
+    fn from(e: Box<DecodeError>) -> Self {
+        let e = *e;
         let path = match e.path_string() {
             p if p.is_empty() => "the top level".to_owned(),
             p => p,
