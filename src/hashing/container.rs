@@ -485,8 +485,8 @@ fn dec_fields<'a, T>(
 ) -> DResult<()> {
     p.begin_object()?;
     let mut first = true;
-    while let Some(key) = p.next_key(&mut first)? {
-        match schema.lookup(&key, ctx.minor) {
+    while let Some(field) = p.next_key_with(&mut first, |key| schema.lookup(key, ctx.minor))? {
+        match field {
             Some(field) => dispatch(p, t, field, ctx)?,
             None => p.skip_value()?,
         }

@@ -204,13 +204,16 @@ impl<'a> Parser<'a> {
 
     #[inline(always)]
     pub fn ws(&mut self) {
-        while let Some(&c) = self.src.get(self.pos) {
+        // A local position: the compiler cannot keep `self.pos` in a register across the loads.
+        let mut p = self.pos;
+        while let Some(&c) = self.src.get(p) {
             if c == b' ' || c == b'\n' || c == b'\r' || c == b'\t' {
-                self.pos += 1;
+                p += 1;
             } else {
                 break;
             }
         }
+        self.pos = p;
     }
 
     /// Skips whitespace and returns the first byte of the next value (not consumed).
@@ -247,7 +250,7 @@ impl<'a> Parser<'a> {
     }
 
     /// The next key of an object (decoded), positioned at its value; `None` at `}`.
-    #[inline]
+    #[inline(always)]
     pub fn next_key(&mut self, first: &mut bool) -> DResult<Option<Cow<'a, [u8]>>> {
         if !self.key_start(first)? {
             return Ok(None);
@@ -255,6 +258,27 @@ impl<'a> Parser<'a> {
         let key = self.string()?;
         self.colon()?;
         Ok(Some(key))
+    }
+
+    /// [`Parser::next_key`] handing the decoded key to `f` (no `Cow` is built for the usual
+    /// plain key): struct decoding looks the key up and keeps only the field.
+    #[inline(always)]
+    pub fn next_key_with<T>(
+        &mut self,
+        first: &mut bool,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> DResult<Option<T>> {
+        if !self.key_start(first)? {
+            return Ok(None);
+        }
+        let sc = self.scan_string()?;
+        let t = if sc.escaped || sc.non_ascii {
+            f(&self.decoded(&sc))
+        } else {
+            f(&self.src[sc.start..sc.end])
+        };
+        self.colon()?;
+        Ok(Some(t))
     }
 
     /// [`Parser::next_key`] for keys whose text does not matter (still validated).
@@ -308,7 +332,7 @@ impl<'a> Parser<'a> {
         self.enter()
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn next_elem(&mut self, first: &mut bool) -> DResult<bool> {
         self.ws();
         let c = self.src.get(self.pos).copied();
@@ -536,14 +560,21 @@ impl<'a> Parser<'a> {
     }
 
     /// Consumes a string and returns its decoded bytes (always valid UTF-8).
-    #[inline]
+    #[inline(always)]
     pub fn string(&mut self) -> DResult<Cow<'a, [u8]>> {
         let sc = self.scan_string()?;
+        Ok(self.decoded(&sc))
+    }
+
+    /// A scanned string's decoded bytes: borrowed unless Go's decoding changes them.
+    #[inline(always)]
+    fn decoded(&self, sc: &StrScan) -> Cow<'a, [u8]> {
         let raw = &self.src[sc.start..sc.end];
         if !sc.escaped && (!sc.non_ascii || std::str::from_utf8(raw).is_ok()) {
-            return Ok(Cow::Borrowed(raw));
+            Cow::Borrowed(raw)
+        } else {
+            Cow::Owned(unquote(raw))
         }
-        Ok(Cow::Owned(unquote(raw)))
     }
 
     /// Skips one value of any type, validating it (iteratively, depth-limited).

@@ -37,8 +37,8 @@ pub enum Kind {
 }
 
 pub const I32: Kind = Kind::Int {
-    min: i32::MIN as i64,
-    max: i32::MAX as i64,
+    min: I32_MIN,
+    max: I32_MAX,
     name: "int32",
 };
 pub const I64: Kind = Kind::Int {
@@ -181,26 +181,29 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Validates one value of `kind` exactly as the decoder would decode it (release `minor`).
+/// Scalars are checked inline; objects, lists and quantities in [`check_nested`].
+#[inline(always)]
 pub fn check(p: &mut Parser<'_>, kind: &Kind, minor: u32) -> DResult<()> {
     let c = p.peek_value()?;
-    if c == b'n' {
+    match (kind, c) {
         // Every kind accepts null (a syntax error if it is not exactly `null`).
-        return p.literal().map(drop);
+        (_, b'n') => p.literal().map(drop),
+        (Kind::Str | Kind::IntOrStr, b'"') => p.string_raw().map(drop),
+        (Kind::Str, _) => p.type_error("string"),
+        (Kind::Bool, b't' | b'f') => p.literal().map(drop),
+        (Kind::Bool, _) => p.type_error("bool"),
+        (Kind::Int { min, max, name }, _) => p.int(*min, *max, name).map(drop),
+        (Kind::IntOrStr, _) => p.int(I32_MIN, I32_MAX, "int32").map(drop),
+        _ => check_nested(p, kind, c, minor),
     }
+}
+
+const I32_MIN: i64 = i32::MIN as i64;
+const I32_MAX: i64 = i32::MAX as i64;
+
+/// [`check`] of a non-null quantity, resource list, list or object starting with `c`.
+fn check_nested(p: &mut Parser<'_>, kind: &Kind, c: u8, minor: u32) -> DResult<()> {
     match kind {
-        Kind::Str => match c {
-            b'"' => p.string_raw().map(drop),
-            _ => p.type_error("string"),
-        },
-        Kind::Bool => match c {
-            b't' | b'f' => p.literal().map(drop),
-            _ => p.type_error("bool"),
-        },
-        Kind::Int { min, max, name } => p.int(*min, *max, name).map(drop),
-        Kind::IntOrStr => match c {
-            b'"' => p.string_raw().map(drop),
-            _ => check(p, &I32, minor),
-        },
         Kind::Quantity => {
             let at = p.offset();
             let text = match c {
@@ -237,6 +240,7 @@ pub fn check(p: &mut Parser<'_>, kind: &Kind, minor: u32) -> DResult<()> {
             b'{' => check_fields(p, schema, minor, |_, _| Ok(false)),
             _ => p.type_error("object"),
         },
+        Kind::Str | Kind::Bool | Kind::Int { .. } | Kind::IntOrStr => check(p, kind, minor),
     }
 }
 
@@ -250,8 +254,8 @@ pub fn check_fields<'a>(
 ) -> DResult<()> {
     p.begin_object()?;
     let mut first = true;
-    while let Some(key) = p.next_key(&mut first)? {
-        match schema.lookup(&key, minor) {
+    while let Some(field) = p.next_key_with(&mut first, |key| schema.lookup(key, minor))? {
+        match field {
             Some(i) => {
                 if !take(p, i)? {
                     check(p, &schema.fields[i].kind, minor)?;
