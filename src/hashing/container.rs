@@ -9,7 +9,6 @@
 //! - A field a release does not know is skipped (still validated) and therefore never encoded.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
 use super::encode::{Encoder, frag};
 use super::json::{DResult, DecodeError, Parser, PathSeg, quantity_error, validate};
@@ -66,7 +65,9 @@ impl Qty<'_> {
     }
 }
 
-pub type ResourceList<'a> = BTreeMap<Str<'a>, Qty<'a>>;
+/// map[ResourceName]Quantity as (name, quantity) sorted by name, bytewise like Go's encoder
+/// sorts map keys (short lists: one allocation instead of a tree).
+pub type ResourceList<'a> = Vec<(Str<'a>, Qty<'a>)>;
 
 #[derive(Debug, Default)]
 pub struct Container<'a> {
@@ -84,14 +85,14 @@ pub struct Container<'a> {
     restart_policy_rules: GoSlice<RestartRule<'a>>,
     volume_mounts: GoSlice<VolumeMount<'a>>,
     volume_devices: GoSlice<VolumeDevice<'a>>,
-    liveness_probe: Option<Box<Probe<'a>>>,
-    readiness_probe: Option<Box<Probe<'a>>>,
-    startup_probe: Option<Box<Probe<'a>>>,
-    lifecycle: Option<Box<Lifecycle<'a>>>,
+    liveness_probe: Option<Probe<'a>>,
+    readiness_probe: Option<Probe<'a>>,
+    startup_probe: Option<Probe<'a>>,
+    lifecycle: Option<Lifecycle<'a>>,
     termination_message_path: Str<'a>,
     termination_message_policy: Str<'a>,
     image_pull_policy: Str<'a>,
-    security_context: Option<Box<SecurityContext<'a>>>,
+    security_context: Option<SecurityContext<'a>>,
     stdin: bool,
     stdin_once: bool,
     tty: bool,
@@ -109,8 +110,8 @@ struct ContainerPort<'a> {
 #[derive(Debug, Default)]
 struct EnvFromSource<'a> {
     prefix: Str<'a>,
-    config_map_ref: Option<Box<OptionalRef<'a>>>,
-    secret_ref: Option<Box<OptionalRef<'a>>>,
+    config_map_ref: Option<OptionalRef<'a>>,
+    secret_ref: Option<OptionalRef<'a>>,
 }
 
 /// ConfigMapEnvSource / SecretEnvSource.
@@ -129,11 +130,11 @@ pub struct EnvVar<'a> {
 
 #[derive(Debug, Default)]
 pub struct EnvVarSource<'a> {
-    pub field_ref: Option<Box<ObjectFieldSelector<'a>>>,
-    resource_field_ref: Option<Box<ResourceFieldSelector<'a>>>,
-    config_map_key_ref: Option<Box<KeySelector<'a>>>,
-    secret_key_ref: Option<Box<KeySelector<'a>>>,
-    file_key_ref: Option<Box<FileKeySelector<'a>>>,
+    pub field_ref: Option<ObjectFieldSelector<'a>>,
+    resource_field_ref: Option<ResourceFieldSelector<'a>>,
+    config_map_key_ref: Option<KeySelector<'a>>,
+    secret_key_ref: Option<KeySelector<'a>>,
+    file_key_ref: Option<FileKeySelector<'a>>,
 }
 
 #[derive(Debug, Default)]
@@ -187,7 +188,7 @@ struct ResizePolicy<'a> {
 #[derive(Debug, Default)]
 struct RestartRule<'a> {
     action: Str<'a>,
-    exit_codes: Option<Box<ExitCodes<'a>>>,
+    exit_codes: Option<ExitCodes<'a>>,
 }
 
 #[derive(Debug, Default)]
@@ -215,10 +216,10 @@ struct VolumeDevice<'a> {
 
 #[derive(Debug, Default)]
 struct Probe<'a> {
-    exec: Option<Box<ExecAction<'a>>>,
-    http_get: Option<Box<HttpGet<'a>>>,
-    tcp_socket: Option<Box<TcpSocket<'a>>>,
-    grpc: Option<Box<Grpc<'a>>>,
+    exec: Option<ExecAction<'a>>,
+    http_get: Option<HttpGet<'a>>,
+    tcp_socket: Option<TcpSocket<'a>>,
+    grpc: Option<Grpc<'a>>,
     initial_delay_seconds: i32,
     timeout_seconds: i32,
     period_seconds: i32,
@@ -261,17 +262,17 @@ struct Grpc<'a> {
 
 #[derive(Debug, Default)]
 struct Lifecycle<'a> {
-    post_start: Option<Box<LifecycleHandler<'a>>>,
-    pre_stop: Option<Box<LifecycleHandler<'a>>>,
+    post_start: Option<LifecycleHandler<'a>>,
+    pre_stop: Option<LifecycleHandler<'a>>,
     stop_signal: Option<Str<'a>>,
 }
 
 #[derive(Debug, Default)]
 struct LifecycleHandler<'a> {
-    exec: Option<Box<ExecAction<'a>>>,
-    http_get: Option<Box<HttpGet<'a>>>,
-    tcp_socket: Option<Box<TcpSocket<'a>>>,
-    sleep: Option<Box<SleepAction>>,
+    exec: Option<ExecAction<'a>>,
+    http_get: Option<HttpGet<'a>>,
+    tcp_socket: Option<TcpSocket<'a>>,
+    sleep: Option<SleepAction>,
 }
 
 #[derive(Debug, Default)]
@@ -281,18 +282,18 @@ struct SleepAction {
 
 #[derive(Debug, Default)]
 struct SecurityContext<'a> {
-    capabilities: Option<Box<Capabilities<'a>>>,
+    capabilities: Option<Capabilities<'a>>,
     privileged: Option<bool>,
-    se_linux_options: Option<Box<SeLinuxOptions<'a>>>,
-    windows_options: Option<Box<WindowsOptions<'a>>>,
+    se_linux_options: Option<SeLinuxOptions<'a>>,
+    windows_options: Option<WindowsOptions<'a>>,
     run_as_user: Option<i64>,
     run_as_group: Option<i64>,
     run_as_non_root: Option<bool>,
     read_only_root_filesystem: Option<bool>,
     allow_privilege_escalation: Option<bool>,
     proc_mount: Option<Str<'a>>,
-    seccomp_profile: Option<Box<Profile<'a>>>,
-    app_armor_profile: Option<Box<Profile<'a>>>,
+    seccomp_profile: Option<Profile<'a>>,
+    app_armor_profile: Option<Profile<'a>>,
 }
 
 #[derive(Debug, Default)]
@@ -442,7 +443,7 @@ fn dec_str_slice<'a>(p: &mut Parser<'a>, s: &mut GoSlice<Str<'a>>) -> DResult<()
 /// A pointer to a struct: null sets nil, an object decodes into (a possibly new) value.
 fn dec_ptr<'a, T: Default>(
     p: &mut Parser<'a>,
-    out: &mut Option<Box<T>>,
+    out: &mut Option<T>,
     ctx: &Ctx,
     obj: fn(&mut Parser<'a>, &mut T, &Ctx) -> DResult<()>,
 ) -> DResult<()> {
@@ -607,7 +608,7 @@ fields! {
     {
         "name": Kind::Str => dec_str(p, &mut t.name),
         "value": Kind::Str => dec_str(p, &mut t.value),
-        "valueFrom": Kind::Object(&ENV_SOURCE) => dec_ptr(p, &mut t.value_from, ctx, env_source_obj),
+        "valueFrom": Kind::Object(&ENV_SOURCE) => dec_ptr(p, &mut t.value_from, ctx, |p, t: &mut Box<_>, ctx| env_source_obj(p, t, ctx)),
     }
 }
 
@@ -994,7 +995,7 @@ fn dec_resource_list<'a>(
             Ok(())
         }
         b'{' => {
-            let map = m.get_or_insert_with(BTreeMap::new);
+            let map = m.get_or_insert_with(Vec::new);
             p.begin_object()?;
             let mut first = true;
             while let Some(key) = p.next_key(&mut first)? {
@@ -1002,8 +1003,13 @@ fn dec_resource_list<'a>(
                 if let Err(e) = dec_qty(p, &mut q, ctx) {
                     return Err(e.at(PathSeg::Key(String::from_utf8_lossy(&key).into_owned())));
                 }
-                map.insert(key, q);
+                map.push((key, q));
             }
+            // Sorted by name, the last value of a name winning (Go's map assignment): newest
+            // first, a stable sort, then the first of each name kept.
+            map.reverse();
+            map.sort_by(|a, b| a.0.cmp(&b.0));
+            map.dedup_by(|later, kept| later.0 == kept.0);
             Ok(())
         }
         _ => p.type_error("object"),
