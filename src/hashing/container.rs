@@ -1067,6 +1067,20 @@ pub fn check_name_image(src: &[u8], minor: u32) -> DResult<(Str<'_>, Str<'_>)> {
 // ---------------------------------------------------------------------------------------------
 // Encoding (json.Marshal of the Go structs).
 
+/// `,"key":"` and a string value, without the comma for the first field of an object.
+macro_rules! key_str {
+    ($e:expr, $first:expr, $k:literal, $v:expr) => {
+        $e.string_after(
+            if std::mem::replace(&mut $first, false) {
+                frag!(concat!("\"", $k, "\":\"").as_bytes())
+            } else {
+                frag!(concat!(",\"", $k, "\":\"").as_bytes())
+            },
+            $v,
+        )
+    };
+}
+
 /// `,"key":`, without the comma for the first field of an object.
 macro_rules! key {
     ($e:expr, $first:expr, $k:literal) => {
@@ -1104,11 +1118,9 @@ fn enc_slice<T>(e: &mut Encoder, s: &[T], f: impl Fn(&mut Encoder, &T)) {
 pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: bool) {
     let mut f = true;
     e.frag(frag!(b"{"));
-    key!(e, f, "name");
-    e.string(&c.name);
+    key_str!(e, f, "name", &c.name);
     if !c.image.is_empty() {
-        key!(e, f, "image");
-        e.string(&c.image);
+        key_str!(e, f, "image", &c.image);
     }
     if !c.command.is_empty() {
         key!(e, f, "command");
@@ -1119,8 +1131,7 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
         enc_str_slice(e, c.args.as_slice());
     }
     if !c.working_dir.is_empty() {
-        key!(e, f, "workingDir");
-        e.string(&c.working_dir);
+        key_str!(e, f, "workingDir", &c.working_dir);
     }
     if !c.ports.is_empty() {
         key!(e, f, "ports");
@@ -1143,16 +1154,13 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
     if !c.resize_policy.is_empty() {
         key!(e, f, "resizePolicy");
         enc_slice(e, c.resize_policy.as_slice(), |e, r| {
-            e.frag(frag!(b"{\"resourceName\":"));
-            e.string(&r.resource_name);
-            e.frag(frag!(b",\"restartPolicy\":"));
-            e.string(&r.restart_policy);
+            e.string_after(frag!(b"{\"resourceName\":\""), &r.resource_name);
+            e.string_after(frag!(b",\"restartPolicy\":\""), &r.restart_policy);
             e.frag(frag!(b"}"));
         });
     }
     if let Some(rp) = &c.restart_policy {
-        key!(e, f, "restartPolicy");
-        e.string(rp);
+        key_str!(e, f, "restartPolicy", rp);
     }
     if !c.restart_policy_rules.is_empty() {
         key!(e, f, "restartPolicyRules");
@@ -1165,10 +1173,8 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
     if !c.volume_devices.is_empty() {
         key!(e, f, "volumeDevices");
         enc_slice(e, c.volume_devices.as_slice(), |e, d| {
-            e.frag(frag!(b"{\"name\":"));
-            e.string(&d.name);
-            e.frag(frag!(b",\"devicePath\":"));
-            e.string(&d.device_path);
+            e.string_after(frag!(b"{\"name\":\""), &d.name);
+            e.string_after(frag!(b",\"devicePath\":\""), &d.device_path);
             e.frag(frag!(b"}"));
         });
     }
@@ -1189,16 +1195,18 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
         enc_lifecycle(e, l);
     }
     if !c.termination_message_path.is_empty() {
-        key!(e, f, "terminationMessagePath");
-        e.string(&c.termination_message_path);
+        key_str!(e, f, "terminationMessagePath", &c.termination_message_path);
     }
     if !c.termination_message_policy.is_empty() {
-        key!(e, f, "terminationMessagePolicy");
-        e.string(&c.termination_message_policy);
+        key_str!(
+            e,
+            f,
+            "terminationMessagePolicy",
+            &c.termination_message_policy
+        );
     }
     if !c.image_pull_policy.is_empty() {
-        key!(e, f, "imagePullPolicy");
-        e.string(&c.image_pull_policy);
+        key_str!(e, f, "imagePullPolicy", &c.image_pull_policy);
     }
     if let Some(s) = &c.security_context {
         key!(e, f, "securityContext");
@@ -1221,10 +1229,8 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
 
 /// Era C: `json.Marshal(map[string]string{"name":..,"image":..})` (keys sorted).
 pub fn encode_name_image(e: &mut Encoder, name: &[u8], image: &[u8]) {
-    e.frag(frag!(b"{\"image\":"));
-    e.string(image);
-    e.frag(frag!(b",\"name\":"));
-    e.string(name);
+    e.string_after(frag!(b"{\"image\":\""), image);
+    e.string_after(frag!(b",\"name\":\""), name);
     e.frag(frag!(b"}"));
 }
 
@@ -1232,8 +1238,7 @@ fn enc_port(e: &mut Encoder, p: &ContainerPort<'_>) {
     let mut f = true;
     e.frag(frag!(b"{"));
     if !p.name.is_empty() {
-        key!(e, f, "name");
-        e.string(&p.name);
+        key_str!(e, f, "name", &p.name);
     }
     if p.host_port != 0 {
         key!(e, f, "hostPort");
@@ -1242,12 +1247,10 @@ fn enc_port(e: &mut Encoder, p: &ContainerPort<'_>) {
     key!(e, f, "containerPort");
     e.int(i64::from(p.container_port));
     if !p.protocol.is_empty() {
-        key!(e, f, "protocol");
-        e.string(&p.protocol);
+        key_str!(e, f, "protocol", &p.protocol);
     }
     if !p.host_ip.is_empty() {
-        key!(e, f, "hostIP");
-        e.string(&p.host_ip);
+        key_str!(e, f, "hostIP", &p.host_ip);
     }
     e.frag(frag!(b"}"));
 }
@@ -1256,8 +1259,7 @@ fn enc_optional_ref(e: &mut Encoder, r: &OptionalRef<'_>) {
     let mut f = true;
     e.frag(frag!(b"{"));
     if !r.name.is_empty() {
-        key!(e, f, "name");
-        e.string(&r.name);
+        key_str!(e, f, "name", &r.name);
     }
     if let Some(o) = r.optional {
         key!(e, f, "optional");
@@ -1270,8 +1272,7 @@ fn enc_env_from(e: &mut Encoder, s: &EnvFromSource<'_>) {
     let mut f = true;
     e.frag(frag!(b"{"));
     if !s.prefix.is_empty() {
-        key!(e, f, "prefix");
-        e.string(&s.prefix);
+        key_str!(e, f, "prefix", &s.prefix);
     }
     if let Some(r) = &s.config_map_ref {
         key!(e, f, "configMapRef");
@@ -1288,11 +1289,9 @@ fn enc_key_selector(e: &mut Encoder, k: &KeySelector<'_>) {
     let mut f = true;
     e.frag(frag!(b"{"));
     if !k.name.is_empty() {
-        key!(e, f, "name");
-        e.string(&k.name);
+        key_str!(e, f, "name", &k.name);
     }
-    key!(e, f, "key");
-    e.string(&k.key);
+    key_str!(e, f, "key", &k.key);
     if let Some(o) = k.optional {
         key!(e, f, "optional");
         e.bool(o);
@@ -1301,11 +1300,9 @@ fn enc_key_selector(e: &mut Encoder, k: &KeySelector<'_>) {
 }
 
 pub fn enc_env_var(e: &mut Encoder, v: &EnvVar<'_>) {
-    e.frag(frag!(b"{\"name\":"));
-    e.string(&v.name);
+    e.string_after(frag!(b"{\"name\":\""), &v.name);
     if !v.value.is_empty() {
-        e.frag(frag!(b",\"value\":"));
-        e.string(&v.value);
+        e.string_after(frag!(b",\"value\":\""), &v.value);
     }
     if let Some(src) = &v.value_from {
         e.frag(frag!(b",\"valueFrom\":"));
@@ -1316,11 +1313,9 @@ pub fn enc_env_var(e: &mut Encoder, v: &EnvVar<'_>) {
             let mut g = true;
             e.frag(frag!(b"{"));
             if !r.api_version.is_empty() {
-                key!(e, g, "apiVersion");
-                e.string(&r.api_version);
+                key_str!(e, g, "apiVersion", &r.api_version);
             }
-            key!(e, g, "fieldPath");
-            e.string(&r.field_path);
+            key_str!(e, g, "fieldPath", &r.field_path);
             e.frag(frag!(b"}"));
         }
         if let Some(r) = &src.resource_field_ref {
@@ -1328,13 +1323,10 @@ pub fn enc_env_var(e: &mut Encoder, v: &EnvVar<'_>) {
             let mut g = true;
             e.frag(frag!(b"{"));
             if !r.container_name.is_empty() {
-                key!(e, g, "containerName");
-                e.string(&r.container_name);
+                key_str!(e, g, "containerName", &r.container_name);
             }
-            key!(e, g, "resource");
-            e.string(&r.resource);
-            key!(e, g, "divisor");
-            e.string(r.divisor.text());
+            key_str!(e, g, "resource", &r.resource);
+            key_str!(e, g, "divisor", r.divisor.text());
             e.frag(frag!(b"}"));
         }
         if let Some(r) = &src.config_map_key_ref {
@@ -1347,12 +1339,9 @@ pub fn enc_env_var(e: &mut Encoder, v: &EnvVar<'_>) {
         }
         if let Some(r) = &src.file_key_ref {
             key!(e, f, "fileKeyRef");
-            e.frag(frag!(b"{\"volumeName\":"));
-            e.string(&r.volume_name);
-            e.frag(frag!(b",\"path\":"));
-            e.string(&r.path);
-            e.frag(frag!(b",\"key\":"));
-            e.string(&r.key);
+            e.string_after(frag!(b"{\"volumeName\":\""), &r.volume_name);
+            e.string_after(frag!(b",\"path\":\""), &r.path);
+            e.string_after(frag!(b",\"key\":\""), &r.key);
             if let Some(o) = r.optional {
                 e.frag(frag!(b",\"optional\":"));
                 e.bool(o);
@@ -1371,8 +1360,7 @@ fn enc_resource_list(e: &mut Encoder, m: &ResourceList<'_>) {
             e.frag(frag!(b","));
         }
         e.string(k);
-        e.frag(frag!(b":"));
-        e.string(q.text());
+        e.string_after(frag!(b":\""), q.text());
     }
     e.frag(frag!(b"}"));
 }
@@ -1391,11 +1379,9 @@ fn enc_resources(e: &mut Encoder, r: &ResourceRequirements<'_>) {
     if !r.claims.is_empty() {
         key!(e, f, "claims");
         enc_slice(e, r.claims.as_slice(), |e, c| {
-            e.frag(frag!(b"{\"name\":"));
-            e.string(&c.name);
+            e.string_after(frag!(b"{\"name\":\""), &c.name);
             if !c.request.is_empty() {
-                e.frag(frag!(b",\"request\":"));
-                e.string(&c.request);
+                e.string_after(frag!(b",\"request\":\""), &c.request);
             }
             e.frag(frag!(b"}"));
         });
@@ -1407,16 +1393,14 @@ fn enc_restart_rule(e: &mut Encoder, r: &RestartRule<'_>) {
     let mut f = true;
     e.frag(frag!(b"{"));
     if !r.action.is_empty() {
-        key!(e, f, "action");
-        e.string(&r.action);
+        key_str!(e, f, "action", &r.action);
     }
     if let Some(x) = &r.exit_codes {
         key!(e, f, "exitCodes");
         let mut g = true;
         e.frag(frag!(b"{"));
         if !x.operator.is_empty() {
-            key!(e, g, "operator");
-            e.string(&x.operator);
+            key_str!(e, g, "operator", &x.operator);
         }
         if !x.values.is_empty() {
             key!(e, g, "values");
@@ -1428,28 +1412,22 @@ fn enc_restart_rule(e: &mut Encoder, r: &RestartRule<'_>) {
 }
 
 fn enc_volume_mount(e: &mut Encoder, m: &VolumeMount<'_>) {
-    e.frag(frag!(b"{\"name\":"));
-    e.string(&m.name);
+    e.string_after(frag!(b"{\"name\":\""), &m.name);
     if m.read_only {
         e.frag(frag!(b",\"readOnly\":true"));
     }
     if let Some(r) = &m.recursive_read_only {
-        e.frag(frag!(b",\"recursiveReadOnly\":"));
-        e.string(r);
+        e.string_after(frag!(b",\"recursiveReadOnly\":\""), r);
     }
-    e.frag(frag!(b",\"mountPath\":"));
-    e.string(&m.mount_path);
+    e.string_after(frag!(b",\"mountPath\":\""), &m.mount_path);
     if !m.sub_path.is_empty() {
-        e.frag(frag!(b",\"subPath\":"));
-        e.string(&m.sub_path);
+        e.string_after(frag!(b",\"subPath\":\""), &m.sub_path);
     }
     if let Some(p) = &m.mount_propagation {
-        e.frag(frag!(b",\"mountPropagation\":"));
-        e.string(p);
+        e.string_after(frag!(b",\"mountPropagation\":\""), p);
     }
     if !m.sub_path_expr.is_empty() {
-        e.frag(frag!(b",\"subPathExpr\":"));
-        e.string(&m.sub_path_expr);
+        e.string_after(frag!(b",\"subPathExpr\":\""), &m.sub_path_expr);
     }
     e.frag(frag!(b"}"));
 }
@@ -1475,26 +1453,21 @@ fn enc_http_get(e: &mut Encoder, h: &HttpGet<'_>) {
     let mut f = true;
     e.frag(frag!(b"{"));
     if !h.path.is_empty() {
-        key!(e, f, "path");
-        e.string(&h.path);
+        key_str!(e, f, "path", &h.path);
     }
     key!(e, f, "port");
     enc_int_or_str(e, &h.port);
     if !h.host.is_empty() {
-        key!(e, f, "host");
-        e.string(&h.host);
+        key_str!(e, f, "host", &h.host);
     }
     if !h.scheme.is_empty() {
-        key!(e, f, "scheme");
-        e.string(&h.scheme);
+        key_str!(e, f, "scheme", &h.scheme);
     }
     if !h.http_headers.is_empty() {
         key!(e, f, "httpHeaders");
         enc_slice(e, h.http_headers.as_slice(), |e, hd| {
-            e.frag(frag!(b"{\"name\":"));
-            e.string(&hd.name);
-            e.frag(frag!(b",\"value\":"));
-            e.string(&hd.value);
+            e.string_after(frag!(b"{\"name\":\""), &hd.name);
+            e.string_after(frag!(b",\"value\":\""), &hd.value);
             e.frag(frag!(b"}"));
         });
     }
@@ -1505,8 +1478,7 @@ fn enc_tcp_socket(e: &mut Encoder, t: &TcpSocket<'_>) {
     e.frag(frag!(b"{\"port\":"));
     enc_int_or_str(e, &t.port);
     if !t.host.is_empty() {
-        e.frag(frag!(b",\"host\":"));
-        e.string(&t.host);
+        e.string_after(frag!(b",\"host\":\""), &t.host);
     }
     e.frag(frag!(b"}"));
 }
@@ -1600,18 +1572,15 @@ fn enc_lifecycle(e: &mut Encoder, l: &Lifecycle<'_>) {
         enc_handler(e, h);
     }
     if let Some(s) = &l.stop_signal {
-        key!(e, f, "stopSignal");
-        e.string(s);
+        key_str!(e, f, "stopSignal", s);
     }
     e.frag(frag!(b"}"));
 }
 
 fn enc_profile(e: &mut Encoder, p: &Profile<'_>) {
-    e.frag(frag!(b"{\"type\":"));
-    e.string(&p.type_);
+    e.string_after(frag!(b"{\"type\":\""), &p.type_);
     if let Some(l) = &p.localhost_profile {
-        e.frag(frag!(b",\"localhostProfile\":"));
-        e.string(l);
+        e.string_after(frag!(b",\"localhostProfile\":\""), l);
     }
     e.frag(frag!(b"}"));
 }
@@ -1642,20 +1611,16 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
         let mut g = true;
         e.frag(frag!(b"{"));
         if !o.user.is_empty() {
-            key!(e, g, "user");
-            e.string(&o.user);
+            key_str!(e, g, "user", &o.user);
         }
         if !o.role.is_empty() {
-            key!(e, g, "role");
-            e.string(&o.role);
+            key_str!(e, g, "role", &o.role);
         }
         if !o.type_.is_empty() {
-            key!(e, g, "type");
-            e.string(&o.type_);
+            key_str!(e, g, "type", &o.type_);
         }
         if !o.level.is_empty() {
-            key!(e, g, "level");
-            e.string(&o.level);
+            key_str!(e, g, "level", &o.level);
         }
         e.frag(frag!(b"}"));
     }
@@ -1664,16 +1629,13 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
         let mut g = true;
         e.frag(frag!(b"{"));
         if let Some(v) = &w.gmsa_credential_spec_name {
-            key!(e, g, "gmsaCredentialSpecName");
-            e.string(v);
+            key_str!(e, g, "gmsaCredentialSpecName", v);
         }
         if let Some(v) = &w.gmsa_credential_spec {
-            key!(e, g, "gmsaCredentialSpec");
-            e.string(v);
+            key_str!(e, g, "gmsaCredentialSpec", v);
         }
         if let Some(v) = &w.run_as_user_name {
-            key!(e, g, "runAsUserName");
-            e.string(v);
+            key_str!(e, g, "runAsUserName", v);
         }
         if let Some(h) = w.host_process {
             key!(e, g, "hostProcess");
@@ -1702,8 +1664,7 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
         e.bool(v);
     }
     if let Some(v) = &s.proc_mount {
-        key!(e, f, "procMount");
-        e.string(v);
+        key_str!(e, f, "procMount", v);
     }
     if let Some(p) = &s.seccomp_profile {
         key!(e, f, "seccompProfile");

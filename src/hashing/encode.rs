@@ -149,10 +149,17 @@ impl Encoder {
         self.raw(&buf[i..]);
     }
 
-    /// A JSON string exactly as Go's encoder writes it. Runs that need no escaping go from the
-    /// input straight into the hash.
+    /// A JSON string exactly as Go's encoder writes it.
     pub fn string(&mut self, s: &[u8]) {
-        self.frag(frag!(b"\""));
+        self.string_after(frag!(b"\""), s);
+    }
+
+    /// Constant text ending in a string's opening quote (`,"key":"`), then the string: one hash
+    /// step for the key and the quote. Runs that need no escaping go from the input straight
+    /// into the hash.
+    pub fn string_after(&mut self, prefix: &'static Frag, s: &[u8]) {
+        debug_assert!(prefix.bytes.ends_with(b"\""));
+        self.frag(prefix);
         let mut start = 0;
         let mut i = 0;
         while i < s.len() {
