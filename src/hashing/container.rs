@@ -1018,11 +1018,17 @@ fn dec_resource_list<'a>(
 
 /// Decodes a v1.Container document as the given release's kubelet would.
 pub fn decode<'a>(src: &'a [u8], ctx: &Ctx) -> DResult<Container<'a>> {
-    let mut p = Parser::new(src);
     let mut c = Container::default();
+    decode_into(src, ctx, &mut c)?;
+    Ok(c)
+}
+
+/// [`decode`] into a default container the caller holds (the struct is large: not moved).
+pub fn decode_into<'a>(src: &'a [u8], ctx: &Ctx, c: &mut Container<'a>) -> DResult<()> {
+    let mut p = Parser::new(src);
     let r = (|| {
         match p.peek_value()? {
-            b'{' => container_obj(&mut p, &mut c, ctx)?,
+            b'{' => container_obj(&mut p, c, ctx)?,
             b'n' => {
                 p.literal()?;
             }
@@ -1031,7 +1037,7 @@ pub fn decode<'a>(src: &'a [u8], ctx: &Ctx) -> DResult<Container<'a>> {
         p.finish()
     })();
     match r {
-        Ok(()) => Ok(c),
+        Ok(()) => Ok(()),
         Err(e) if e.is_syntax() => Err(e),
         Err(e) => {
             // Go checks the whole document's syntax before decoding: a syntax error wins.

@@ -176,7 +176,8 @@ pub fn hash_container(
             hash_without_resources: None,
         });
     }
-    let c = container::decode(container_json, &ctx_for(version, true))?;
+    let mut c = container::Container::default();
+    container::decode_into(container_json, &ctx_for(version, true), &mut c)?;
     container::encode_container(&mut enc, &c, false);
     let hash = u64::from(enc.hash());
     let mut without = None;
