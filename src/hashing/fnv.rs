@@ -8,13 +8,11 @@
 //! of `v`" is `h' = h * P[v] + K[v][h mod 64]`, and the next low 6 bits are `L[v][h mod 64]`. The
 //! only serial dependency left is one small table load per byte (the `L` chain); the
 //! multiply-adds are combined two bytes at a time so they stay off that chain. The tables are
-//! derived once from the definition and checked against the naive form in tests.
+//! derived from the definition at compile time and checked against the naive form in tests.
 //!
 //! The same holds for any fixed byte string: [`Frag`] precomputes, at compile time, its whole
 //! effect as one multiply-add, so the constant parts of the encoded JSON (keys, punctuation,
 //! escapes) cost one step instead of one serial step per byte.
-
-use std::sync::OnceLock;
 
 const OFFSET: u32 = 0x811c_9dc5;
 const PRIME: u32 = 0x0100_0193;
@@ -55,6 +53,29 @@ const fn spaced_steps(mut h: u32, bytes: &[u8]) -> u32 {
     h
 }
 
+/// `PRIME` to the number of characters [`spaced_steps`] feeds for `bytes`.
+const fn spaced_power(bytes: &[u8]) -> u32 {
+    let mut p = 1u32;
+    let mut i = 0;
+    while i < bytes.len() {
+        // One step for the space, one per decimal digit.
+        let digits = if bytes[i] >= 100 {
+            3
+        } else if bytes[i] >= 10 {
+            2
+        } else {
+            1
+        };
+        let mut d = 0;
+        while d <= digits {
+            p = p.wrapping_mul(PRIME);
+            d += 1;
+        }
+        i += 1;
+    }
+    p
+}
+
 /// A constant byte string with its effect on the hash precomputed: from any state `h` that is
 /// not the start of the slice, feeding it gives `h * p + k[h mod 64]`.
 pub struct Frag {
@@ -65,24 +86,7 @@ pub struct Frag {
 
 impl Frag {
     pub const fn new(bytes: &'static [u8]) -> Frag {
-        let mut p = 1u32;
-        let mut i = 0;
-        while i < bytes.len() {
-            // One step for the space, one per decimal digit.
-            let digits = if bytes[i] >= 100 {
-                3
-            } else if bytes[i] >= 10 {
-                2
-            } else {
-                1
-            };
-            let mut d = 0;
-            while d <= digits {
-                p = p.wrapping_mul(PRIME);
-                d += 1;
-            }
-            i += 1;
-        }
+        let p = spaced_power(bytes);
         let mut k = [0u32; 64];
         let mut l = 0;
         while l < 64 {
@@ -114,35 +118,33 @@ struct Tables {
     /// `low[v][l]`: the low 6 bits after byte `v` from low bits `l`. Rows are 256 wide although
     /// only 64 entries are used, so that indexing with the previous `u8` needs no mask and no
     /// bounds check on the serial chain (the unused entries are never touched).
-    low: Box<[[u8; 256]; 256]>,
-    k: Box<[[u32; 64]; 256]>,
+    low: [[u8; 256]; 256],
+    k: [[u32; 64]; 256],
     p: [u32; 256],
 }
 
-fn tables() -> &'static Tables {
-    static T: OnceLock<Tables> = OnceLock::new();
-    T.get_or_init(|| {
-        let mut low = Box::new([[0u8; 256]; 256]);
-        let mut k = Box::new([[0u32; 64]; 256]);
-        let mut p = [0u32; 256];
-        for v in 0..=255u8 {
-            let mut buf = [0u8; 3];
-            let digits = decimal(v, &mut buf);
-            let mut pw = PRIME; // the leading space
-            for _ in digits {
-                pw = pw.wrapping_mul(PRIME);
-            }
-            let row = usize::from(v);
-            p[row] = pw;
-            for l in 0..64u32 {
-                let g = steps(step(l, b' '), digits);
-                k[row][l as usize] = g.wrapping_sub(l.wrapping_mul(pw));
-                low[row][l as usize] = (g & 63) as u8;
-            }
+/// Computed at compile time: every byte is a one-byte [`Frag`].
+static TABLES: Tables = {
+    let mut t = Tables {
+        low: [[0; 256]; 256],
+        k: [[0; 64]; 256],
+        p: [0; 256],
+    };
+    let mut v = 0;
+    while v < 256 {
+        let byte = [v as u8];
+        t.p[v] = spaced_power(&byte);
+        let mut l = 0;
+        while l < 64 {
+            let g = spaced_steps(l as u32, &byte);
+            t.k[v][l] = g.wrapping_sub((l as u32).wrapping_mul(t.p[v]));
+            t.low[v][l] = (g & 63) as u8;
+            l += 1;
         }
-        Tables { low, k, p }
-    })
-}
+        v += 1;
+    }
+    t
+};
 
 /// FNV-1a 32 of the go-spew dump of a `[]byte` fed in pieces (no text is built).
 #[derive(Debug, Clone, Copy)]
@@ -175,8 +177,7 @@ impl SpewFnv {
             self.empty = false;
             data = rest;
         }
-        let t = tables();
-        let (k, low, p) = (&*t.k, &*t.low, &t.p);
+        let (k, low, p) = (&TABLES.k, &TABLES.low, &TABLES.p);
         let mut h = self.h;
         let mut l = (h & 63) as u8;
         let mut pairs = data.chunks_exact(2);
