@@ -8,9 +8,11 @@
 //! - Eras A (1.16–1.26) and B (1.27–1.30) hash `json.Marshal(container)` *after the kubelet has
 //!   decoded the pod with its own Go structs*, so this module reproduces Go's decoding
 //!   ([`json`], [`container`]) and encoding ([`encode`], [`quantity`]) exactly, per release.
-//!   Era C (1.31+) hashes `{"image":..,"name":..}` but still decodes (and so rejects) the whole
-//!   container like Go.
-//! - The digest is FNV-1a 32 over the go-spew dump of the JSON bytes ([`fnv`]).
+//!   Era C (1.31+) hashes `{"image":..,"name":..}` but still rejects what Go's decoder rejects
+//!   anywhere in the container: it validates with a schema walk that builds nothing
+//!   ([`schema`]), and runs the decoder only to report an error.
+//! - The digest is FNV-1a 32 over the go-spew dump of the JSON bytes ([`fnv`]), fed by the
+//!   encoder as it writes (no output buffer unless `--explain` wants the bytes).
 //! - Input Go would reject is an error here too ([`HashError`]).
 //!
 //! Decisions:
@@ -208,7 +210,8 @@ pub fn hashed_json(
     if era == Era::C {
         encode_era_c(&mut enc, container_json, version)?;
     } else {
-        let c = container::decode(container_json, &ctx_for(version, true))?;
+        let mut c = container::Container::default();
+        container::decode_into(container_json, &ctx_for(version, true), &mut c)?;
         let without_resources = era == Era::B && payload == HashedPayload::WithoutResources;
         container::encode_container(&mut enc, &c, without_resources);
     }
