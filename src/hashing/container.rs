@@ -1235,9 +1235,11 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
 
 /// Era C: `json.Marshal(map[string]string{"name":..,"image":..})` (keys sorted).
 pub fn encode_name_image(e: &mut Encoder, name: &[u8], image: &[u8]) {
-    e.string_after(frag!(b"{\"image\":\""), image);
-    e.string_after(frag!(b",\"name\":\""), name);
-    e.frag(frag!(b"}"));
+    e.frag(frag!(b"{\"image\":\""));
+    e.string_body(image);
+    e.frag(frag!(b"\",\"name\":\""));
+    e.string_body(name);
+    e.frag(frag!(b"\"}"));
 }
 
 fn enc_port(e: &mut Encoder, p: &ContainerPort<'_>) {

@@ -155,11 +155,17 @@ impl Encoder {
     }
 
     /// Constant text ending in a string's opening quote (`,"key":"`), then the string: one hash
-    /// step for the key and the quote. Runs that need no escaping go from the input straight
-    /// into the hash.
+    /// step for the key and the quote.
     pub fn string_after(&mut self, prefix: &'static Frag, s: &[u8]) {
         debug_assert!(prefix.bytes.ends_with(b"\""));
         self.frag(prefix);
+        self.string_body(s);
+        self.frag(frag!(b"\""));
+    }
+
+    /// A string's escaped text without its quotes. Runs that need no escaping go from the
+    /// input straight into the hash.
+    pub fn string_body(&mut self, s: &[u8]) {
         let mut start = 0;
         let mut i = 0;
         while i < s.len() {
@@ -236,7 +242,6 @@ impl Encoder {
             }
         }
         self.raw(&s[start..]);
-        self.frag(frag!(b"\""));
     }
 }
 
