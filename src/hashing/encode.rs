@@ -111,6 +111,9 @@ impl Encoder {
 
     #[inline]
     pub fn raw(&mut self, b: &[u8]) {
+        if b.is_empty() {
+            return;
+        }
         self.fnv.write(b);
         if let Some(out) = &mut self.out {
             out.extend_from_slice(b);
@@ -168,30 +171,29 @@ impl Encoder {
     pub fn string_body(&mut self, s: &[u8]) {
         let mut start = 0;
         let mut i = 0;
-        while i < s.len() {
-            // Skip runs of plain ASCII eight bytes at a time.
-            while let Some(chunk) = s.get(i..i + 8) {
-                let mut a = [0u8; 8];
-                a.copy_from_slice(chunk);
-                let w = u64::from_le_bytes(a);
-                let special = (w & HIGHS)
-                    | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS)
-                    | has_byte(w, b'"')
-                    | has_byte(w, b'\\')
-                    | has_byte(w, b'<')
-                    | has_byte(w, b'>')
-                    | has_byte(w, b'&');
-                if special != 0 {
-                    // The lowest flagged byte is exact: jump straight to it.
-                    i += (special.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                i += 8;
-            }
-            let Some(&c) = s.get(i) else { break };
+        while let Some(&c) = s.get(i) {
             if c < 0x80 {
                 if !ESCAPE[c as usize] {
+                    // Plain ASCII: skip the rest of the run eight bytes at a time.
                     i += 1;
+                    while let Some(chunk) = s.get(i..i + 8) {
+                        let mut a = [0u8; 8];
+                        a.copy_from_slice(chunk);
+                        let w = u64::from_le_bytes(a);
+                        let special = (w & HIGHS)
+                            | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS)
+                            | has_byte(w, b'"')
+                            | has_byte(w, b'\\')
+                            | has_byte(w, b'<')
+                            | has_byte(w, b'>')
+                            | has_byte(w, b'&');
+                        if special != 0 {
+                            // The lowest flagged byte is exact: jump straight to it.
+                            i += (special.trailing_zeros() / 8) as usize;
+                            break;
+                        }
+                        i += 8;
+                    }
                     continue;
                 }
                 self.raw(&s[start..i]);
