@@ -1,11 +1,13 @@
 //! The Go-faithful container decoder must never panic, whatever the bytes: every input is
 //! either hashed or rejected with an error, for every era. Also checks that accepting and
-//! rejecting do not depend on the Go escaping flavour and that `--explain` agrees with hashing.
+//! rejecting do not depend on the Go escaping flavour, that `--explain` agrees with hashing, and
+//! that era C's validating walk accepts exactly what the full decoder (`validate_container`)
+//! accepts.
 #![no_main]
 
 use inplaced::hashing::{
-    GoJsonEscaping, HashOptions, HashedPayload, KubeletVersion, hash_container, hashed_json,
-    spew_fnv32a,
+    Era, GoJsonEscaping, HashOptions, HashedPayload, KubeletVersion, hash_container, hashed_json,
+    spew_fnv32a, validate_container,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -25,6 +27,9 @@ fuzz_target!(|data: &[u8]| {
             &HashOptions::with_escaping(GoJsonEscaping::Modern),
         );
         assert_eq!(legacy.is_ok(), modern.is_ok());
+        if version.era() == Era::C {
+            assert_eq!(validate_container(data, &version).is_ok(), modern.is_ok());
+        }
         let explained = hashed_json(
             data,
             &version,

@@ -9,11 +9,11 @@
 //! - A field a release does not know is skipped (still validated) and therefore never encoded.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
-use super::encode::Encoder;
-use super::json::{DResult, DecodeError, DecodeErrorKind, Parser, PathSeg, parse_int, validate};
+use super::encode::{Encoder, frag};
+use super::json::{DResult, DecodeError, Parser, PathSeg, quantity_error, validate};
 use super::quantity::{self, go_trim_space};
+use super::schema::{self, Field, I32, I64, Kind, Schema};
 
 pub type Str<'a> = Cow<'a, [u8]>;
 
@@ -65,7 +65,9 @@ impl Qty<'_> {
     }
 }
 
-pub type ResourceList<'a> = BTreeMap<Str<'a>, Qty<'a>>;
+/// map[ResourceName]Quantity as (name, quantity) sorted by name, bytewise like Go's encoder
+/// sorts map keys (short lists: one allocation instead of a tree).
+pub type ResourceList<'a> = Vec<(Str<'a>, Qty<'a>)>;
 
 #[derive(Debug, Default)]
 pub struct Container<'a> {
@@ -83,14 +85,14 @@ pub struct Container<'a> {
     restart_policy_rules: GoSlice<RestartRule<'a>>,
     volume_mounts: GoSlice<VolumeMount<'a>>,
     volume_devices: GoSlice<VolumeDevice<'a>>,
-    liveness_probe: Option<Box<Probe<'a>>>,
-    readiness_probe: Option<Box<Probe<'a>>>,
-    startup_probe: Option<Box<Probe<'a>>>,
-    lifecycle: Option<Box<Lifecycle<'a>>>,
+    liveness_probe: Option<Probe<'a>>,
+    readiness_probe: Option<Probe<'a>>,
+    startup_probe: Option<Probe<'a>>,
+    lifecycle: Option<Lifecycle<'a>>,
     termination_message_path: Str<'a>,
     termination_message_policy: Str<'a>,
     image_pull_policy: Str<'a>,
-    security_context: Option<Box<SecurityContext<'a>>>,
+    security_context: Option<SecurityContext<'a>>,
     stdin: bool,
     stdin_once: bool,
     tty: bool,
@@ -108,8 +110,8 @@ struct ContainerPort<'a> {
 #[derive(Debug, Default)]
 struct EnvFromSource<'a> {
     prefix: Str<'a>,
-    config_map_ref: Option<Box<OptionalRef<'a>>>,
-    secret_ref: Option<Box<OptionalRef<'a>>>,
+    config_map_ref: Option<OptionalRef<'a>>,
+    secret_ref: Option<OptionalRef<'a>>,
 }
 
 /// ConfigMapEnvSource / SecretEnvSource.
@@ -128,11 +130,11 @@ pub struct EnvVar<'a> {
 
 #[derive(Debug, Default)]
 pub struct EnvVarSource<'a> {
-    pub field_ref: Option<Box<ObjectFieldSelector<'a>>>,
-    resource_field_ref: Option<Box<ResourceFieldSelector<'a>>>,
-    config_map_key_ref: Option<Box<KeySelector<'a>>>,
-    secret_key_ref: Option<Box<KeySelector<'a>>>,
-    file_key_ref: Option<Box<FileKeySelector<'a>>>,
+    pub field_ref: Option<ObjectFieldSelector<'a>>,
+    resource_field_ref: Option<ResourceFieldSelector<'a>>,
+    config_map_key_ref: Option<KeySelector<'a>>,
+    secret_key_ref: Option<KeySelector<'a>>,
+    file_key_ref: Option<FileKeySelector<'a>>,
 }
 
 #[derive(Debug, Default)]
@@ -186,7 +188,7 @@ struct ResizePolicy<'a> {
 #[derive(Debug, Default)]
 struct RestartRule<'a> {
     action: Str<'a>,
-    exit_codes: Option<Box<ExitCodes<'a>>>,
+    exit_codes: Option<ExitCodes<'a>>,
 }
 
 #[derive(Debug, Default)]
@@ -214,10 +216,10 @@ struct VolumeDevice<'a> {
 
 #[derive(Debug, Default)]
 struct Probe<'a> {
-    exec: Option<Box<ExecAction<'a>>>,
-    http_get: Option<Box<HttpGet<'a>>>,
-    tcp_socket: Option<Box<TcpSocket<'a>>>,
-    grpc: Option<Box<Grpc<'a>>>,
+    exec: Option<ExecAction<'a>>,
+    http_get: Option<HttpGet<'a>>,
+    tcp_socket: Option<TcpSocket<'a>>,
+    grpc: Option<Grpc<'a>>,
     initial_delay_seconds: i32,
     timeout_seconds: i32,
     period_seconds: i32,
@@ -260,17 +262,17 @@ struct Grpc<'a> {
 
 #[derive(Debug, Default)]
 struct Lifecycle<'a> {
-    post_start: Option<Box<LifecycleHandler<'a>>>,
-    pre_stop: Option<Box<LifecycleHandler<'a>>>,
+    post_start: Option<LifecycleHandler<'a>>,
+    pre_stop: Option<LifecycleHandler<'a>>,
     stop_signal: Option<Str<'a>>,
 }
 
 #[derive(Debug, Default)]
 struct LifecycleHandler<'a> {
-    exec: Option<Box<ExecAction<'a>>>,
-    http_get: Option<Box<HttpGet<'a>>>,
-    tcp_socket: Option<Box<TcpSocket<'a>>>,
-    sleep: Option<Box<SleepAction>>,
+    exec: Option<ExecAction<'a>>,
+    http_get: Option<HttpGet<'a>>,
+    tcp_socket: Option<TcpSocket<'a>>,
+    sleep: Option<SleepAction>,
 }
 
 #[derive(Debug, Default)]
@@ -280,18 +282,18 @@ struct SleepAction {
 
 #[derive(Debug, Default)]
 struct SecurityContext<'a> {
-    capabilities: Option<Box<Capabilities<'a>>>,
+    capabilities: Option<Capabilities<'a>>,
     privileged: Option<bool>,
-    se_linux_options: Option<Box<SeLinuxOptions<'a>>>,
-    windows_options: Option<Box<WindowsOptions<'a>>>,
+    se_linux_options: Option<SeLinuxOptions<'a>>,
+    windows_options: Option<WindowsOptions<'a>>,
     run_as_user: Option<i64>,
     run_as_group: Option<i64>,
     run_as_non_root: Option<bool>,
     read_only_root_filesystem: Option<bool>,
     allow_privilege_escalation: Option<bool>,
     proc_mount: Option<Str<'a>>,
-    seccomp_profile: Option<Box<Profile<'a>>>,
-    app_armor_profile: Option<Box<Profile<'a>>>,
+    seccomp_profile: Option<Profile<'a>>,
+    app_armor_profile: Option<Profile<'a>>,
 }
 
 #[derive(Debug, Default)]
@@ -372,34 +374,15 @@ fn dec_opt_bool(p: &mut Parser<'_>, out: &mut Option<bool>) -> DResult<()> {
     Ok(())
 }
 
-/// A JSON integer for a Go int of the given range; `None` for null.
-fn dec_int(p: &mut Parser<'_>, min: i64, max: i64, ty: &'static str) -> DResult<Option<i64>> {
-    match p.peek_value()? {
-        b'-' | b'0'..=b'9' => {
-            let at = p.offset();
-            let lit = p.number()?;
-            match parse_int(lit) {
-                Some(v) if v >= min && v <= max => Ok(Some(v)),
-                _ => p.number_type_error(lit, ty, at),
-            }
-        }
-        b'n' => {
-            p.literal()?;
-            Ok(None)
-        }
-        _ => p.type_error(ty),
-    }
-}
-
 fn dec_i32(p: &mut Parser<'_>, out: &mut i32) -> DResult<()> {
-    if let Some(v) = dec_int(p, i64::from(i32::MIN), i64::from(i32::MAX), "int32")? {
+    if let Some(v) = p.int(i64::from(i32::MIN), i64::from(i32::MAX), "int32")? {
         *out = v as i32;
     }
     Ok(())
 }
 
 fn dec_i64(p: &mut Parser<'_>, out: &mut i64) -> DResult<()> {
-    if let Some(v) = dec_int(p, i64::MIN, i64::MAX, "int64")? {
+    if let Some(v) = p.int(i64::MIN, i64::MAX, "int64")? {
         *out = v;
     }
     Ok(())
@@ -460,7 +443,7 @@ fn dec_str_slice<'a>(p: &mut Parser<'a>, s: &mut GoSlice<Str<'a>>) -> DResult<()
 /// A pointer to a struct: null sets nil, an object decodes into (a possibly new) value.
 fn dec_ptr<'a, T: Default>(
     p: &mut Parser<'a>,
-    out: &mut Option<Box<T>>,
+    out: &mut Option<T>,
     ctx: &Ctx,
     obj: fn(&mut Parser<'a>, &mut T, &Ctx) -> DResult<()>,
 ) -> DResult<()> {
@@ -492,427 +475,396 @@ fn dec_struct<'a, T>(
     }
 }
 
-/// Go's object decoding into a struct: exact key match, then case-insensitive (Unicode folded).
+/// Go's object decoding into a struct: each key selects a field (see [`Schema::lookup`]) and is
+/// decoded into it; other keys are skipped (still validated).
 fn dec_fields<'a, T>(
     p: &mut Parser<'a>,
     t: &mut T,
     ctx: &Ctx,
-    names: &'static [&'static str],
-    dispatch: fn(&mut Parser<'a>, &mut T, &[u8], &Ctx) -> DResult<bool>,
+    schema: &Schema,
+    dispatch: fn(&mut Parser<'a>, &mut T, usize, &Ctx) -> DResult<()>,
 ) -> DResult<()> {
     p.begin_object()?;
     let mut first = true;
-    while let Some(key) = p.next_key(&mut first)? {
-        if dispatch(p, t, &key, ctx)? {
-            continue;
+    while let Some(field) = p.next_key_with(&mut first, |key| schema.lookup(key, ctx.minor))? {
+        match field {
+            Some(field) => dispatch(p, t, field, ctx)?,
+            None => p.skip_value()?,
         }
-        if let Some(canon) = fold_match(&key, names)
-            && dispatch(p, t, canon.as_bytes(), ctx)?
-        {
-            continue;
-        }
-        p.skip_value()?;
     }
     Ok(())
 }
 
-/// Case-insensitive field lookup with Go's simple folding. Field names are ASCII letters, and
-/// the only non-ASCII runes that fold onto ASCII letters are U+017F (ſ, to s) and U+212A
-/// (Kelvin sign, to k).
-fn fold_match(key: &[u8], names: &[&'static str]) -> Option<&'static str> {
-    let mut folded = [0u8; 48];
-    let mut n = 0;
-    let mut i = 0;
-    while i < key.len() {
-        let c = key[i];
-        let (f, adv) = if c < 0x80 {
-            (c.to_ascii_lowercase(), 1)
-        } else if key[i..].starts_with("\u{17f}".as_bytes()) {
-            (b's', 2)
-        } else if key[i..].starts_with("\u{212a}".as_bytes()) {
-            (b'k', 3)
-        } else {
-            return None;
-        };
-        *folded.get_mut(n)? = f;
-        n += 1;
-        i += adv;
-    }
-    let folded = &folded[..n];
-    names
-        .iter()
-        .copied()
-        .find(|name| name.len() == n && name.as_bytes().eq_ignore_ascii_case(folded))
-}
-
-/// Declares a struct's JSON field names and the decoder dispatch for them.
+/// Declares a struct's fields: the schema (JSON names, release introduced, accepted JSON; see
+/// [`super::schema`]) and the decoder dispatch, which decodes the field at a schema index.
 macro_rules! fields {
     (
         fn $dispatch:ident<$lt:lifetime>($p:ident, $t:ident: $T:ty, $ctx:ident);
-        const $names:ident;
-        { $( $json:literal $( since $since:literal )? => $body:expr ),* $(,)? }
+        const $schema:ident;
+        { $( $json:literal $( since $since:literal )? : $kind:expr => $body:expr ),* $(,)? }
     ) => {
-        const $names: &[&str] = &[ $( $json ),* ];
+        const $schema: Schema = Schema::new(&[
+            $( Field { name: $json, since: 0 $( + $since )?, kind: $kind } ),*
+        ]);
         #[allow(unused_variables)]
-        fn $dispatch<$lt>($p: &mut Parser<$lt>, $t: &mut $T, key: &[u8], $ctx: &Ctx) -> DResult<bool> {
+        fn $dispatch<$lt>($p: &mut Parser<$lt>, $t: &mut $T, field: usize, $ctx: &Ctx) -> DResult<()> {
             $(
-                if key == $json.as_bytes() $( && $ctx.minor >= $since )? {
-                    ($body).map_err(|e: DecodeError| e.at(PathSeg::Field($json)))?;
-                    return Ok(true);
+                if field == const { $schema.index_of($json) } {
+                    return ($body).map_err(|e: Box<DecodeError>| e.at(PathSeg::Field($json)));
                 }
             )*
-            Ok(false)
+            Ok(())
         }
     };
     // The same, plus `$obj`: decodes a whole JSON object of `$T` through the dispatch.
     (
         fn $dispatch:ident<$lt:lifetime>($p:ident, $t:ident: $T:ty, $ctx:ident);
-        const $names:ident;
+        const $schema:ident;
         fn $obj:ident;
-        { $( $json:literal $( since $since:literal )? => $body:expr ),* $(,)? }
+        { $( $json:literal $( since $since:literal )? : $kind:expr => $body:expr ),* $(,)? }
     ) => {
         fields! {
             fn $dispatch<$lt>($p, $t: $T, $ctx);
-            const $names;
-            { $( $json $( since $since )? => $body ),* }
+            const $schema;
+            { $( $json $( since $since )? : $kind => $body ),* }
         }
         fn $obj<$lt>($p: &mut Parser<$lt>, $t: &mut $T, $ctx: &Ctx) -> DResult<()> {
-            dec_fields($p, $t, $ctx, $names, $dispatch)
+            dec_fields($p, $t, $ctx, &$schema, $dispatch)
         }
     };
 }
 
 fields! {
     fn container_field<'a>(p, t: Container<'a>, ctx);
-    const CONTAINER_FIELDS;
+    const CONTAINER;
     fn container_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "image" => dec_str(p, &mut t.image),
-        "command" => dec_str_slice(p, &mut t.command),
-        "args" => dec_str_slice(p, &mut t.args),
-        "workingDir" => dec_str(p, &mut t.working_dir),
-        "ports" => dec_slice(p, &mut t.ports, |p, v| dec_struct(p, v, ctx, port_obj)),
-        "envFrom" => dec_slice(p, &mut t.env_from, |p, v| dec_struct(p, v, ctx, env_from_obj)),
-        "env" => dec_slice(p, &mut t.env, |p, v| dec_struct(p, v, ctx, env_var_obj)),
-        "resources" => dec_struct(p, &mut t.resources, ctx, resources_obj),
-        "resizePolicy" since 27 => dec_slice(p, &mut t.resize_policy, |p, v| dec_struct(p, v, ctx, resize_obj)),
-        "restartPolicy" since 28 => dec_opt_str(p, &mut t.restart_policy),
-        "restartPolicyRules" since 34 => dec_slice(p, &mut t.restart_policy_rules, |p, v| dec_struct(p, v, ctx, restart_rule_obj)),
-        "volumeMounts" => dec_slice(p, &mut t.volume_mounts, |p, v| dec_struct(p, v, ctx, volume_mount_obj)),
-        "volumeDevices" => dec_slice(p, &mut t.volume_devices, |p, v| dec_struct(p, v, ctx, volume_device_obj)),
-        "livenessProbe" => dec_ptr(p, &mut t.liveness_probe, ctx, probe_obj),
-        "readinessProbe" => dec_ptr(p, &mut t.readiness_probe, ctx, probe_obj),
-        "startupProbe" since 16 => dec_ptr(p, &mut t.startup_probe, ctx, probe_obj),
-        "lifecycle" => dec_ptr(p, &mut t.lifecycle, ctx, lifecycle_obj),
-        "terminationMessagePath" => dec_str(p, &mut t.termination_message_path),
-        "terminationMessagePolicy" => dec_str(p, &mut t.termination_message_policy),
-        "imagePullPolicy" => dec_str(p, &mut t.image_pull_policy),
-        "securityContext" => dec_ptr(p, &mut t.security_context, ctx, security_context_obj),
-        "stdin" => dec_bool(p, &mut t.stdin),
-        "stdinOnce" => dec_bool(p, &mut t.stdin_once),
-        "tty" => dec_bool(p, &mut t.tty),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "image": Kind::Str => dec_str(p, &mut t.image),
+        "command": Kind::List(&Kind::Str) => dec_str_slice(p, &mut t.command),
+        "args": Kind::List(&Kind::Str) => dec_str_slice(p, &mut t.args),
+        "workingDir": Kind::Str => dec_str(p, &mut t.working_dir),
+        "ports": Kind::List(&Kind::Object(&PORT)) => dec_slice(p, &mut t.ports, |p, v| dec_struct(p, v, ctx, port_obj)),
+        "envFrom": Kind::List(&Kind::Object(&ENV_FROM)) => dec_slice(p, &mut t.env_from, |p, v| dec_struct(p, v, ctx, env_from_obj)),
+        "env": Kind::List(&Kind::Object(&ENV_VAR)) => dec_slice(p, &mut t.env, |p, v| dec_struct(p, v, ctx, env_var_obj)),
+        "resources": Kind::Object(&RESOURCES) => dec_struct(p, &mut t.resources, ctx, resources_obj),
+        "resizePolicy" since 27: Kind::List(&Kind::Object(&RESIZE)) => dec_slice(p, &mut t.resize_policy, |p, v| dec_struct(p, v, ctx, resize_obj)),
+        "restartPolicy" since 28: Kind::Str => dec_opt_str(p, &mut t.restart_policy),
+        "restartPolicyRules" since 34: Kind::List(&Kind::Object(&RESTART_RULE)) => dec_slice(p, &mut t.restart_policy_rules, |p, v| dec_struct(p, v, ctx, restart_rule_obj)),
+        "volumeMounts": Kind::List(&Kind::Object(&VOLUME_MOUNT)) => dec_slice(p, &mut t.volume_mounts, |p, v| dec_struct(p, v, ctx, volume_mount_obj)),
+        "volumeDevices": Kind::List(&Kind::Object(&VOLUME_DEVICE)) => dec_slice(p, &mut t.volume_devices, |p, v| dec_struct(p, v, ctx, volume_device_obj)),
+        "livenessProbe": Kind::Object(&PROBE) => dec_ptr(p, &mut t.liveness_probe, ctx, probe_obj),
+        "readinessProbe": Kind::Object(&PROBE) => dec_ptr(p, &mut t.readiness_probe, ctx, probe_obj),
+        "startupProbe" since 16: Kind::Object(&PROBE) => dec_ptr(p, &mut t.startup_probe, ctx, probe_obj),
+        "lifecycle": Kind::Object(&LIFECYCLE) => dec_ptr(p, &mut t.lifecycle, ctx, lifecycle_obj),
+        "terminationMessagePath": Kind::Str => dec_str(p, &mut t.termination_message_path),
+        "terminationMessagePolicy": Kind::Str => dec_str(p, &mut t.termination_message_policy),
+        "imagePullPolicy": Kind::Str => dec_str(p, &mut t.image_pull_policy),
+        "securityContext": Kind::Object(&SECURITY_CONTEXT) => dec_ptr(p, &mut t.security_context, ctx, security_context_obj),
+        "stdin": Kind::Bool => dec_bool(p, &mut t.stdin),
+        "stdinOnce": Kind::Bool => dec_bool(p, &mut t.stdin_once),
+        "tty": Kind::Bool => dec_bool(p, &mut t.tty),
     }
 }
 
 fields! {
     fn port_field<'a>(p, t: ContainerPort<'a>, ctx);
-    const PORT_FIELDS;
+    const PORT;
     fn port_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "hostPort" => dec_i32(p, &mut t.host_port),
-        "containerPort" => dec_i32(p, &mut t.container_port),
-        "protocol" => dec_str(p, &mut t.protocol),
-        "hostIP" => dec_str(p, &mut t.host_ip),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "hostPort": I32 => dec_i32(p, &mut t.host_port),
+        "containerPort": I32 => dec_i32(p, &mut t.container_port),
+        "protocol": Kind::Str => dec_str(p, &mut t.protocol),
+        "hostIP": Kind::Str => dec_str(p, &mut t.host_ip),
     }
 }
 
 fields! {
     fn env_from_field<'a>(p, t: EnvFromSource<'a>, ctx);
-    const ENV_FROM_FIELDS;
+    const ENV_FROM;
     fn env_from_obj;
     {
-        "prefix" => dec_str(p, &mut t.prefix),
-        "configMapRef" => dec_ptr(p, &mut t.config_map_ref, ctx, optional_ref_obj),
-        "secretRef" => dec_ptr(p, &mut t.secret_ref, ctx, optional_ref_obj),
+        "prefix": Kind::Str => dec_str(p, &mut t.prefix),
+        "configMapRef": Kind::Object(&OPTIONAL_REF) => dec_ptr(p, &mut t.config_map_ref, ctx, optional_ref_obj),
+        "secretRef": Kind::Object(&OPTIONAL_REF) => dec_ptr(p, &mut t.secret_ref, ctx, optional_ref_obj),
     }
 }
 
 fields! {
     fn optional_ref_field<'a>(p, t: OptionalRef<'a>, ctx);
-    const OPTIONAL_REF_FIELDS;
+    const OPTIONAL_REF;
     fn optional_ref_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "optional" => dec_opt_bool(p, &mut t.optional),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "optional": Kind::Bool => dec_opt_bool(p, &mut t.optional),
     }
 }
 
 fields! {
     fn env_var_field<'a>(p, t: EnvVar<'a>, ctx);
-    const ENV_VAR_FIELDS;
+    const ENV_VAR;
     fn env_var_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "value" => dec_str(p, &mut t.value),
-        "valueFrom" => dec_ptr(p, &mut t.value_from, ctx, env_source_obj),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "value": Kind::Str => dec_str(p, &mut t.value),
+        "valueFrom": Kind::Object(&ENV_SOURCE) => dec_ptr(p, &mut t.value_from, ctx, |p, t: &mut Box<_>, ctx| env_source_obj(p, t, ctx)),
     }
 }
 
 fields! {
     fn env_source_field<'a>(p, t: EnvVarSource<'a>, ctx);
-    const ENV_SOURCE_FIELDS;
+    const ENV_SOURCE;
     fn env_source_obj;
     {
-        "fieldRef" => dec_ptr(p, &mut t.field_ref, ctx, field_selector_obj),
-        "resourceFieldRef" => dec_ptr(p, &mut t.resource_field_ref, ctx, resource_selector_obj),
-        "configMapKeyRef" => dec_ptr(p, &mut t.config_map_key_ref, ctx, key_selector_obj),
-        "secretKeyRef" => dec_ptr(p, &mut t.secret_key_ref, ctx, key_selector_obj),
-        "fileKeyRef" since 34 => dec_ptr(p, &mut t.file_key_ref, ctx, file_key_obj),
+        "fieldRef": Kind::Object(&FIELD_SELECTOR) => dec_ptr(p, &mut t.field_ref, ctx, field_selector_obj),
+        "resourceFieldRef": Kind::Object(&RESOURCE_SELECTOR) => dec_ptr(p, &mut t.resource_field_ref, ctx, resource_selector_obj),
+        "configMapKeyRef": Kind::Object(&KEY_SELECTOR) => dec_ptr(p, &mut t.config_map_key_ref, ctx, key_selector_obj),
+        "secretKeyRef": Kind::Object(&KEY_SELECTOR) => dec_ptr(p, &mut t.secret_key_ref, ctx, key_selector_obj),
+        "fileKeyRef" since 34: Kind::Object(&FILE_KEY) => dec_ptr(p, &mut t.file_key_ref, ctx, file_key_obj),
     }
 }
 
 fields! {
     fn field_selector_field<'a>(p, t: ObjectFieldSelector<'a>, ctx);
-    const FIELD_SELECTOR_FIELDS;
+    const FIELD_SELECTOR;
     fn field_selector_obj;
     {
-        "apiVersion" => dec_str(p, &mut t.api_version),
-        "fieldPath" => dec_str(p, &mut t.field_path),
+        "apiVersion": Kind::Str => dec_str(p, &mut t.api_version),
+        "fieldPath": Kind::Str => dec_str(p, &mut t.field_path),
     }
 }
 
 fields! {
     fn resource_selector_field<'a>(p, t: ResourceFieldSelector<'a>, ctx);
-    const RESOURCE_SELECTOR_FIELDS;
+    const RESOURCE_SELECTOR;
     fn resource_selector_obj;
     {
-        "containerName" => dec_str(p, &mut t.container_name),
-        "resource" => dec_str(p, &mut t.resource),
-        "divisor" => dec_qty(p, &mut t.divisor, ctx),
+        "containerName": Kind::Str => dec_str(p, &mut t.container_name),
+        "resource": Kind::Str => dec_str(p, &mut t.resource),
+        "divisor": Kind::Quantity => dec_qty(p, &mut t.divisor, ctx),
     }
 }
 
 fields! {
     fn key_selector_field<'a>(p, t: KeySelector<'a>, ctx);
-    const KEY_SELECTOR_FIELDS;
+    const KEY_SELECTOR;
     fn key_selector_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "key" => dec_str(p, &mut t.key),
-        "optional" => dec_opt_bool(p, &mut t.optional),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "key": Kind::Str => dec_str(p, &mut t.key),
+        "optional": Kind::Bool => dec_opt_bool(p, &mut t.optional),
     }
 }
 
 fields! {
     fn file_key_field<'a>(p, t: FileKeySelector<'a>, ctx);
-    const FILE_KEY_FIELDS;
+    const FILE_KEY;
     fn file_key_obj;
     {
-        "volumeName" => dec_str(p, &mut t.volume_name),
-        "path" => dec_str(p, &mut t.path),
-        "key" => dec_str(p, &mut t.key),
-        "optional" => dec_opt_bool(p, &mut t.optional),
+        "volumeName": Kind::Str => dec_str(p, &mut t.volume_name),
+        "path": Kind::Str => dec_str(p, &mut t.path),
+        "key": Kind::Str => dec_str(p, &mut t.key),
+        "optional": Kind::Bool => dec_opt_bool(p, &mut t.optional),
     }
 }
 
 fields! {
     fn resources_field<'a>(p, t: ResourceRequirements<'a>, ctx);
-    const RESOURCES_FIELDS;
+    const RESOURCES;
     fn resources_obj;
     {
-        "limits" => dec_resource_list(p, &mut t.limits, ctx),
-        "requests" => dec_resource_list(p, &mut t.requests, ctx),
-        "claims" since 26 => dec_slice(p, &mut t.claims, |p, v| dec_struct(p, v, ctx, claim_obj)),
+        "limits": Kind::ResourceList => dec_resource_list(p, &mut t.limits, ctx),
+        "requests": Kind::ResourceList => dec_resource_list(p, &mut t.requests, ctx),
+        "claims" since 26: Kind::List(&Kind::Object(&CLAIM)) => dec_slice(p, &mut t.claims, |p, v| dec_struct(p, v, ctx, claim_obj)),
     }
 }
 
 fields! {
     fn claim_field<'a>(p, t: ResourceClaim<'a>, ctx);
-    const CLAIM_FIELDS;
+    const CLAIM;
     fn claim_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "request" since 31 => dec_str(p, &mut t.request),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "request" since 31: Kind::Str => dec_str(p, &mut t.request),
     }
 }
 
 fields! {
     fn resize_field<'a>(p, t: ResizePolicy<'a>, ctx);
-    const RESIZE_FIELDS;
+    const RESIZE;
     fn resize_obj;
     {
-        "resourceName" => dec_str(p, &mut t.resource_name),
-        "restartPolicy" => dec_str(p, &mut t.restart_policy),
+        "resourceName": Kind::Str => dec_str(p, &mut t.resource_name),
+        "restartPolicy": Kind::Str => dec_str(p, &mut t.restart_policy),
     }
 }
 
 fields! {
     fn restart_rule_field<'a>(p, t: RestartRule<'a>, ctx);
-    const RESTART_RULE_FIELDS;
+    const RESTART_RULE;
     fn restart_rule_obj;
     {
-        "action" => dec_str(p, &mut t.action),
-        "exitCodes" => dec_ptr(p, &mut t.exit_codes, ctx, exit_codes_obj),
+        "action": Kind::Str => dec_str(p, &mut t.action),
+        "exitCodes": Kind::Object(&EXIT_CODES) => dec_ptr(p, &mut t.exit_codes, ctx, exit_codes_obj),
     }
 }
 
 fields! {
     fn exit_codes_field<'a>(p, t: ExitCodes<'a>, ctx);
-    const EXIT_CODES_FIELDS;
+    const EXIT_CODES;
     fn exit_codes_obj;
     {
-        "operator" => dec_str(p, &mut t.operator),
-        "values" => dec_slice(p, &mut t.values, dec_i32),
+        "operator": Kind::Str => dec_str(p, &mut t.operator),
+        "values": Kind::List(&I32) => dec_slice(p, &mut t.values, dec_i32),
     }
 }
 
 fields! {
     fn volume_mount_field<'a>(p, t: VolumeMount<'a>, ctx);
-    const VOLUME_MOUNT_FIELDS;
+    const VOLUME_MOUNT;
     fn volume_mount_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "readOnly" => dec_bool(p, &mut t.read_only),
-        "recursiveReadOnly" since 30 => dec_opt_str(p, &mut t.recursive_read_only),
-        "mountPath" => dec_str(p, &mut t.mount_path),
-        "subPath" => dec_str(p, &mut t.sub_path),
-        "mountPropagation" => dec_opt_str(p, &mut t.mount_propagation),
-        "subPathExpr" => dec_str(p, &mut t.sub_path_expr),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "readOnly": Kind::Bool => dec_bool(p, &mut t.read_only),
+        "recursiveReadOnly" since 30: Kind::Str => dec_opt_str(p, &mut t.recursive_read_only),
+        "mountPath": Kind::Str => dec_str(p, &mut t.mount_path),
+        "subPath": Kind::Str => dec_str(p, &mut t.sub_path),
+        "mountPropagation": Kind::Str => dec_opt_str(p, &mut t.mount_propagation),
+        "subPathExpr": Kind::Str => dec_str(p, &mut t.sub_path_expr),
     }
 }
 
 fields! {
     fn volume_device_field<'a>(p, t: VolumeDevice<'a>, ctx);
-    const VOLUME_DEVICE_FIELDS;
+    const VOLUME_DEVICE;
     fn volume_device_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "devicePath" => dec_str(p, &mut t.device_path),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "devicePath": Kind::Str => dec_str(p, &mut t.device_path),
     }
 }
 
 fields! {
     fn probe_field<'a>(p, t: Probe<'a>, ctx);
-    const PROBE_FIELDS;
+    const PROBE;
     fn probe_obj;
     {
-        "exec" => dec_ptr(p, &mut t.exec, ctx, exec_obj),
-        "httpGet" => dec_ptr(p, &mut t.http_get, ctx, http_get_obj),
-        "tcpSocket" => dec_ptr(p, &mut t.tcp_socket, ctx, tcp_socket_obj),
-        "grpc" since 23 => dec_ptr(p, &mut t.grpc, ctx, grpc_obj),
-        "initialDelaySeconds" => dec_i32(p, &mut t.initial_delay_seconds),
-        "timeoutSeconds" => dec_i32(p, &mut t.timeout_seconds),
-        "periodSeconds" => dec_i32(p, &mut t.period_seconds),
-        "successThreshold" => dec_i32(p, &mut t.success_threshold),
-        "failureThreshold" => dec_i32(p, &mut t.failure_threshold),
-        "terminationGracePeriodSeconds" since 21 => dec_opt_i64(p, &mut t.termination_grace_period_seconds),
+        "exec": Kind::Object(&EXEC) => dec_ptr(p, &mut t.exec, ctx, exec_obj),
+        "httpGet": Kind::Object(&HTTP_GET) => dec_ptr(p, &mut t.http_get, ctx, http_get_obj),
+        "tcpSocket": Kind::Object(&TCP_SOCKET) => dec_ptr(p, &mut t.tcp_socket, ctx, tcp_socket_obj),
+        "grpc" since 23: Kind::Object(&GRPC) => dec_ptr(p, &mut t.grpc, ctx, grpc_obj),
+        "initialDelaySeconds": I32 => dec_i32(p, &mut t.initial_delay_seconds),
+        "timeoutSeconds": I32 => dec_i32(p, &mut t.timeout_seconds),
+        "periodSeconds": I32 => dec_i32(p, &mut t.period_seconds),
+        "successThreshold": I32 => dec_i32(p, &mut t.success_threshold),
+        "failureThreshold": I32 => dec_i32(p, &mut t.failure_threshold),
+        "terminationGracePeriodSeconds" since 21: I64 => dec_opt_i64(p, &mut t.termination_grace_period_seconds),
     }
 }
 
 fields! {
     fn exec_field<'a>(p, t: ExecAction<'a>, ctx);
-    const EXEC_FIELDS;
+    const EXEC;
     fn exec_obj;
     {
-        "command" => dec_str_slice(p, &mut t.command),
+        "command": Kind::List(&Kind::Str) => dec_str_slice(p, &mut t.command),
     }
 }
 
 fields! {
     fn http_get_field<'a>(p, t: HttpGet<'a>, ctx);
-    const HTTP_GET_FIELDS;
+    const HTTP_GET;
     fn http_get_obj;
     {
-        "path" => dec_str(p, &mut t.path),
-        "port" => dec_int_or_str(p, &mut t.port),
-        "host" => dec_str(p, &mut t.host),
-        "scheme" => dec_str(p, &mut t.scheme),
-        "httpHeaders" => dec_slice(p, &mut t.http_headers, |p, v| dec_struct(p, v, ctx, header_obj)),
+        "path": Kind::Str => dec_str(p, &mut t.path),
+        "port": Kind::IntOrStr => dec_int_or_str(p, &mut t.port),
+        "host": Kind::Str => dec_str(p, &mut t.host),
+        "scheme": Kind::Str => dec_str(p, &mut t.scheme),
+        "httpHeaders": Kind::List(&Kind::Object(&HEADER)) => dec_slice(p, &mut t.http_headers, |p, v| dec_struct(p, v, ctx, header_obj)),
     }
 }
 
 fields! {
     fn header_field<'a>(p, t: HttpHeader<'a>, ctx);
-    const HEADER_FIELDS;
+    const HEADER;
     fn header_obj;
     {
-        "name" => dec_str(p, &mut t.name),
-        "value" => dec_str(p, &mut t.value),
+        "name": Kind::Str => dec_str(p, &mut t.name),
+        "value": Kind::Str => dec_str(p, &mut t.value),
     }
 }
 
 fields! {
     fn tcp_socket_field<'a>(p, t: TcpSocket<'a>, ctx);
-    const TCP_SOCKET_FIELDS;
+    const TCP_SOCKET;
     fn tcp_socket_obj;
     {
-        "port" => dec_int_or_str(p, &mut t.port),
-        "host" => dec_str(p, &mut t.host),
+        "port": Kind::IntOrStr => dec_int_or_str(p, &mut t.port),
+        "host": Kind::Str => dec_str(p, &mut t.host),
     }
 }
 
 fields! {
     fn grpc_field<'a>(p, t: Grpc<'a>, ctx);
-    const GRPC_FIELDS;
+    const GRPC;
     fn grpc_obj;
     {
-        "port" => dec_i32(p, &mut t.port),
-        "service" => dec_opt_str(p, &mut t.service),
+        "port": I32 => dec_i32(p, &mut t.port),
+        "service": Kind::Str => dec_opt_str(p, &mut t.service),
     }
 }
 
 fields! {
     fn lifecycle_field<'a>(p, t: Lifecycle<'a>, ctx);
-    const LIFECYCLE_FIELDS;
+    const LIFECYCLE;
     fn lifecycle_obj;
     {
-        "postStart" => dec_ptr(p, &mut t.post_start, ctx, handler_obj),
-        "preStop" => dec_ptr(p, &mut t.pre_stop, ctx, handler_obj),
-        "stopSignal" since 33 => dec_opt_str(p, &mut t.stop_signal),
+        "postStart": Kind::Object(&HANDLER) => dec_ptr(p, &mut t.post_start, ctx, handler_obj),
+        "preStop": Kind::Object(&HANDLER) => dec_ptr(p, &mut t.pre_stop, ctx, handler_obj),
+        "stopSignal" since 33: Kind::Str => dec_opt_str(p, &mut t.stop_signal),
     }
 }
 
 fields! {
     fn handler_field<'a>(p, t: LifecycleHandler<'a>, ctx);
-    const HANDLER_FIELDS;
+    const HANDLER;
     fn handler_obj;
     {
-        "exec" => dec_ptr(p, &mut t.exec, ctx, exec_obj),
-        "httpGet" => dec_ptr(p, &mut t.http_get, ctx, http_get_obj),
-        "tcpSocket" => dec_ptr(p, &mut t.tcp_socket, ctx, tcp_socket_obj),
-        "sleep" since 29 => dec_ptr(p, &mut t.sleep, ctx, sleep_obj),
+        "exec": Kind::Object(&EXEC) => dec_ptr(p, &mut t.exec, ctx, exec_obj),
+        "httpGet": Kind::Object(&HTTP_GET) => dec_ptr(p, &mut t.http_get, ctx, http_get_obj),
+        "tcpSocket": Kind::Object(&TCP_SOCKET) => dec_ptr(p, &mut t.tcp_socket, ctx, tcp_socket_obj),
+        "sleep" since 29: Kind::Object(&SLEEP) => dec_ptr(p, &mut t.sleep, ctx, sleep_obj),
     }
 }
 
 fields! {
     fn sleep_field<'a>(p, t: SleepAction, ctx);
-    const SLEEP_FIELDS;
+    const SLEEP;
     {
-        "seconds" => dec_i64(p, &mut t.seconds),
+        "seconds": I64 => dec_i64(p, &mut t.seconds),
     }
 }
 fn sleep_obj(p: &mut Parser<'_>, t: &mut SleepAction, ctx: &Ctx) -> DResult<()> {
-    dec_fields(p, t, ctx, SLEEP_FIELDS, sleep_field)
+    dec_fields(p, t, ctx, &SLEEP, sleep_field)
 }
 
 fields! {
     fn security_context_field<'a>(p, t: SecurityContext<'a>, ctx);
-    const SECURITY_CONTEXT_FIELDS;
+    const SECURITY_CONTEXT;
     {
-        "capabilities" => dec_ptr(p, &mut t.capabilities, ctx, capabilities_obj),
-        "privileged" => dec_opt_bool(p, &mut t.privileged),
-        "seLinuxOptions" => dec_ptr(p, &mut t.se_linux_options, ctx, selinux_obj),
-        "windowsOptions" => dec_ptr(p, &mut t.windows_options, ctx, windows_obj),
-        "runAsUser" => dec_opt_i64(p, &mut t.run_as_user),
-        "runAsGroup" => dec_opt_i64(p, &mut t.run_as_group),
-        "runAsNonRoot" => dec_opt_bool(p, &mut t.run_as_non_root),
-        "readOnlyRootFilesystem" => dec_opt_bool(p, &mut t.read_only_root_filesystem),
-        "allowPrivilegeEscalation" => dec_opt_bool(p, &mut t.allow_privilege_escalation),
-        "procMount" => dec_opt_str(p, &mut t.proc_mount),
-        "seccompProfile" since 19 => dec_ptr(p, &mut t.seccomp_profile, ctx, profile_obj),
-        "appArmorProfile" since 30 => dec_ptr(p, &mut t.app_armor_profile, ctx, profile_obj),
+        "capabilities": Kind::Object(&CAPABILITIES) => dec_ptr(p, &mut t.capabilities, ctx, capabilities_obj),
+        "privileged": Kind::Bool => dec_opt_bool(p, &mut t.privileged),
+        "seLinuxOptions": Kind::Object(&SELINUX) => dec_ptr(p, &mut t.se_linux_options, ctx, selinux_obj),
+        "windowsOptions": Kind::Object(&WINDOWS) => dec_ptr(p, &mut t.windows_options, ctx, windows_obj),
+        "runAsUser": I64 => dec_opt_i64(p, &mut t.run_as_user),
+        "runAsGroup": I64 => dec_opt_i64(p, &mut t.run_as_group),
+        "runAsNonRoot": Kind::Bool => dec_opt_bool(p, &mut t.run_as_non_root),
+        "readOnlyRootFilesystem": Kind::Bool => dec_opt_bool(p, &mut t.read_only_root_filesystem),
+        "allowPrivilegeEscalation": Kind::Bool => dec_opt_bool(p, &mut t.allow_privilege_escalation),
+        "procMount": Kind::Str => dec_opt_str(p, &mut t.proc_mount),
+        "seccompProfile" since 19: Kind::Object(&PROFILE) => dec_ptr(p, &mut t.seccomp_profile, ctx, profile_obj),
+        "appArmorProfile" since 30: Kind::Object(&PROFILE) => dec_ptr(p, &mut t.app_armor_profile, ctx, profile_obj),
     }
 }
 fn security_context_obj<'a>(
@@ -920,50 +872,50 @@ fn security_context_obj<'a>(
     t: &mut SecurityContext<'a>,
     ctx: &Ctx,
 ) -> DResult<()> {
-    dec_fields(p, t, ctx, SECURITY_CONTEXT_FIELDS, security_context_field)
+    dec_fields(p, t, ctx, &SECURITY_CONTEXT, security_context_field)
 }
 
 fields! {
     fn capabilities_field<'a>(p, t: Capabilities<'a>, ctx);
-    const CAPABILITIES_FIELDS;
+    const CAPABILITIES;
     fn capabilities_obj;
     {
-        "add" => dec_str_slice(p, &mut t.add),
-        "drop" => dec_str_slice(p, &mut t.drop),
+        "add": Kind::List(&Kind::Str) => dec_str_slice(p, &mut t.add),
+        "drop": Kind::List(&Kind::Str) => dec_str_slice(p, &mut t.drop),
     }
 }
 
 fields! {
     fn selinux_field<'a>(p, t: SeLinuxOptions<'a>, ctx);
-    const SELINUX_FIELDS;
+    const SELINUX;
     fn selinux_obj;
     {
-        "user" => dec_str(p, &mut t.user),
-        "role" => dec_str(p, &mut t.role),
-        "type" => dec_str(p, &mut t.type_),
-        "level" => dec_str(p, &mut t.level),
+        "user": Kind::Str => dec_str(p, &mut t.user),
+        "role": Kind::Str => dec_str(p, &mut t.role),
+        "type": Kind::Str => dec_str(p, &mut t.type_),
+        "level": Kind::Str => dec_str(p, &mut t.level),
     }
 }
 
 fields! {
     fn windows_field<'a>(p, t: WindowsOptions<'a>, ctx);
-    const WINDOWS_FIELDS;
+    const WINDOWS;
     fn windows_obj;
     {
-        "gmsaCredentialSpecName" => dec_opt_str(p, &mut t.gmsa_credential_spec_name),
-        "gmsaCredentialSpec" => dec_opt_str(p, &mut t.gmsa_credential_spec),
-        "runAsUserName" => dec_opt_str(p, &mut t.run_as_user_name),
-        "hostProcess" since 22 => dec_opt_bool(p, &mut t.host_process),
+        "gmsaCredentialSpecName": Kind::Str => dec_opt_str(p, &mut t.gmsa_credential_spec_name),
+        "gmsaCredentialSpec": Kind::Str => dec_opt_str(p, &mut t.gmsa_credential_spec),
+        "runAsUserName": Kind::Str => dec_opt_str(p, &mut t.run_as_user_name),
+        "hostProcess" since 22: Kind::Bool => dec_opt_bool(p, &mut t.host_process),
     }
 }
 
 fields! {
     fn profile_field<'a>(p, t: Profile<'a>, ctx);
-    const PROFILE_FIELDS;
+    const PROFILE;
     fn profile_obj;
     {
-        "type" => dec_str(p, &mut t.type_),
-        "localhostProfile" => dec_opt_str(p, &mut t.localhost_profile),
+        "type": Kind::Str => dec_str(p, &mut t.type_),
+        "localhostProfile": Kind::Str => dec_opt_str(p, &mut t.localhost_profile),
     }
 }
 
@@ -986,21 +938,6 @@ fn dec_int_or_str<'a>(p: &mut Parser<'a>, v: &mut IntOrStr<'a>) -> DResult<()> {
             dec_i32(p, &mut v.int_val)
         }
     }
-}
-
-fn quantity_error<T>(
-    text: &[u8],
-    error: super::quantity::QuantityError,
-    offset: usize,
-) -> DResult<T> {
-    Err(DecodeError {
-        kind: DecodeErrorKind::Quantity {
-            text: String::from_utf8_lossy(text).into_owned(),
-            error,
-        },
-        offset,
-        path: Vec::new(),
-    })
 }
 
 /// Quantity.UnmarshalJSON: parses the *raw* JSON text (quotes stripped, escapes not processed).
@@ -1058,7 +995,7 @@ fn dec_resource_list<'a>(
             Ok(())
         }
         b'{' => {
-            let map = m.get_or_insert_with(BTreeMap::new);
+            let map = m.get_or_insert_with(Vec::new);
             p.begin_object()?;
             let mut first = true;
             while let Some(key) = p.next_key(&mut first)? {
@@ -1066,8 +1003,13 @@ fn dec_resource_list<'a>(
                 if let Err(e) = dec_qty(p, &mut q, ctx) {
                     return Err(e.at(PathSeg::Key(String::from_utf8_lossy(&key).into_owned())));
                 }
-                map.insert(key, q);
+                map.push((key, q));
             }
+            // Sorted by name, the last value of a name winning (Go's map assignment): newest
+            // first, a stable sort, then the first of each name kept.
+            map.reverse();
+            map.sort_by(|a, b| a.0.cmp(&b.0));
+            map.dedup_by(|later, kept| later.0 == kept.0);
             Ok(())
         }
         _ => p.type_error("object"),
@@ -1076,11 +1018,17 @@ fn dec_resource_list<'a>(
 
 /// Decodes a v1.Container document as the given release's kubelet would.
 pub fn decode<'a>(src: &'a [u8], ctx: &Ctx) -> DResult<Container<'a>> {
-    let mut p = Parser::new(src);
     let mut c = Container::default();
+    decode_into(src, ctx, &mut c)?;
+    Ok(c)
+}
+
+/// [`decode`] into a default container the caller holds (the struct is large: not moved).
+pub fn decode_into<'a>(src: &'a [u8], ctx: &Ctx, c: &mut Container<'a>) -> DResult<()> {
+    let mut p = Parser::new(src);
     let r = (|| {
         match p.peek_value()? {
-            b'{' => container_obj(&mut p, &mut c, ctx)?,
+            b'{' => container_obj(&mut p, c, ctx)?,
             b'n' => {
                 p.literal()?;
             }
@@ -1089,7 +1037,7 @@ pub fn decode<'a>(src: &'a [u8], ctx: &Ctx) -> DResult<Container<'a>> {
         p.finish()
     })();
     match r {
-        Ok(()) => Ok(c),
+        Ok(()) => Ok(()),
         Err(e) if e.is_syntax() => Err(e),
         Err(e) => {
             // Go checks the whole document's syntax before decoding: a syntax error wins.
@@ -1099,46 +1047,86 @@ pub fn decode<'a>(src: &'a [u8], ctx: &Ctx) -> DResult<Container<'a>> {
     }
 }
 
+/// Era C: the container's name and image as [`decode`] would leave them, validating the rest of
+/// the document without building it ([`schema::check`] rejects exactly what [`decode`] rejects).
+/// On error, run [`decode`] for Go's error message.
+pub fn check_name_image(src: &[u8], minor: u32) -> DResult<(Str<'_>, Str<'_>)> {
+    const NAME: usize = CONTAINER.index_of("name");
+    const IMAGE: usize = CONTAINER.index_of("image");
+    let mut p = Parser::new(src);
+    let (mut name, mut image) = (Str::default(), Str::default());
+    match p.peek_value()? {
+        b'{' => schema::check_fields(&mut p, &CONTAINER, minor, |p, field| match field {
+            NAME => dec_str(p, &mut name).map(|()| true),
+            IMAGE => dec_str(p, &mut image).map(|()| true),
+            _ => Ok(false),
+        })?,
+        b'n' => {
+            p.literal()?;
+        }
+        _ => return p.type_error("object (v1.Container)"),
+    }
+    p.finish()?;
+    Ok((name, image))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Encoding (json.Marshal of the Go structs).
 
+/// `,"key":"` and a string value, without the comma for the first field of an object.
+macro_rules! key_str {
+    ($e:expr, $first:expr, $k:literal, $v:expr) => {
+        $e.string_after(
+            if std::mem::replace(&mut $first, false) {
+                frag!(concat!("\"", $k, "\":\"").as_bytes())
+            } else {
+                frag!(concat!(",\"", $k, "\":\"").as_bytes())
+            },
+            $v,
+        )
+    };
+}
+
+/// `,"key":`, without the comma for the first field of an object.
 macro_rules! key {
     ($e:expr, $first:expr, $k:literal) => {
-        $e.key(&mut $first, concat!("\"", $k, "\":").as_bytes())
+        $e.frag(if std::mem::replace(&mut $first, false) {
+            frag!(concat!("\"", $k, "\":").as_bytes())
+        } else {
+            frag!(concat!(",\"", $k, "\":").as_bytes())
+        })
     };
 }
 
 fn enc_str_slice(e: &mut Encoder, s: &[Str<'_>]) {
-    e.byte(b'[');
+    e.frag(frag!(b"["));
     for (i, v) in s.iter().enumerate() {
         if i > 0 {
-            e.byte(b',');
+            e.frag(frag!(b","));
         }
         e.string(v);
     }
-    e.byte(b']');
+    e.frag(frag!(b"]"));
 }
 
 fn enc_slice<T>(e: &mut Encoder, s: &[T], f: impl Fn(&mut Encoder, &T)) {
-    e.byte(b'[');
+    e.frag(frag!(b"["));
     for (i, v) in s.iter().enumerate() {
         if i > 0 {
-            e.byte(b',');
+            e.frag(frag!(b","));
         }
         f(e, v);
     }
-    e.byte(b']');
+    e.frag(frag!(b"]"));
 }
 
 /// Era A/B: the whole container; `without_resources` zeroes Resources (era B's second hash).
 pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: bool) {
     let mut f = true;
-    e.byte(b'{');
-    key!(e, f, "name");
-    e.string(&c.name);
+    e.frag(frag!(b"{"));
+    key_str!(e, f, "name", &c.name);
     if !c.image.is_empty() {
-        key!(e, f, "image");
-        e.string(&c.image);
+        key_str!(e, f, "image", &c.image);
     }
     if !c.command.is_empty() {
         key!(e, f, "command");
@@ -1149,8 +1137,7 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
         enc_str_slice(e, c.args.as_slice());
     }
     if !c.working_dir.is_empty() {
-        key!(e, f, "workingDir");
-        e.string(&c.working_dir);
+        key_str!(e, f, "workingDir", &c.working_dir);
     }
     if !c.ports.is_empty() {
         key!(e, f, "ports");
@@ -1166,23 +1153,20 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
     }
     key!(e, f, "resources");
     if without_resources {
-        e.raw(b"{}");
+        e.frag(frag!(b"{}"));
     } else {
         enc_resources(e, &c.resources);
     }
     if !c.resize_policy.is_empty() {
         key!(e, f, "resizePolicy");
         enc_slice(e, c.resize_policy.as_slice(), |e, r| {
-            e.raw(b"{\"resourceName\":");
-            e.string(&r.resource_name);
-            e.raw(b",\"restartPolicy\":");
-            e.string(&r.restart_policy);
-            e.byte(b'}');
+            e.string_after(frag!(b"{\"resourceName\":\""), &r.resource_name);
+            e.string_after(frag!(b",\"restartPolicy\":\""), &r.restart_policy);
+            e.frag(frag!(b"}"));
         });
     }
     if let Some(rp) = &c.restart_policy {
-        key!(e, f, "restartPolicy");
-        e.string(rp);
+        key_str!(e, f, "restartPolicy", rp);
     }
     if !c.restart_policy_rules.is_empty() {
         key!(e, f, "restartPolicyRules");
@@ -1195,11 +1179,9 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
     if !c.volume_devices.is_empty() {
         key!(e, f, "volumeDevices");
         enc_slice(e, c.volume_devices.as_slice(), |e, d| {
-            e.raw(b"{\"name\":");
-            e.string(&d.name);
-            e.raw(b",\"devicePath\":");
-            e.string(&d.device_path);
-            e.byte(b'}');
+            e.string_after(frag!(b"{\"name\":\""), &d.name);
+            e.string_after(frag!(b",\"devicePath\":\""), &d.device_path);
+            e.frag(frag!(b"}"));
         });
     }
     if let Some(p) = &c.liveness_probe {
@@ -1219,16 +1201,18 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
         enc_lifecycle(e, l);
     }
     if !c.termination_message_path.is_empty() {
-        key!(e, f, "terminationMessagePath");
-        e.string(&c.termination_message_path);
+        key_str!(e, f, "terminationMessagePath", &c.termination_message_path);
     }
     if !c.termination_message_policy.is_empty() {
-        key!(e, f, "terminationMessagePolicy");
-        e.string(&c.termination_message_policy);
+        key_str!(
+            e,
+            f,
+            "terminationMessagePolicy",
+            &c.termination_message_policy
+        );
     }
     if !c.image_pull_policy.is_empty() {
-        key!(e, f, "imagePullPolicy");
-        e.string(&c.image_pull_policy);
+        key_str!(e, f, "imagePullPolicy", &c.image_pull_policy);
     }
     if let Some(s) = &c.security_context {
         key!(e, f, "securityContext");
@@ -1236,34 +1220,33 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
     }
     if c.stdin {
         key!(e, f, "stdin");
-        e.raw(b"true");
+        e.frag(frag!(b"true"));
     }
     if c.stdin_once {
         key!(e, f, "stdinOnce");
-        e.raw(b"true");
+        e.frag(frag!(b"true"));
     }
     if c.tty {
         key!(e, f, "tty");
-        e.raw(b"true");
+        e.frag(frag!(b"true"));
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 /// Era C: `json.Marshal(map[string]string{"name":..,"image":..})` (keys sorted).
-pub fn encode_name_image(e: &mut Encoder, c: &Container<'_>) {
-    e.raw(b"{\"image\":");
-    e.string(&c.image);
-    e.raw(b",\"name\":");
-    e.string(&c.name);
-    e.byte(b'}');
+pub fn encode_name_image(e: &mut Encoder, name: &[u8], image: &[u8]) {
+    e.frag(frag!(b"{\"image\":\""));
+    e.string_body(image);
+    e.frag(frag!(b"\",\"name\":\""));
+    e.string_body(name);
+    e.frag(frag!(b"\"}"));
 }
 
 fn enc_port(e: &mut Encoder, p: &ContainerPort<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if !p.name.is_empty() {
-        key!(e, f, "name");
-        e.string(&p.name);
+        key_str!(e, f, "name", &p.name);
     }
     if p.host_port != 0 {
         key!(e, f, "hostPort");
@@ -1272,36 +1255,32 @@ fn enc_port(e: &mut Encoder, p: &ContainerPort<'_>) {
     key!(e, f, "containerPort");
     e.int(i64::from(p.container_port));
     if !p.protocol.is_empty() {
-        key!(e, f, "protocol");
-        e.string(&p.protocol);
+        key_str!(e, f, "protocol", &p.protocol);
     }
     if !p.host_ip.is_empty() {
-        key!(e, f, "hostIP");
-        e.string(&p.host_ip);
+        key_str!(e, f, "hostIP", &p.host_ip);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_optional_ref(e: &mut Encoder, r: &OptionalRef<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if !r.name.is_empty() {
-        key!(e, f, "name");
-        e.string(&r.name);
+        key_str!(e, f, "name", &r.name);
     }
     if let Some(o) = r.optional {
         key!(e, f, "optional");
         e.bool(o);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_env_from(e: &mut Encoder, s: &EnvFromSource<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if !s.prefix.is_empty() {
-        key!(e, f, "prefix");
-        e.string(&s.prefix);
+        key_str!(e, f, "prefix", &s.prefix);
     }
     if let Some(r) = &s.config_map_ref {
         key!(e, f, "configMapRef");
@@ -1311,61 +1290,52 @@ fn enc_env_from(e: &mut Encoder, s: &EnvFromSource<'_>) {
         key!(e, f, "secretRef");
         enc_optional_ref(e, r);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_key_selector(e: &mut Encoder, k: &KeySelector<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if !k.name.is_empty() {
-        key!(e, f, "name");
-        e.string(&k.name);
+        key_str!(e, f, "name", &k.name);
     }
-    key!(e, f, "key");
-    e.string(&k.key);
+    key_str!(e, f, "key", &k.key);
     if let Some(o) = k.optional {
         key!(e, f, "optional");
         e.bool(o);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 pub fn enc_env_var(e: &mut Encoder, v: &EnvVar<'_>) {
-    e.raw(b"{\"name\":");
-    e.string(&v.name);
+    e.string_after(frag!(b"{\"name\":\""), &v.name);
     if !v.value.is_empty() {
-        e.raw(b",\"value\":");
-        e.string(&v.value);
+        e.string_after(frag!(b",\"value\":\""), &v.value);
     }
     if let Some(src) = &v.value_from {
-        e.raw(b",\"valueFrom\":");
+        e.frag(frag!(b",\"valueFrom\":"));
         let mut f = true;
-        e.byte(b'{');
+        e.frag(frag!(b"{"));
         if let Some(r) = &src.field_ref {
             key!(e, f, "fieldRef");
             let mut g = true;
-            e.byte(b'{');
+            e.frag(frag!(b"{"));
             if !r.api_version.is_empty() {
-                key!(e, g, "apiVersion");
-                e.string(&r.api_version);
+                key_str!(e, g, "apiVersion", &r.api_version);
             }
-            key!(e, g, "fieldPath");
-            e.string(&r.field_path);
-            e.byte(b'}');
+            key_str!(e, g, "fieldPath", &r.field_path);
+            e.frag(frag!(b"}"));
         }
         if let Some(r) = &src.resource_field_ref {
             key!(e, f, "resourceFieldRef");
             let mut g = true;
-            e.byte(b'{');
+            e.frag(frag!(b"{"));
             if !r.container_name.is_empty() {
-                key!(e, g, "containerName");
-                e.string(&r.container_name);
+                key_str!(e, g, "containerName", &r.container_name);
             }
-            key!(e, g, "resource");
-            e.string(&r.resource);
-            key!(e, g, "divisor");
-            e.string(r.divisor.text());
-            e.byte(b'}');
+            key_str!(e, g, "resource", &r.resource);
+            key_str!(e, g, "divisor", r.divisor.text());
+            e.frag(frag!(b"}"));
         }
         if let Some(r) = &src.config_map_key_ref {
             key!(e, f, "configMapKeyRef");
@@ -1377,39 +1347,35 @@ pub fn enc_env_var(e: &mut Encoder, v: &EnvVar<'_>) {
         }
         if let Some(r) = &src.file_key_ref {
             key!(e, f, "fileKeyRef");
-            e.raw(b"{\"volumeName\":");
-            e.string(&r.volume_name);
-            e.raw(b",\"path\":");
-            e.string(&r.path);
-            e.raw(b",\"key\":");
-            e.string(&r.key);
+            e.string_after(frag!(b"{\"volumeName\":\""), &r.volume_name);
+            e.string_after(frag!(b",\"path\":\""), &r.path);
+            e.string_after(frag!(b",\"key\":\""), &r.key);
             if let Some(o) = r.optional {
-                e.raw(b",\"optional\":");
+                e.frag(frag!(b",\"optional\":"));
                 e.bool(o);
             }
-            e.byte(b'}');
+            e.frag(frag!(b"}"));
         }
-        e.byte(b'}');
+        e.frag(frag!(b"}"));
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_resource_list(e: &mut Encoder, m: &ResourceList<'_>) {
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     for (i, (k, q)) in m.iter().enumerate() {
         if i > 0 {
-            e.byte(b',');
+            e.frag(frag!(b","));
         }
         e.string(k);
-        e.byte(b':');
-        e.string(q.text());
+        e.string_after(frag!(b":\""), q.text());
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_resources(e: &mut Encoder, r: &ResourceRequirements<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if let Some(m) = r.limits.as_ref().filter(|m| !m.is_empty()) {
         key!(e, f, "limits");
         enc_resource_list(e, m);
@@ -1421,67 +1387,57 @@ fn enc_resources(e: &mut Encoder, r: &ResourceRequirements<'_>) {
     if !r.claims.is_empty() {
         key!(e, f, "claims");
         enc_slice(e, r.claims.as_slice(), |e, c| {
-            e.raw(b"{\"name\":");
-            e.string(&c.name);
+            e.string_after(frag!(b"{\"name\":\""), &c.name);
             if !c.request.is_empty() {
-                e.raw(b",\"request\":");
-                e.string(&c.request);
+                e.string_after(frag!(b",\"request\":\""), &c.request);
             }
-            e.byte(b'}');
+            e.frag(frag!(b"}"));
         });
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_restart_rule(e: &mut Encoder, r: &RestartRule<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if !r.action.is_empty() {
-        key!(e, f, "action");
-        e.string(&r.action);
+        key_str!(e, f, "action", &r.action);
     }
     if let Some(x) = &r.exit_codes {
         key!(e, f, "exitCodes");
         let mut g = true;
-        e.byte(b'{');
+        e.frag(frag!(b"{"));
         if !x.operator.is_empty() {
-            key!(e, g, "operator");
-            e.string(&x.operator);
+            key_str!(e, g, "operator", &x.operator);
         }
         if !x.values.is_empty() {
             key!(e, g, "values");
             enc_slice(e, x.values.as_slice(), |e, v| e.int(i64::from(*v)));
         }
-        e.byte(b'}');
+        e.frag(frag!(b"}"));
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_volume_mount(e: &mut Encoder, m: &VolumeMount<'_>) {
-    e.raw(b"{\"name\":");
-    e.string(&m.name);
+    e.string_after(frag!(b"{\"name\":\""), &m.name);
     if m.read_only {
-        e.raw(b",\"readOnly\":true");
+        e.frag(frag!(b",\"readOnly\":true"));
     }
     if let Some(r) = &m.recursive_read_only {
-        e.raw(b",\"recursiveReadOnly\":");
-        e.string(r);
+        e.string_after(frag!(b",\"recursiveReadOnly\":\""), r);
     }
-    e.raw(b",\"mountPath\":");
-    e.string(&m.mount_path);
+    e.string_after(frag!(b",\"mountPath\":\""), &m.mount_path);
     if !m.sub_path.is_empty() {
-        e.raw(b",\"subPath\":");
-        e.string(&m.sub_path);
+        e.string_after(frag!(b",\"subPath\":\""), &m.sub_path);
     }
     if let Some(p) = &m.mount_propagation {
-        e.raw(b",\"mountPropagation\":");
-        e.string(p);
+        e.string_after(frag!(b",\"mountPropagation\":\""), p);
     }
     if !m.sub_path_expr.is_empty() {
-        e.raw(b",\"subPathExpr\":");
-        e.string(&m.sub_path_expr);
+        e.string_after(frag!(b",\"subPathExpr\":\""), &m.sub_path_expr);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_int_or_str(e: &mut Encoder, v: &IntOrStr<'_>) {
@@ -1493,57 +1449,51 @@ fn enc_int_or_str(e: &mut Encoder, v: &IntOrStr<'_>) {
 }
 
 fn enc_exec(e: &mut Encoder, x: &ExecAction<'_>) {
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if !x.command.is_empty() {
-        e.raw(b"\"command\":");
+        e.frag(frag!(b"\"command\":"));
         enc_str_slice(e, x.command.as_slice());
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_http_get(e: &mut Encoder, h: &HttpGet<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if !h.path.is_empty() {
-        key!(e, f, "path");
-        e.string(&h.path);
+        key_str!(e, f, "path", &h.path);
     }
     key!(e, f, "port");
     enc_int_or_str(e, &h.port);
     if !h.host.is_empty() {
-        key!(e, f, "host");
-        e.string(&h.host);
+        key_str!(e, f, "host", &h.host);
     }
     if !h.scheme.is_empty() {
-        key!(e, f, "scheme");
-        e.string(&h.scheme);
+        key_str!(e, f, "scheme", &h.scheme);
     }
     if !h.http_headers.is_empty() {
         key!(e, f, "httpHeaders");
         enc_slice(e, h.http_headers.as_slice(), |e, hd| {
-            e.raw(b"{\"name\":");
-            e.string(&hd.name);
-            e.raw(b",\"value\":");
-            e.string(&hd.value);
-            e.byte(b'}');
+            e.string_after(frag!(b"{\"name\":\""), &hd.name);
+            e.string_after(frag!(b",\"value\":\""), &hd.value);
+            e.frag(frag!(b"}"));
         });
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_tcp_socket(e: &mut Encoder, t: &TcpSocket<'_>) {
-    e.raw(b"{\"port\":");
+    e.frag(frag!(b"{\"port\":"));
     enc_int_or_str(e, &t.port);
     if !t.host.is_empty() {
-        e.raw(b",\"host\":");
-        e.string(&t.host);
+        e.string_after(frag!(b",\"host\":\""), &t.host);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_probe(e: &mut Encoder, p: &Probe<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if let Some(x) = &p.exec {
         key!(e, f, "exec");
         enc_exec(e, x);
@@ -1558,38 +1508,45 @@ fn enc_probe(e: &mut Encoder, p: &Probe<'_>) {
     }
     if let Some(g) = &p.grpc {
         key!(e, f, "grpc");
-        e.raw(b"{\"port\":");
+        e.frag(frag!(b"{\"port\":"));
         e.int(i64::from(g.port));
-        e.raw(b",\"service\":");
+        e.frag(frag!(b",\"service\":"));
         match &g.service {
             Some(s) => e.string(s),
-            None => e.raw(b"null"),
+            None => e.frag(frag!(b"null")),
         }
-        e.byte(b'}');
+        e.frag(frag!(b"}"));
     }
-    let ints = [
-        (p.initial_delay_seconds, &b"\"initialDelaySeconds\":"[..]),
-        (p.timeout_seconds, b"\"timeoutSeconds\":"),
-        (p.period_seconds, b"\"periodSeconds\":"),
-        (p.success_threshold, b"\"successThreshold\":"),
-        (p.failure_threshold, b"\"failureThreshold\":"),
-    ];
-    for (v, k) in ints {
-        if v != 0 {
-            e.key(&mut f, k);
-            e.int(i64::from(v));
-        }
+    if p.initial_delay_seconds != 0 {
+        key!(e, f, "initialDelaySeconds");
+        e.int(i64::from(p.initial_delay_seconds));
+    }
+    if p.timeout_seconds != 0 {
+        key!(e, f, "timeoutSeconds");
+        e.int(i64::from(p.timeout_seconds));
+    }
+    if p.period_seconds != 0 {
+        key!(e, f, "periodSeconds");
+        e.int(i64::from(p.period_seconds));
+    }
+    if p.success_threshold != 0 {
+        key!(e, f, "successThreshold");
+        e.int(i64::from(p.success_threshold));
+    }
+    if p.failure_threshold != 0 {
+        key!(e, f, "failureThreshold");
+        e.int(i64::from(p.failure_threshold));
     }
     if let Some(t) = p.termination_grace_period_seconds {
         key!(e, f, "terminationGracePeriodSeconds");
         e.int(t);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_handler(e: &mut Encoder, h: &LifecycleHandler<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if let Some(x) = &h.exec {
         key!(e, f, "exec");
         enc_exec(e, x);
@@ -1604,16 +1561,16 @@ fn enc_handler(e: &mut Encoder, h: &LifecycleHandler<'_>) {
     }
     if let Some(s) = &h.sleep {
         key!(e, f, "sleep");
-        e.raw(b"{\"seconds\":");
+        e.frag(frag!(b"{\"seconds\":"));
         e.int(s.seconds);
-        e.byte(b'}');
+        e.frag(frag!(b"}"));
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_lifecycle(e: &mut Encoder, l: &Lifecycle<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if let Some(h) = &l.post_start {
         key!(e, f, "postStart");
         enc_handler(e, h);
@@ -1623,29 +1580,26 @@ fn enc_lifecycle(e: &mut Encoder, l: &Lifecycle<'_>) {
         enc_handler(e, h);
     }
     if let Some(s) = &l.stop_signal {
-        key!(e, f, "stopSignal");
-        e.string(s);
+        key_str!(e, f, "stopSignal", s);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_profile(e: &mut Encoder, p: &Profile<'_>) {
-    e.raw(b"{\"type\":");
-    e.string(&p.type_);
+    e.string_after(frag!(b"{\"type\":\""), &p.type_);
     if let Some(l) = &p.localhost_profile {
-        e.raw(b",\"localhostProfile\":");
-        e.string(l);
+        e.string_after(frag!(b",\"localhostProfile\":\""), l);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }
 
 fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
     let mut f = true;
-    e.byte(b'{');
+    e.frag(frag!(b"{"));
     if let Some(c) = &s.capabilities {
         key!(e, f, "capabilities");
         let mut g = true;
-        e.byte(b'{');
+        e.frag(frag!(b"{"));
         if !c.add.is_empty() {
             key!(e, g, "add");
             enc_str_slice(e, c.add.as_slice());
@@ -1654,7 +1608,7 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
             key!(e, g, "drop");
             enc_str_slice(e, c.drop.as_slice());
         }
-        e.byte(b'}');
+        e.frag(frag!(b"}"));
     }
     if let Some(v) = s.privileged {
         key!(e, f, "privileged");
@@ -1663,42 +1617,39 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
     if let Some(o) = &s.se_linux_options {
         key!(e, f, "seLinuxOptions");
         let mut g = true;
-        e.byte(b'{');
-        for (v, k) in [
-            (&o.user, &b"\"user\":"[..]),
-            (&o.role, b"\"role\":"),
-            (&o.type_, b"\"type\":"),
-            (&o.level, b"\"level\":"),
-        ] {
-            if !v.is_empty() {
-                e.key(&mut g, k);
-                e.string(v);
-            }
+        e.frag(frag!(b"{"));
+        if !o.user.is_empty() {
+            key_str!(e, g, "user", &o.user);
         }
-        e.byte(b'}');
+        if !o.role.is_empty() {
+            key_str!(e, g, "role", &o.role);
+        }
+        if !o.type_.is_empty() {
+            key_str!(e, g, "type", &o.type_);
+        }
+        if !o.level.is_empty() {
+            key_str!(e, g, "level", &o.level);
+        }
+        e.frag(frag!(b"}"));
     }
     if let Some(w) = &s.windows_options {
         key!(e, f, "windowsOptions");
         let mut g = true;
-        e.byte(b'{');
-        for (v, k) in [
-            (
-                &w.gmsa_credential_spec_name,
-                &b"\"gmsaCredentialSpecName\":"[..],
-            ),
-            (&w.gmsa_credential_spec, b"\"gmsaCredentialSpec\":"),
-            (&w.run_as_user_name, b"\"runAsUserName\":"),
-        ] {
-            if let Some(v) = v {
-                e.key(&mut g, k);
-                e.string(v);
-            }
+        e.frag(frag!(b"{"));
+        if let Some(v) = &w.gmsa_credential_spec_name {
+            key_str!(e, g, "gmsaCredentialSpecName", v);
+        }
+        if let Some(v) = &w.gmsa_credential_spec {
+            key_str!(e, g, "gmsaCredentialSpec", v);
+        }
+        if let Some(v) = &w.run_as_user_name {
+            key_str!(e, g, "runAsUserName", v);
         }
         if let Some(h) = w.host_process {
             key!(e, g, "hostProcess");
             e.bool(h);
         }
-        e.byte(b'}');
+        e.frag(frag!(b"}"));
     }
     if let Some(v) = s.run_as_user {
         key!(e, f, "runAsUser");
@@ -1708,22 +1659,20 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
         key!(e, f, "runAsGroup");
         e.int(v);
     }
-    for (v, k) in [
-        (s.run_as_non_root, &b"\"runAsNonRoot\":"[..]),
-        (s.read_only_root_filesystem, b"\"readOnlyRootFilesystem\":"),
-        (
-            s.allow_privilege_escalation,
-            b"\"allowPrivilegeEscalation\":",
-        ),
-    ] {
-        if let Some(v) = v {
-            e.key(&mut f, k);
-            e.bool(v);
-        }
+    if let Some(v) = s.run_as_non_root {
+        key!(e, f, "runAsNonRoot");
+        e.bool(v);
+    }
+    if let Some(v) = s.read_only_root_filesystem {
+        key!(e, f, "readOnlyRootFilesystem");
+        e.bool(v);
+    }
+    if let Some(v) = s.allow_privilege_escalation {
+        key!(e, f, "allowPrivilegeEscalation");
+        e.bool(v);
     }
     if let Some(v) = &s.proc_mount {
-        key!(e, f, "procMount");
-        e.string(v);
+        key_str!(e, f, "procMount", v);
     }
     if let Some(p) = &s.seccomp_profile {
         key!(e, f, "seccompProfile");
@@ -1733,5 +1682,5 @@ fn enc_security_context(e: &mut Encoder, s: &SecurityContext<'_>) {
         key!(e, f, "appArmorProfile");
         enc_profile(e, p);
     }
-    e.byte(b'}');
+    e.frag(frag!(b"}"));
 }

@@ -4,6 +4,7 @@
 //! escaped, invalid UTF-8 as `\ufffd`, `\n` `\r` `\t` short forms, other control characters as
 //! `\u00xx`. Go 1.22 also gave `\b` and `\f` short forms: [`GoJsonEscaping`] chooses which.
 
+use super::fnv::{Frag, SpewFnv};
 use super::json::utf8_len;
 
 /// Which Go release's `encoding/json` wrote the JSON that was hashed.
@@ -63,47 +64,78 @@ fn has_byte(w: u64, b: u8) -> u64 {
     v.wrapping_sub(ONES) & !v & HIGHS
 }
 
+/// A `&'static Frag` for a byte string literal, its hash step computed at compile time.
+macro_rules! frag {
+    ($bytes:expr) => {{
+        const F: $crate::hashing::fnv::Frag = $crate::hashing::fnv::Frag::new($bytes);
+        &F
+    }};
+}
+pub(crate) use frag;
+
+/// Go's `json.Marshal` output, fed straight into the kubelet's hash as it is produced (nothing
+/// is buffered), and also kept as bytes when they are wanted (`--explain`).
 pub struct Encoder {
-    pub out: Vec<u8>,
+    fnv: SpewFnv,
+    out: Option<Vec<u8>>,
     modern: bool,
 }
 
 impl Encoder {
-    pub fn new(escaping: GoJsonEscaping, capacity: usize) -> Self {
+    /// Only the hash is wanted.
+    pub fn hashing(escaping: GoJsonEscaping) -> Self {
         Encoder {
-            out: Vec::with_capacity(capacity),
+            fnv: SpewFnv::default(),
+            out: None,
             modern: escaping == GoJsonEscaping::Modern,
         }
     }
 
-    #[inline(always)]
-    pub fn raw(&mut self, b: &[u8]) {
-        self.out.extend_from_slice(b);
-    }
-
-    #[inline(always)]
-    pub fn byte(&mut self, b: u8) {
-        self.out.push(b);
-    }
-
-    /// `,"key":` (without the comma for the first field of an object).
-    #[inline(always)]
-    pub fn key(&mut self, first: &mut bool, quoted_key_colon: &[u8]) {
-        if !*first {
-            self.out.push(b',');
+    /// The bytes are wanted too.
+    pub fn recording(escaping: GoJsonEscaping, capacity: usize) -> Self {
+        Encoder {
+            out: Some(Vec::with_capacity(capacity)),
+            ..Encoder::hashing(escaping)
         }
-        *first = false;
-        self.out.extend_from_slice(quoted_key_colon);
+    }
+
+    /// The kubelet hash of everything written so far.
+    pub fn hash(&self) -> u32 {
+        self.fnv.finish()
+    }
+
+    /// The bytes written (empty unless [`Encoder::recording`]).
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.out.unwrap_or_default()
+    }
+
+    #[inline]
+    pub fn raw(&mut self, b: &[u8]) {
+        if b.is_empty() {
+            return;
+        }
+        self.fnv.write(b);
+        if let Some(out) = &mut self.out {
+            out.extend_from_slice(b);
+        }
+    }
+
+    /// Constant text (keys, punctuation, escapes): one hash step whatever its length.
+    #[inline]
+    pub fn frag(&mut self, f: &'static Frag) {
+        self.fnv.frag(f);
+        if let Some(out) = &mut self.out {
+            out.extend_from_slice(f.bytes);
+        }
     }
 
     pub fn bool(&mut self, v: bool) {
-        self.raw(if v { b"true" } else { b"false" });
+        self.frag(if v { frag!(b"true") } else { frag!(b"false") });
     }
 
     pub fn int(&mut self, v: i64) {
         let mut buf = [0u8; 20];
         let mut i = buf.len();
-        let neg = v < 0;
         let mut u = v.unsigned_abs();
         loop {
             i -= 1;
@@ -113,53 +145,70 @@ impl Encoder {
                 break;
             }
         }
-        if neg {
-            self.out.push(b'-');
+        if v < 0 {
+            i -= 1;
+            buf[i] = b'-';
         }
-        self.out.extend_from_slice(&buf[i..]);
+        self.raw(&buf[i..]);
     }
 
     /// A JSON string exactly as Go's encoder writes it.
     pub fn string(&mut self, s: &[u8]) {
-        self.out.reserve(s.len() + 2);
-        self.out.push(b'"');
+        self.string_after(frag!(b"\""), s);
+    }
+
+    /// Constant text ending in a string's opening quote (`,"key":"`), then the string: one hash
+    /// step for the key and the quote.
+    pub fn string_after(&mut self, prefix: &'static Frag, s: &[u8]) {
+        debug_assert!(prefix.bytes.ends_with(b"\""));
+        self.frag(prefix);
+        self.string_body(s);
+        self.frag(frag!(b"\""));
+    }
+
+    /// A string's escaped text without its quotes. Runs that need no escaping go from the
+    /// input straight into the hash.
+    pub fn string_body(&mut self, s: &[u8]) {
         let mut start = 0;
         let mut i = 0;
-        while i < s.len() {
-            // Skip runs of plain ASCII eight bytes at a time.
-            while let Some(chunk) = s.get(i..i + 8) {
-                let mut a = [0u8; 8];
-                a.copy_from_slice(chunk);
-                let w = u64::from_le_bytes(a);
-                let special = (w & HIGHS)
-                    | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS)
-                    | has_byte(w, b'"')
-                    | has_byte(w, b'\\')
-                    | has_byte(w, b'<')
-                    | has_byte(w, b'>')
-                    | has_byte(w, b'&');
-                if special != 0 {
-                    // The lowest flagged byte is exact: jump straight to it.
-                    i += (special.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                i += 8;
-            }
-            let Some(&c) = s.get(i) else { break };
+        while let Some(&c) = s.get(i) {
             if c < 0x80 {
                 if !ESCAPE[c as usize] {
+                    // Plain ASCII: skip the rest of the run eight bytes at a time.
                     i += 1;
+                    while let Some(chunk) = s.get(i..i + 8) {
+                        let mut a = [0u8; 8];
+                        a.copy_from_slice(chunk);
+                        let w = u64::from_le_bytes(a);
+                        let special = (w & HIGHS)
+                            | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS)
+                            | has_byte(w, b'"')
+                            | has_byte(w, b'\\')
+                            | has_byte(w, b'<')
+                            | has_byte(w, b'>')
+                            | has_byte(w, b'&');
+                        if special != 0 {
+                            // The lowest flagged byte is exact: jump straight to it.
+                            i += (special.trailing_zeros() / 8) as usize;
+                            break;
+                        }
+                        i += 8;
+                    }
                     continue;
                 }
-                self.out.extend_from_slice(&s[start..i]);
+                self.raw(&s[start..i]);
                 match c {
-                    b'"' | b'\\' => self.out.extend_from_slice(&[b'\\', c]),
-                    b'\n' => self.out.extend_from_slice(b"\\n"),
-                    b'\r' => self.out.extend_from_slice(b"\\r"),
-                    b'\t' => self.out.extend_from_slice(b"\\t"),
-                    0x08 if self.modern => self.out.extend_from_slice(b"\\b"),
-                    0x0c if self.modern => self.out.extend_from_slice(b"\\f"),
-                    _ => self.out.extend_from_slice(&[
+                    b'"' => self.frag(frag!(b"\\\"")),
+                    b'\\' => self.frag(frag!(b"\\\\")),
+                    b'\n' => self.frag(frag!(b"\\n")),
+                    b'\r' => self.frag(frag!(b"\\r")),
+                    b'\t' => self.frag(frag!(b"\\t")),
+                    b'<' => self.frag(frag!(b"\\u003c")),
+                    b'>' => self.frag(frag!(b"\\u003e")),
+                    b'&' => self.frag(frag!(b"\\u0026")),
+                    0x08 if self.modern => self.frag(frag!(b"\\b")),
+                    0x0c if self.modern => self.frag(frag!(b"\\f")),
+                    _ => self.raw(&[
                         b'\\',
                         b'u',
                         b'0',
@@ -174,19 +223,19 @@ impl Encoder {
             }
             match utf8_len(&s[i..]) {
                 None => {
-                    self.out.extend_from_slice(&s[start..i]);
-                    self.out.extend_from_slice(b"\\ufffd");
+                    self.raw(&s[start..i]);
+                    self.frag(frag!(b"\\ufffd"));
                     i += 1;
                     start = i;
                 }
                 Some(3)
                     if c == 0xe2 && s[i + 1] == 0x80 && (s[i + 2] == 0xa8 || s[i + 2] == 0xa9) =>
                 {
-                    self.out.extend_from_slice(&s[start..i]);
-                    self.out.extend_from_slice(if s[i + 2] == 0xa8 {
-                        b"\\u2028"
+                    self.raw(&s[start..i]);
+                    self.frag(if s[i + 2] == 0xa8 {
+                        frag!(b"\\u2028")
                     } else {
-                        b"\\u2029"
+                        frag!(b"\\u2029")
                     });
                     i += 3;
                     start = i;
@@ -194,16 +243,15 @@ impl Encoder {
                 Some(n) => i += n,
             }
         }
-        self.out.extend_from_slice(&s[start..]);
-        self.out.push(b'"');
+        self.raw(&s[start..]);
     }
 }
 
 /// Go-escaped JSON string of `s` (convenience for tests and small callers).
 pub fn go_json_string(s: &[u8], escaping: GoJsonEscaping) -> Vec<u8> {
-    let mut e = Encoder::new(escaping, s.len() + 2);
+    let mut e = Encoder::recording(escaping, s.len() + 2);
     e.string(s);
-    e.out
+    e.into_bytes()
 }
 
 #[cfg(test)]

@@ -1,23 +1,28 @@
 //! The kubelet's hash primitive: FNV-1a 32 over go-spew's `%#v` rendering of a `[]byte`, i.e.
 //! over the text `([]uint8)[` + the bytes as decimal numbers separated by single spaces + `]`.
 //!
-//! Speed (decision): the spew text is never built. FNV-1a's low 8 bits evolve independently of
-//! the high bits (XOR with a byte and multiplication mod 2^8 only look at the low 8 bits), so
-//! for each input byte `v` the whole step "feed ` ` and the decimal digits of `v`" is
-//! `h' = h * P[v] + K[v][h mod 256]`, and the next low byte is `L[v][h mod 256]`. Two small
-//! independent dependency chains replace 3–4 serial multiply steps per byte; the tables are
-//! derived once from the definition and checked against the naive form in tests.
-
-use std::sync::OnceLock;
+//! Speed (decision): the spew text is never built. Every character fed per input byte (a space
+//! and decimal digits) is below 0x40, so `h ^ c` differs from `h` by an amount that depends only
+//! on the low 6 bits of `h`, and those low 6 bits evolve on their own (multiplication and XOR
+//! carry only upwards). So for each input byte `v` the whole step "feed ` ` and the decimal digits
+//! of `v`" is `h' = h * P[v] + K[v][h mod 64]`, and the next low 6 bits are `L[v][h mod 64]`. The
+//! only serial dependency left is one small table load per byte (the `L` chain); the
+//! multiply-adds are combined two bytes at a time so they stay off that chain. The tables are
+//! derived from the definition at compile time and checked against the naive form in tests.
+//!
+//! The same holds for any fixed byte string: [`Frag`] precomputes, at compile time, its whole
+//! effect as one multiply-add, so the constant parts of the encoded JSON (keys, punctuation,
+//! escapes) cost one step instead of one serial step per byte.
 
 const OFFSET: u32 = 0x811c_9dc5;
 const PRIME: u32 = 0x0100_0193;
 
 #[inline(always)]
-fn step(h: u32, b: u8) -> u32 {
-    (h ^ u32::from(b)).wrapping_mul(PRIME)
+const fn step(h: u32, b: u8) -> u32 {
+    (h ^ b as u32).wrapping_mul(PRIME)
 }
 
+#[inline(always)]
 const fn steps(mut h: u32, s: &[u8]) -> u32 {
     let mut i = 0;
     while i < s.len() {
@@ -29,6 +34,68 @@ const fn steps(mut h: u32, s: &[u8]) -> u32 {
 
 /// State after the constant prefix `([]uint8)[`.
 const PREFIX_STATE: u32 = steps(OFFSET, b"([]uint8)[");
+
+/// State after feeding the spew text of `bytes`, each preceded by a space, from state `h`.
+const fn spaced_steps(mut h: u32, bytes: &[u8]) -> u32 {
+    let mut i = 0;
+    while i < bytes.len() {
+        let v = bytes[i];
+        h = step(h, b' ');
+        if v >= 100 {
+            h = step(h, b'0' + v / 100);
+        }
+        if v >= 10 {
+            h = step(h, b'0' + (v / 10) % 10);
+        }
+        h = step(h, b'0' + v % 10);
+        i += 1;
+    }
+    h
+}
+
+/// `PRIME` to the number of characters [`spaced_steps`] feeds for `bytes`.
+const fn spaced_power(bytes: &[u8]) -> u32 {
+    let mut p = 1u32;
+    let mut i = 0;
+    while i < bytes.len() {
+        // One step for the space, one per decimal digit.
+        let digits = if bytes[i] >= 100 {
+            3
+        } else if bytes[i] >= 10 {
+            2
+        } else {
+            1
+        };
+        let mut d = 0;
+        while d <= digits {
+            p = p.wrapping_mul(PRIME);
+            d += 1;
+        }
+        i += 1;
+    }
+    p
+}
+
+/// A constant byte string with its effect on the hash precomputed: from any state `h` that is
+/// not the start of the slice, feeding it gives `h * p + k[h mod 64]`.
+pub struct Frag {
+    pub bytes: &'static [u8],
+    p: u32,
+    k: [u32; 64],
+}
+
+impl Frag {
+    pub const fn new(bytes: &'static [u8]) -> Frag {
+        let p = spaced_power(bytes);
+        let mut k = [0u32; 64];
+        let mut l = 0;
+        while l < 64 {
+            k[l as usize] = spaced_steps(l, bytes).wrapping_sub(l.wrapping_mul(p));
+            l += 1;
+        }
+        Frag { bytes, p, k }
+    }
+}
 
 /// Decimal text of a byte (no allocation).
 fn decimal(v: u8, buf: &mut [u8; 3]) -> &[u8] {
@@ -48,52 +115,114 @@ fn decimal(v: u8, buf: &mut [u8; 3]) -> &[u8] {
 }
 
 struct Tables {
-    /// Indexed by `v << 8 | low`.
-    k: Box<[u32; 65536]>,
-    l: Box<[u8; 65536]>,
+    /// `low[v][l]`: the low 6 bits after byte `v` from low bits `l`. Rows are 256 wide although
+    /// only 64 entries are used, so that indexing with the previous `u8` needs no mask and no
+    /// bounds check on the serial chain (the unused entries are never touched).
+    low: [[u8; 256]; 256],
+    k: [[u32; 64]; 256],
     p: [u32; 256],
 }
 
-fn tables() -> &'static Tables {
-    static T: OnceLock<Tables> = OnceLock::new();
-    T.get_or_init(|| {
-        let mut k = Box::new([0u32; 65536]);
-        let mut l = Box::new([0u8; 65536]);
-        let mut p = [0u32; 256];
-        for v in 0..=255u8 {
-            let mut buf = [0u8; 3];
-            let digits = decimal(v, &mut buf);
-            let mut pw = PRIME; // the leading space
-            for _ in digits {
-                pw = pw.wrapping_mul(PRIME);
-            }
-            p[usize::from(v)] = pw;
-            for low in 0..256u32 {
-                let g = steps(step(low, b' '), digits);
-                let idx = usize::from(v) << 8 | low as usize;
-                k[idx] = g.wrapping_sub(low.wrapping_mul(pw));
-                l[idx] = (g & 0xff) as u8;
-            }
+/// Computed at compile time: every byte is a one-byte [`Frag`].
+static TABLES: Tables = {
+    let mut t = Tables {
+        low: [[0; 256]; 256],
+        k: [[0; 64]; 256],
+        p: [0; 256],
+    };
+    let mut v = 0;
+    while v < 256 {
+        let byte = [v as u8];
+        t.p[v] = spaced_power(&byte);
+        let mut l = 0;
+        while l < 64 {
+            let g = spaced_steps(l as u32, &byte);
+            t.k[v][l] = g.wrapping_sub((l as u32).wrapping_mul(t.p[v]));
+            t.low[v][l] = (g & 63) as u8;
+            l += 1;
         }
-        Tables { k, l, p }
-    })
+        v += 1;
+    }
+    t
+};
+
+/// FNV-1a 32 of the go-spew dump of a `[]byte` fed in pieces (no text is built).
+#[derive(Debug, Clone, Copy)]
+pub struct SpewFnv {
+    h: u32,
+    empty: bool,
+}
+
+impl Default for SpewFnv {
+    fn default() -> Self {
+        SpewFnv {
+            h: PREFIX_STATE,
+            empty: true,
+        }
+    }
+}
+
+impl SpewFnv {
+    /// Appends bytes to the hashed slice.
+    #[inline]
+    pub fn write(&mut self, data: &[u8]) {
+        let mut data = data;
+        if self.empty {
+            let Some((&first, rest)) = data.split_first() else {
+                return;
+            };
+            // The first byte has no leading space.
+            let mut buf = [0u8; 3];
+            self.h = steps(self.h, decimal(first, &mut buf));
+            self.empty = false;
+            data = rest;
+        }
+        let (k, low, p) = (&TABLES.k, &TABLES.low, &TABLES.p);
+        let mut h = self.h;
+        let mut l = (h & 63) as u8;
+        let mut pairs = data.chunks_exact(2);
+        for pair in &mut pairs {
+            let (a, b) = (usize::from(pair[0]), usize::from(pair[1]));
+            let ka = k[a][usize::from(l) & 63];
+            let mid = low[a][usize::from(l)];
+            let kb = k[b][usize::from(mid) & 63];
+            l = low[b][usize::from(mid)];
+            // h*Pa*Pb + (Ka*Pb + Kb): one multiply-add on the chain per two bytes.
+            let pb = p[b];
+            h = h
+                .wrapping_mul(p[a].wrapping_mul(pb))
+                .wrapping_add(ka.wrapping_mul(pb).wrapping_add(kb));
+        }
+        if let [v] = *pairs.remainder() {
+            let v = usize::from(v);
+            h = h.wrapping_mul(p[v]).wrapping_add(k[v][usize::from(l) & 63]);
+        }
+        self.h = h;
+    }
+
+    /// Appends a constant fragment: one multiply-add however long it is.
+    #[inline]
+    pub fn frag(&mut self, f: &Frag) {
+        if self.empty {
+            self.write(f.bytes);
+        } else {
+            self.h = self
+                .h
+                .wrapping_mul(f.p)
+                .wrapping_add(f.k[(self.h & 63) as usize]);
+        }
+    }
+
+    pub fn finish(&self) -> u32 {
+        step(self.h, b']')
+    }
 }
 
 /// FNV-1a 32 of the go-spew dump of `data` as a `[]byte` (what `DeepHashObject` computes).
 pub fn spew_fnv32a(data: &[u8]) -> u32 {
-    let mut h = PREFIX_STATE;
-    if let Some((&first, rest)) = data.split_first() {
-        let mut buf = [0u8; 3];
-        h = steps(h, decimal(first, &mut buf));
-        let t = tables();
-        let mut low = (h & 0xff) as usize;
-        for &b in rest {
-            let idx = (usize::from(b) << 8 | low) & 0xffff;
-            h = h.wrapping_mul(t.p[usize::from(b)]).wrapping_add(t.k[idx]);
-            low = usize::from(t.l[idx]);
-        }
-    }
-    step(h, b']')
+    let mut f = SpewFnv::default();
+    f.write(data);
+    f.finish()
 }
 
 /// The same, computed naively from the spew text (reference for tests).
@@ -136,6 +265,37 @@ mod tests {
                 spew_fnv32a_naive(&data[..n]),
                 "len {n}"
             );
+        }
+    }
+
+    #[test]
+    fn fragments_equal_bytes() {
+        const F: Frag = Frag::new(b",\"terminationMessagePath\":\xff\x00\x09\x63");
+        const ONE: Frag = Frag::new(b"}");
+        for start in [&b""[..], b"{", b"x\x80", b"{\"name\":\"abcdefgh\""] {
+            let mut direct = SpewFnv::default();
+            let mut fragged = SpewFnv::default();
+            for f in [&F, &ONE, &F] {
+                direct.write(start);
+                direct.write(f.bytes);
+                fragged.write(start);
+                fragged.frag(f);
+            }
+            assert_eq!(direct.finish(), fragged.finish(), "{start:?}");
+        }
+    }
+
+    #[test]
+    fn pieces_equal_whole() {
+        let data: Vec<u8> = (0..=255u8).chain((0..=255u8).rev()).collect();
+        for split in [0, 1, 2, 3, 7, 100, 511, 512] {
+            for second in [0, 1, 2, 5] {
+                let mut f = SpewFnv::default();
+                f.write(&data[..split]);
+                f.write(&data[split..(split + second).min(data.len())]);
+                f.write(&data[(split + second).min(data.len())..]);
+                assert_eq!(f.finish(), spew_fnv32a_naive(&data), "{split}+{second}");
+            }
         }
     }
 }

@@ -57,7 +57,7 @@ impl DecodeError {
     }
 
     /// Prepends a path step while the error unwinds through the schema.
-    pub fn at(mut self, seg: PathSeg) -> Self {
+    pub fn at(mut self: Box<Self>, seg: PathSeg) -> Box<Self> {
         self.path.push(seg);
         self
     }
@@ -113,7 +113,8 @@ impl fmt::Display for DecodeError {
     }
 }
 
-pub type DResult<T> = Result<T, DecodeError>;
+/// Boxed so that a `DResult` is small enough to be returned in registers on the hot path.
+pub type DResult<T> = Result<T, Box<DecodeError>>;
 
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
@@ -151,11 +152,11 @@ impl<'a> Parser<'a> {
     }
 
     fn syntax<T>(&self, msg: impl Into<String>) -> DResult<T> {
-        Err(DecodeError {
+        Err(Box::new(DecodeError {
             kind: DecodeErrorKind::Syntax(msg.into()),
             offset: self.pos,
             path: Vec::new(),
-        })
+        }))
     }
 
     fn unexpected<T>(&self, context: &str) -> DResult<T> {
@@ -175,14 +176,14 @@ impl<'a> Parser<'a> {
             Some(b'n') => "null",
             _ => "a number",
         };
-        Err(DecodeError {
+        Err(Box::new(DecodeError {
             kind: DecodeErrorKind::Type {
                 found: found.to_owned(),
                 expected,
             },
             offset: self.pos,
             path: Vec::new(),
-        })
+        }))
     }
 
     pub fn number_type_error<T>(
@@ -191,25 +192,28 @@ impl<'a> Parser<'a> {
         expected: &'static str,
         offset: usize,
     ) -> DResult<T> {
-        Err(DecodeError {
+        Err(Box::new(DecodeError {
             kind: DecodeErrorKind::Type {
                 found: format!("number {}", String::from_utf8_lossy(literal)),
                 expected,
             },
             offset,
             path: Vec::new(),
-        })
+        }))
     }
 
     #[inline(always)]
     pub fn ws(&mut self) {
-        while let Some(&c) = self.src.get(self.pos) {
+        // A local position: the compiler cannot keep `self.pos` in a register across the loads.
+        let mut p = self.pos;
+        while let Some(&c) = self.src.get(p) {
             if c == b' ' || c == b'\n' || c == b'\r' || c == b'\t' {
-                self.pos += 1;
+                p += 1;
             } else {
                 break;
             }
         }
+        self.pos = p;
     }
 
     /// Skips whitespace and returns the first byte of the next value (not consumed).
@@ -246,41 +250,80 @@ impl<'a> Parser<'a> {
     }
 
     /// The next key of an object (decoded), positioned at its value; `None` at `}`.
-    #[inline]
+    #[inline(always)]
     pub fn next_key(&mut self, first: &mut bool) -> DResult<Option<Cow<'a, [u8]>>> {
+        if !self.key_start(first)? {
+            return Ok(None);
+        }
+        let key = self.string()?;
+        self.colon()?;
+        Ok(Some(key))
+    }
+
+    /// [`Parser::next_key`] handing the decoded key to `f` (no `Cow` is built for the usual
+    /// plain key): struct decoding looks the key up and keeps only the field.
+    #[inline(always)]
+    pub fn next_key_with<T>(
+        &mut self,
+        first: &mut bool,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> DResult<Option<T>> {
+        if !self.key_start(first)? {
+            return Ok(None);
+        }
+        let sc = self.scan_string()?;
+        let t = if sc.escaped || sc.non_ascii {
+            f(&self.decoded(&sc))
+        } else {
+            f(&self.src[sc.start..sc.end])
+        };
+        self.colon()?;
+        Ok(Some(t))
+    }
+
+    /// [`Parser::next_key`] for keys whose text does not matter (still validated).
+    #[inline]
+    pub fn next_key_raw(&mut self, first: &mut bool) -> DResult<Option<()>> {
+        if !self.key_start(first)? {
+            return Ok(None);
+        }
+        self.scan_string()?;
+        self.colon()?;
+        Ok(Some(()))
+    }
+
+    /// Moves past `,` to the opening quote of the next key; false (and consumed) at `}`.
+    #[inline(always)]
+    fn key_start(&mut self, first: &mut bool) -> DResult<bool> {
         self.ws();
         let c = self.src.get(self.pos).copied();
+        if c == Some(b'}') {
+            self.pos += 1;
+            self.depth -= 1;
+            return Ok(false);
+        }
         if *first {
             *first = false;
-            if c == Some(b'}') {
-                self.pos += 1;
-                self.depth -= 1;
-                return Ok(None);
-            }
+        } else if c == Some(b',') {
+            self.pos += 1;
+            self.ws();
         } else {
-            match c {
-                Some(b',') => {
-                    self.pos += 1;
-                    self.ws();
-                }
-                Some(b'}') => {
-                    self.pos += 1;
-                    self.depth -= 1;
-                    return Ok(None);
-                }
-                _ => return self.unexpected("after object key:value pair"),
-            }
+            return self.unexpected("after object key:value pair");
         }
         if self.src.get(self.pos) != Some(&b'"') {
             return self.unexpected("looking for beginning of object key string");
         }
-        let key = self.string()?;
+        Ok(true)
+    }
+
+    #[inline(always)]
+    fn colon(&mut self) -> DResult<()> {
         self.ws();
         if self.src.get(self.pos) != Some(&b':') {
             return self.unexpected("after object key");
         }
         self.pos += 1;
-        Ok(Some(key))
+        Ok(())
     }
 
     /// Consumes `[`; then call [`Parser::next_elem`] until it returns false.
@@ -289,7 +332,7 @@ impl<'a> Parser<'a> {
         self.enter()
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn next_elem(&mut self, first: &mut bool) -> DResult<bool> {
         self.ws();
         let c = self.src.get(self.pos).copied();
@@ -386,14 +429,68 @@ impl<'a> Parser<'a> {
         Ok(&s[start..p])
     }
 
+    /// A JSON integer for a Go int of the given range; `None` for null.
+    pub fn int(&mut self, min: i64, max: i64, ty: &'static str) -> DResult<Option<i64>> {
+        match self.peek_value()? {
+            b'-' | b'0'..=b'9' => {
+                let at = self.pos;
+                let lit = self.number()?;
+                match parse_int(lit) {
+                    Some(v) if v >= min && v <= max => Ok(Some(v)),
+                    _ => self.number_type_error(lit, ty, at),
+                }
+            }
+            b'n' => {
+                self.literal()?;
+                Ok(None)
+            }
+            _ => self.type_error(ty),
+        }
+    }
+
     /// Scans a string starting at its opening quote; validates escapes.
-    #[inline]
+    #[inline(always)]
     fn scan_string(&mut self) -> DResult<StrScan> {
         let s = self.src;
         let start = self.pos + 1;
         let mut p = start;
-        let mut escaped = false;
         let mut high: u64 = 0;
+        // Fast path, for strings without escapes: eight bytes at a time until the first quote,
+        // backslash or control byte. The lowest flagged byte of the masks is exact (borrows only
+        // propagate upwards), so when it is in the quote mask it is the closing quote.
+        while let Some(chunk) = s.get(p..p + 8) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(chunk);
+            let w = u64::from_le_bytes(w);
+            let quote = has_zero_byte(w ^ (ONES * u64::from(b'"')));
+            let special = quote
+                | has_zero_byte(w ^ (ONES * u64::from(b'\\')))
+                | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS);
+            if special != 0 {
+                let first = special & special.wrapping_neg();
+                if first & quote == 0 {
+                    break;
+                }
+                let end = p + (first.trailing_zeros() / 8) as usize;
+                self.pos = end + 1;
+                return Ok(StrScan {
+                    start,
+                    end,
+                    escaped: false,
+                    non_ascii: (high | (w & (first - 1))) & HIGHS != 0,
+                });
+            }
+            high |= w;
+            p += 8;
+        }
+        self.scan_string_rest(start, p, high)
+    }
+
+    /// The rest of [`Parser::scan_string`] from `p` (escapes, errors, the last bytes).
+    #[inline(never)]
+    fn scan_string_rest(&mut self, start: usize, mut p: usize, mut high: u64) -> DResult<StrScan> {
+        let s = self.src;
+        let mut escaped = false;
         loop {
             // Eight bytes at a time; the lowest flagged byte of the masks is exactly the first
             // quote, backslash or control byte (borrows only propagate upwards).
@@ -463,14 +560,21 @@ impl<'a> Parser<'a> {
     }
 
     /// Consumes a string and returns its decoded bytes (always valid UTF-8).
-    #[inline]
+    #[inline(always)]
     pub fn string(&mut self) -> DResult<Cow<'a, [u8]>> {
         let sc = self.scan_string()?;
+        Ok(self.decoded(&sc))
+    }
+
+    /// A scanned string's decoded bytes: borrowed unless Go's decoding changes them.
+    #[inline(always)]
+    fn decoded(&self, sc: &StrScan) -> Cow<'a, [u8]> {
         let raw = &self.src[sc.start..sc.end];
         if !sc.escaped && (!sc.non_ascii || std::str::from_utf8(raw).is_ok()) {
-            return Ok(Cow::Borrowed(raw));
+            Cow::Borrowed(raw)
+        } else {
+            Cow::Owned(unquote(raw))
         }
-        Ok(Cow::Owned(unquote(raw)))
     }
 
     /// Skips one value of any type, validating it (iteratively, depth-limited).
@@ -566,6 +670,18 @@ pub fn validate(src: &[u8]) -> DResult<()> {
     let mut p = Parser::new(src);
     p.skip_value()?;
     p.finish()
+}
+
+/// A quantity apimachinery refuses, found at `offset`.
+pub fn quantity_error<T>(text: &[u8], error: QuantityError, offset: usize) -> DResult<T> {
+    Err(Box::new(DecodeError {
+        kind: DecodeErrorKind::Quantity {
+            text: String::from_utf8_lossy(text).into_owned(),
+            error,
+        },
+        offset,
+        path: Vec::new(),
+    }))
 }
 
 fn describe_byte(c: u8) -> String {

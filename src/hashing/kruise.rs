@@ -14,8 +14,7 @@ use std::collections::BTreeMap;
 
 use super::HashError;
 use super::container::{self, Ctx, Str};
-use super::encode::{Encoder, GoJsonEscaping};
-use super::fnv::spew_fnv32a;
+use super::encode::{Encoder, GoJsonEscaping, frag};
 use super::version::NEWEST_KNOWN_MINOR;
 
 /// Env var names kruise never counts.
@@ -71,26 +70,26 @@ pub fn extracted_env_from_metadata_hash(
     }
     // Stable sort by name, bytewise like Go's string comparison.
     envs.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut e = Encoder::new(GoJsonEscaping::Modern, 64);
+    let mut e = Encoder::hashing(GoJsonEscaping::Modern);
     if envs.is_empty() {
-        e.raw(b"null");
+        e.frag(frag!(b"null"));
     } else {
-        e.byte(b'[');
+        e.frag(frag!(b"["));
         for (i, (name, value)) in envs.iter().enumerate() {
             if i > 0 {
-                e.byte(b',');
+                e.frag(frag!(b","));
             }
-            e.raw(b"{\"name\":");
+            e.frag(frag!(b"{\"name\":"));
             e.string(name);
             if !value.is_empty() {
-                e.raw(b",\"value\":");
+                e.frag(frag!(b",\"value\":"));
                 e.string(value);
             }
-            e.byte(b'}');
+            e.frag(frag!(b"}"));
         }
-        e.byte(b']');
+        e.frag(frag!(b"]"));
     }
-    Ok(u64::from(spew_fnv32a(&e.out)))
+    Ok(u64::from(e.hash()))
 }
 
 #[cfg(test)]

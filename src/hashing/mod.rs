@@ -8,9 +8,11 @@
 //! - Eras A (1.16–1.26) and B (1.27–1.30) hash `json.Marshal(container)` *after the kubelet has
 //!   decoded the pod with its own Go structs*, so this module reproduces Go's decoding
 //!   ([`json`], [`container`]) and encoding ([`encode`], [`quantity`]) exactly, per release.
-//!   Era C (1.31+) hashes `{"image":..,"name":..}` but still decodes (and so rejects) the whole
-//!   container like Go.
-//! - The digest is FNV-1a 32 over the go-spew dump of the JSON bytes ([`fnv`]).
+//!   Era C (1.31+) hashes `{"image":..,"name":..}` but still rejects what Go's decoder rejects
+//!   anywhere in the container: it validates with a schema walk that builds nothing
+//!   ([`schema`]), and runs the decoder only to report an error.
+//! - The digest is FNV-1a 32 over the go-spew dump of the JSON bytes ([`fnv`]), fed by the
+//!   encoder as it writes (no output buffer unless `--explain` wants the bytes).
 //! - Input Go would reject is an error here too ([`HashError`]).
 //!
 //! Decisions:
@@ -31,6 +33,7 @@ mod kruise;
 #[cfg(test)]
 mod proptests;
 pub mod quantity;
+mod schema;
 mod version;
 
 pub use detect::{ReleaseMatch, StoredHashes, detect_writers, would_restart, would_restart_with};
@@ -68,8 +71,9 @@ pub enum HashError {
     },
 }
 
-impl From<DecodeError> for HashError {
-    fn from(e: DecodeError) -> Self {
+impl From<Box<DecodeError>> for HashError {
+    fn from(e: Box<DecodeError>) -> Self {
+        let e = *e;
         let path = match e.path_string() {
             p if p.is_empty() => "the top level".to_owned(),
             p => p,
@@ -136,6 +140,26 @@ fn ctx_for(version: &KubeletVersion, need_output: bool) -> Ctx {
     }
 }
 
+/// Encodes era C's payload `{"image":..,"name":..}`, the rest of the container validated as Go
+/// does.
+fn encode_era_c(
+    enc: &mut Encoder,
+    container_json: &[u8],
+    version: &KubeletVersion,
+) -> Result<(), HashError> {
+    let ctx = ctx_for(version, false);
+    let (name, image) = match container::check_name_image(container_json, ctx.minor) {
+        Ok(name_image) => name_image,
+        // The full decoder rejects the same inputs and says why as Go would.
+        Err(_) => {
+            let c = container::decode(container_json, &ctx)?;
+            (c.name, c.image)
+        }
+    };
+    container::encode_name_image(enc, &name, &image);
+    Ok(())
+}
+
 /// Computes the hash(es) `version`'s kubelet writes for this container JSON.
 pub fn hash_container(
     container_json: &[u8],
@@ -146,31 +170,28 @@ pub fn hash_container(
         .escaping
         .unwrap_or_else(|| version.default_escaping());
     let era = version.era();
-    let c = container::decode(container_json, &ctx_for(version, era != Era::C))?;
-    let mut enc = Encoder::new(escaping, container_json.len() + 64);
-    match era {
-        Era::C => {
-            container::encode_name_image(&mut enc, &c);
-            Ok(ContainerHashes {
-                hash: u64::from(spew_fnv32a(&enc.out)),
-                hash_without_resources: None,
-            })
-        }
-        Era::A | Era::B => {
-            container::encode_container(&mut enc, &c, false);
-            let hash = u64::from(spew_fnv32a(&enc.out));
-            let mut without = None;
-            if era == Era::B && !options.skip_without_resources {
-                enc.out.clear();
-                container::encode_container(&mut enc, &c, true);
-                without = Some(u64::from(spew_fnv32a(&enc.out)));
-            }
-            Ok(ContainerHashes {
-                hash,
-                hash_without_resources: without,
-            })
-        }
+    let mut enc = Encoder::hashing(escaping);
+    if era == Era::C {
+        encode_era_c(&mut enc, container_json, version)?;
+        return Ok(ContainerHashes {
+            hash: u64::from(enc.hash()),
+            hash_without_resources: None,
+        });
     }
+    let mut c = container::Container::default();
+    container::decode_into(container_json, &ctx_for(version, true), &mut c)?;
+    container::encode_container(&mut enc, &c, false);
+    let hash = u64::from(enc.hash());
+    let mut without = None;
+    if era == Era::B && !options.skip_without_resources {
+        let mut enc = Encoder::hashing(escaping);
+        container::encode_container(&mut enc, &c, true);
+        without = Some(u64::from(enc.hash()));
+    }
+    Ok(ContainerHashes {
+        hash,
+        hash_without_resources: without,
+    })
 }
 
 /// The exact JSON bytes `version`'s kubelet hashes for this container (for `--explain`).
@@ -185,16 +206,16 @@ pub fn hashed_json(
         .escaping
         .unwrap_or_else(|| version.default_escaping());
     let era = version.era();
-    let c = container::decode(container_json, &ctx_for(version, era != Era::C))?;
-    let mut enc = Encoder::new(escaping, container_json.len() + 64);
-    match era {
-        Era::C => container::encode_name_image(&mut enc, &c),
-        Era::A => container::encode_container(&mut enc, &c, false),
-        Era::B => {
-            container::encode_container(&mut enc, &c, payload == HashedPayload::WithoutResources)
-        }
+    let mut enc = Encoder::recording(escaping, container_json.len() + 64);
+    if era == Era::C {
+        encode_era_c(&mut enc, container_json, version)?;
+    } else {
+        let mut c = container::Container::default();
+        container::decode_into(container_json, &ctx_for(version, true), &mut c)?;
+        let without_resources = era == Era::B && payload == HashedPayload::WithoutResources;
+        container::encode_container(&mut enc, &c, without_resources);
     }
-    Ok(enc.out)
+    Ok(enc.into_bytes())
 }
 
 /// Checks that Go would accept this container JSON for `version` (no hashing).
