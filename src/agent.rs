@@ -25,8 +25,11 @@ use crate::systemd::{self, Heartbeat, Notifier};
 
 /// How often the main loop turns even when nothing happens (its heartbeat).
 const TICK: Duration = Duration::from_secs(1);
-/// Ticks without any change after which the view is rebuilt anyway.
-const REBUILD_IDLE_TICKS: u32 = 10;
+/// How far the runtime listing slows down while nothing changes: refresh-interval times this.
+const IDLE_BACKOFF: u32 = 8;
+/// Ticks without any change after which the view is rebuilt anyway (the restart tracker's
+/// ten-minute timeout needs no finer grain).
+const REBUILD_IDLE_TICKS: u32 = 60;
 
 /// Runs until SIGTERM or SIGINT. Errors only for what the agent itself cannot do (bind its
 /// listen address or admin socket): those are configuration problems.
@@ -65,12 +68,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
     let (snapshots_tx, mut snapshots) = watch::channel(Arc::new(RuntimeSnapshot::default()));
     let (cri_tx, cri) = watch::channel(None::<CriClient>);
+    // Pod changes (kubelet reporting a container's start or exit, a new pod) hurry the next
+    // runtime listing.
+    let activity = Arc::new(tokio::sync::Notify::new());
     tasks.spawn(refresh_runtime(
         config.clone(),
         metrics.clone(),
         health.clone(),
-        snapshots_tx,
-        cri_tx,
+        (snapshots_tx, cri_tx),
+        activity.clone(),
     ));
 
     let (api_tx, mut api) = watch::channel(None::<ApiSources>);
@@ -137,7 +143,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                     },
                     None => std::future::pending().await,
                 }
-            } => true,
+            } => {
+                activity.notify_one();
+                true
+            }
         };
         heartbeat.beat();
         if !rebuild {
@@ -326,9 +335,14 @@ async fn refresh_runtime(
     config: Config,
     metrics: Metrics,
     health: Health,
-    snapshots: watch::Sender<Arc<RuntimeSnapshot>>,
-    clients: watch::Sender<Option<CriClient>>,
+    (snapshots, clients): (
+        watch::Sender<Arc<RuntimeSnapshot>>,
+        watch::Sender<Option<CriClient>>,
+    ),
+    activity: Arc<tokio::sync::Notify>,
 ) {
+    let base = config.refresh_interval;
+    let mut interval = base;
     let mut tracker: Option<RuntimeTracker> = None;
     let mut events: Option<tonic::Streaming<crate::cri::proto::ContainerEventResponse>> = None;
     let mut events_supported = true;
@@ -366,13 +380,20 @@ async fn refresh_runtime(
                     health.set("runtime", Ok(()));
                     last_error.clear();
                     // Nothing downstream has anything to do for the same listing again.
-                    snapshots.send_if_modified(|current| {
-                        let changed = **current != snapshot;
+                    let changed = snapshots.send_if_modified(|current| {
+                        let changed = !current.same_as(&snapshot);
                         if changed {
                             *current = Arc::new(snapshot);
                         }
                         changed
                     });
+                    // A quiet runtime is listed less and less often, down to one listing per
+                    // IDLE_BACKOFF intervals; any change brings back the configured interval.
+                    interval = if changed {
+                        base
+                    } else {
+                        (interval * 2).min(base * IDLE_BACKOFF)
+                    };
                 }
                 Err(err) => {
                     events = None;
@@ -380,13 +401,27 @@ async fn refresh_runtime(
                 }
             }
         }
-        let sleep = tokio::time::sleep(config.refresh_interval);
-        match events.as_mut() {
-            Some(stream) => tokio::select! {
-                _ = sleep => {}
-                event = stream.message() => if !matches!(event, Ok(Some(_))) { events = None },
-            },
-            None => sleep.await,
+        let listed = tokio::time::Instant::now();
+        let mut deadline = listed + interval;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = activity.notified() => {
+                    interval = base;
+                    deadline = deadline.min(listed + base);
+                }
+                event = async {
+                    match events.as_mut() {
+                        Some(stream) => stream.message().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if !matches!(event, Ok(Some(_))) {
+                        events = None;
+                    }
+                    break;
+                }
+            }
         }
     }
 }

@@ -52,7 +52,8 @@ pub struct Settings {
     /// Directory for the agent's durable state [default: /var/lib/inplaced]
     #[arg(long, env = "INPLACED_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
-    /// How often the runtime is listed when it has no event stream, e.g. 2s [default: 2s]
+    /// How often the runtime is listed when it has no event stream while things change (8x as
+    /// long while nothing does), e.g. 2s [default: 2s]
     #[arg(long, env = "INPLACED_REFRESH_INTERVAL")]
     pub refresh_interval: Option<String>,
     /// Longest random wait before the first API list, spreading a fleet's restarts [default: 3s]

@@ -135,7 +135,7 @@ pub async fn run(
             _ = views.changed() => {}
             Some(id) = done_rx.recv() => { controller.in_flight.remove(&id); }
             Some((uid, value, ok)) = written_rx.recv() => controller.status_written(uid, value, ok),
-            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = tokio::time::sleep(controller.next_pass()) => {}
             _ = shutdown.changed() => {}
         }
         if *shutdown.borrow() {
@@ -156,7 +156,22 @@ pub async fn run(
     }
 }
 
+/// How soon to look again while an env restart is settling or under way, or a write is out.
+const BUSY_PASS: Duration = Duration::from_millis(250);
+/// How soon to look again without a change of the view otherwise: env reads to retry, the
+/// restart budget to refill.
+const IDLE_PASS: Duration = Duration::from_secs(5);
+
 impl Controller {
+    /// Every view change is a pass; between changes, passes only as often as pending work needs.
+    fn next_pass(&self) -> Duration {
+        if self.first_seen.is_empty() && self.in_flight.is_empty() && self.writing.is_empty() {
+            IDLE_PASS
+        } else {
+            BUSY_PASS
+        }
+    }
+
     async fn sync(&mut self, view: &NodeView, done: &mpsc::Sender<String>) {
         let live: HashSet<&str> = view
             .pods

@@ -19,13 +19,35 @@ pub struct ContainerTimes {
     pub exit_code: Option<i32>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct RuntimeSnapshot {
     pub runtime: Option<RuntimeInfo>,
     pub sandboxes: Vec<PodSandbox>,
     pub containers: Vec<Container>,
     /// By container ID.
     pub times: HashMap<String, ContainerTimes>,
+}
+
+impl RuntimeSnapshot {
+    /// Whether `other` shows the same runtime: the same sandboxes and containers in the same
+    /// states, with the same times. A CRI object's labels, annotations and image never change
+    /// once it exists, so its ID stands for them.
+    pub fn same_as(&self, other: &RuntimeSnapshot) -> bool {
+        self.runtime == other.runtime
+            && self.times == other.times
+            && self.sandboxes.len() == other.sandboxes.len()
+            && self.containers.len() == other.containers.len()
+            && self
+                .sandboxes
+                .iter()
+                .zip(&other.sandboxes)
+                .all(|(a, b)| a.id == b.id && a.state == b.state)
+            && self
+                .containers
+                .iter()
+                .zip(&other.containers)
+                .all(|(a, b)| a.id == b.id && a.state == b.state)
+    }
 }
 
 /// Lists the runtime and keeps the per-container status cache between refreshes.
