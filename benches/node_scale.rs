@@ -204,8 +204,9 @@ async fn main() {
         );
     }
     let pid = node.agent().pid();
-    // Let the first listings and hashing settle, then idle.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Idle means steady state: the first listings have fetched every container's times (64
+    // per refresh) and the listings have slowed down.
+    tokio::time::sleep(Duration::from_secs(60)).await;
     let (peak, mean, cpu) = watch_usage(pid, idle, Duration::from_secs(1)).await;
     println!(
         "idle {} s: RSS mean {mean:.1} MiB, peak {peak:.1} MiB; CPU {cpu:.3} % of one core",
