@@ -86,7 +86,10 @@ async fn sigkilled_agent_never_kills_twice_and_loses_no_request() {
     // Nothing but the targeted containers was ever stopped, each once.
     let stops = node.proxy.stop_counts();
     for (id, count) in &stops {
-        assert!(targeted.contains_key(id), "{id} was stopped but never targeted");
+        assert!(
+            targeted.contains_key(id),
+            "{id} was stopped but never targeted"
+        );
         assert_eq!(*count, 1, "{id} stopped {count} times");
     }
     assert_eq!(stops.len(), cycles * PODS);

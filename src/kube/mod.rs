@@ -161,7 +161,11 @@ pub fn watch_node_pods(
     // kube-rs drops resourceVersion=0 from paged lists; one node's pods fit in one page.
     config.page_size = None;
     let api: Api<Pod> = Api::all(client);
-    let stream = watcher(api, config).default_backoff().reflect(writer);
+    // managedFields are often the largest part of a pod and nothing here reads them.
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(|pod| pod.metadata.managed_fields = None)
+        .reflect(writer);
     let task = drive(stream, "pods", metrics, startup_jitter, Arc::new(tick));
     (
         NodePods {
