@@ -268,7 +268,9 @@ async fn active_deadline_ttl_and_unready_acquisition() {
         crr(
             &name,
             "p1",
-            json!({"activeDeadlineSeconds": 1, "ttlSecondsAfterFinished": 1,
+            // The deadline leaves the manager's first pass (which acquires unready) ample time
+            // on a loaded machine: at 1 s a slow first pass went straight to the deadline.
+            json!({"activeDeadlineSeconds": 4, "ttlSecondsAfterFinished": 1,
                                 "strategy": {"unreadyGracePeriodSeconds": 3}}),
         ),
     )
