@@ -50,17 +50,7 @@ async fn main() {
                 .verb(verb)),
         );
     }
-    let mut names = Vec::new();
-    for _ in 0..pods {
-        let name = unique("bench");
-        node.run_pod(
-            &name,
-            json!({"containers": [{"name": "app", "image": "localhost/busybox:local",
-                   "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"]}]}),
-        )
-        .await;
-        names.push(name);
-    }
+    let names = node.run_quick_stopping_pods("bench", pods).await;
     let (mut to_kill, mut to_done, mut round_trips) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..requests {
         let pod_name = &names[i % pods];

@@ -9,15 +9,13 @@
 
 mod support;
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use serde_json::json;
-use support::sandbox::{Node, all_running, container_id, container_phase};
-use support::unique;
+use support::sandbox::Node;
 
 const PODS: usize = 4;
 const LONG: Duration = Duration::from_secs(90);
@@ -34,64 +32,23 @@ async fn sigkilled_agent_never_kills_twice_and_loses_no_request() {
     let mut rng = StdRng::seed_from_u64(seed);
 
     let mut node = Node::start().await;
-    let mut pods = Vec::new();
-    for _ in 0..PODS {
-        let name = unique("chaos");
-        node.run_pod(
-            &name,
-            json!({"containers": [{"name": "app", "image": "localhost/busybox:local",
-                "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"]}]}),
-        )
-        .await;
-        pods.push(name);
-    }
-    let mut targeted: HashMap<String, String> = HashMap::new();
+    let pods = node.run_quick_stopping_pods("chaos", PODS).await;
+    let mut targeted = HashSet::new();
     for cycle in 0..cycles {
         // Every pod running again after the last cycle's restarts.
-        let mut requests = Vec::new();
-        for pod_name in &pods {
-            let pod = node.wait_pod(pod_name, LONG, all_running).await;
-            let old = container_id(&pod, "app");
-            let crr = unique("crr");
-            node.create_crr(
-                &crr,
-                pod_name,
-                &["app"],
-                json!({"terminationGracePeriodSeconds": 5}),
-            )
-            .await;
-            targeted.insert(old.clone(), crr.clone());
-            requests.push((crr, old));
-        }
+        let requests = node.recreate_app_of_each(&pods, LONG).await;
+        targeted.extend(requests.iter().map(|(_, old)| old.clone()));
         // Before the watch event, between journal and kill, during the stop, or after.
         let delay = Duration::from_millis(rng.random_range(0..400));
         tokio::time::sleep(delay).await;
         node.agent().signal(Signal::SIGKILL);
         node.agent().wait_exit(Duration::from_secs(10));
         node.start_agent();
-        for (crr, old) in &requests {
-            let done = node.wait_completed(crr, LONG).await;
-            assert_eq!(
-                container_phase(&done, "app"),
-                "Succeeded",
-                "cycle {cycle} (seed {seed}, killed after {delay:?}): {done:#}"
-            );
-            assert_eq!(
-                node.proxy.stop_count(old),
-                1,
-                "cycle {cycle} (seed {seed}, killed after {delay:?}): {old} of {crr}"
-            );
-        }
+        let context = format!("cycle {cycle} (seed {seed}, killed after {delay:?})");
+        node.assert_each_recreated_once(&requests, LONG, &context)
+            .await;
     }
     // Nothing but the targeted containers was ever stopped, each once.
-    let stops = node.proxy.stop_counts();
-    for (id, count) in &stops {
-        assert!(
-            targeted.contains_key(id),
-            "{id} was stopped but never targeted"
-        );
-        assert_eq!(*count, 1, "{id} stopped {count} times");
-    }
-    assert_eq!(stops.len(), cycles * PODS);
+    node.assert_only_targeted_stopped_once(&targeted);
     node.stop().await;
 }

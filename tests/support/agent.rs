@@ -187,6 +187,11 @@ impl AgentProcess {
         kill(Pid::from_raw(self.child.id() as i32), signal).expect("signal the agent");
     }
 
+    /// How the agent ended, if it has (a check that it is still running).
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("wait")
+    }
+
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {

@@ -204,6 +204,77 @@ impl Node {
             .await
     }
 
+    /// `count` pods named `<prefix>-…` of one container `app`: a shell that exits at once on
+    /// SIGTERM, so a stop is prompt and the CRI proxy counts exactly one StopContainer.
+    pub async fn run_quick_stopping_pods(&self, prefix: &str, count: usize) -> Vec<String> {
+        let mut names = Vec::new();
+        for _ in 0..count {
+            let name = unique(prefix);
+            self.run_pod(
+                &name,
+                json!({"containers": [{"name": "app", "image": "localhost/busybox:local",
+                    "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"]}]}),
+            )
+            .await;
+            names.push(name);
+        }
+        names
+    }
+
+    /// Once each pod runs again, one CRR per pod for its `app` container (grace 5 s); returns
+    /// (request, ID of the container it targets) per pod.
+    pub async fn recreate_app_of_each(
+        &self,
+        pods: &[String],
+        timeout: Duration,
+    ) -> Vec<(String, String)> {
+        let mut requests = Vec::new();
+        for pod_name in pods {
+            let pod = self.wait_pod(pod_name, timeout, all_running).await;
+            let old = container_id(&pod, "app");
+            let crr = unique("crr");
+            self.create_crr(
+                &crr,
+                pod_name,
+                &["app"],
+                json!({"terminationGracePeriodSeconds": 5}),
+            )
+            .await;
+            requests.push((crr, old));
+        }
+        requests
+    }
+
+    /// Waits for each (request, container) of [`Node::recreate_app_of_each`] to complete and
+    /// checks the request Succeeded and the container got exactly one StopContainer.
+    pub async fn assert_each_recreated_once(
+        &self,
+        requests: &[(String, String)],
+        timeout: Duration,
+        context: &str,
+    ) {
+        for (crr, old) in requests {
+            let done = self.wait_completed(crr, timeout).await;
+            assert_eq!(
+                container_phase(&done, "app"),
+                "Succeeded",
+                "{context}: {done:#}"
+            );
+            assert_eq!(self.proxy.stop_count(old), 1, "{context}: {old} of {crr}");
+        }
+    }
+
+    /// Every container that ever got a StopContainer is among `targeted`, and got exactly one;
+    /// every targeted container got one.
+    pub fn assert_only_targeted_stopped_once(&self, targeted: &std::collections::HashSet<String>) {
+        let stops = self.proxy.stop_counts();
+        for (id, count) in &stops {
+            assert!(targeted.contains(id), "{id} was stopped but never targeted");
+            assert_eq!(*count, 1, "{id} stopped {count} times");
+        }
+        assert_eq!(stops.len(), targeted.len());
+    }
+
     /// Like [`Node::run_pod`], with extra metadata (labels, annotations, ownerReferences).
     pub async fn run_pod_with_meta(&self, name: &str, metadata: Value, spec: Value) -> Value {
         let mut spec = spec;
