@@ -1,7 +1,9 @@
 //! Status writes for the request objects the agent handles (ContainerRecreateRequests,
 //! ContainerResizeRequests): a merge patch on the status subresource, off the caller's loop,
-//! one write per object at a time, and no rewrite of a status just written while the watch
-//! has not delivered it back yet.
+//! one write per object at a time, no rewrite of a status just written while the watch has not
+//! delivered it back yet, and failed writes retried per object with exponential backoff (as
+//! client-go's work queues do), so that an API outage neither floods the log nor spends the
+//! agent's API rate on retries that watches need to recover.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -28,12 +30,38 @@ pub struct StatusWriter<S> {
     written: HashMap<String, (S, Instant)>,
     /// UIDs with a write under way.
     writing: HashSet<String>,
+    /// UID → failed attempts in a row and when the next may start.
+    failing: HashMap<String, Backoff>,
     results_tx: mpsc::Sender<(String, S, bool)>,
     results: mpsc::Receiver<(String, S, bool)>,
 }
 
 /// How long a written status is trusted over the (older) one the watch still shows.
 const TRUST_WRITTEN: Duration = Duration::from_secs(5);
+
+/// Failed writes of one object in a row, and when the next attempt may start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Backoff {
+    failures: u32,
+    next_attempt: Instant,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(200);
+    const MAX: Duration = Duration::from_secs(10);
+
+    /// The state after one more failure at `now`: 200 ms, 400 ms, ... up to 10 s.
+    fn after_failure(previous: Option<Backoff>, now: Instant) -> Backoff {
+        let failures = previous.map_or(1, |b| b.failures.saturating_add(1));
+        let delay = Self::FIRST
+            .saturating_mul(1u32 << (failures - 1).min(16))
+            .min(Self::MAX);
+        Backoff {
+            failures,
+            next_attempt: now + delay,
+        }
+    }
+}
 
 impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
     pub fn new(
@@ -50,6 +78,7 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
             clear,
             written: HashMap::new(),
             writing: HashSet::new(),
+            failing: HashMap::new(),
             results_tx,
             results,
         }
@@ -62,8 +91,13 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
             .written
             .get(&object.uid)
             .is_some_and(|(written, at)| *written == status && at.elapsed() < TRUST_WRITTEN);
+        let backing_off = self
+            .failing
+            .get(&object.uid)
+            .is_some_and(|b| Instant::now() < b.next_attempt);
         // One write per object at a time keeps them in order; the next pass writes again.
-        if status == *current || just_written || self.writing.contains(&object.uid) {
+        if status == *current || just_written || backing_off || self.writing.contains(&object.uid)
+        {
             return;
         }
         let mut patch = serde_json::json!({ "status": &status });
@@ -78,12 +112,23 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
         let results = self.results_tx.clone();
         let object = object.clone();
         let kind = self.kind;
+        let failures = self.failing.get(&object.uid).map_or(0, |b| b.failures);
         tokio::spawn(async move {
             let result = api
                 .patch_status(&object.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await;
-            if let Err(err) = &result {
-                tracing::warn!(kind, name = %object.name, namespace = %object.namespace, error = %err, "cannot write status; retrying");
+            match &result {
+                // The first failure in a row is a warning; the retries that follow are debug.
+                Err(err) if failures == 0 => {
+                    tracing::warn!(kind, name = %object.name, namespace = %object.namespace, error = %err, "cannot write status; retrying with backoff")
+                }
+                Err(err) => {
+                    tracing::debug!(kind, name = %object.name, failures, error = %err, "status write failed again")
+                }
+                Ok(_) if failures > 0 => {
+                    tracing::info!(kind, name = %object.name, namespace = %object.namespace, failed_attempts = failures, "status written")
+                }
+                Ok(_) => {}
             }
             let _ = results.send((object.uid, status, result.is_ok())).await;
         });
@@ -94,7 +139,12 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
         if let Some((uid, status, ok)) = self.results.recv().await {
             self.writing.remove(&uid);
             if ok {
+                self.failing.remove(&uid);
                 self.written.insert(uid, (status, Instant::now()));
+            } else {
+                let previous = self.failing.get(&uid).copied();
+                self.failing
+                    .insert(uid, Backoff::after_failure(previous, Instant::now()));
             }
         }
     }
@@ -102,5 +152,41 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
     /// Forgets objects no longer watched.
     pub fn retain(&mut self, live: &HashSet<String>) {
         self.written.retain(|uid, _| live.contains(uid));
+        self.failing.retain(|uid, _| live.contains(uid));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_200_ms_and_stops_at_10_s() {
+        let now = Instant::now();
+        let mut state = None;
+        let mut delays = Vec::new();
+        for _ in 0..12 {
+            let next = Backoff::after_failure(state, now);
+            delays.push(next.next_attempt - now);
+            state = Some(next);
+        }
+        let ms: Vec<u128> = delays.iter().map(Duration::as_millis).collect();
+        assert_eq!(
+            ms,
+            [200, 400, 800, 1600, 3200, 6400, 10_000, 10_000, 10_000, 10_000, 10_000, 10_000]
+        );
+        assert_eq!(state.map(|b| b.failures), Some(12));
+    }
+
+    #[test]
+    fn backoff_never_overflows() {
+        let now = Instant::now();
+        let long_failing = Backoff {
+            failures: u32::MAX,
+            next_attempt: now,
+        };
+        let next = Backoff::after_failure(Some(long_failing), now);
+        assert_eq!(next.failures, u32::MAX);
+        assert_eq!(next.next_attempt - now, Backoff::MAX);
     }
 }
