@@ -11,34 +11,15 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use support::measure::summary;
 use support::sandbox::{AGENT_USER, NS, Node, container_id};
 use support::unique;
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
-
-fn report(name: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    println!(
-        "{name}: n={} p50={:.1} ms p90={:.1} ms p99={:.1} ms max={:.1} ms",
-        samples.len(),
-        percentile(&samples, 0.5).as_secs_f64() * 1e3,
-        percentile(&samples, 0.9).as_secs_f64() * 1e3,
-        percentile(&samples, 0.99).as_secs_f64() * 1e3,
-        samples.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
-    );
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let requests = args.first().copied().unwrap_or(40);
-    let pods = args.get(1).copied().unwrap_or(4);
+    let args = support::measure::numeric_args();
+    let requests = args.first().copied().unwrap_or(40) as usize;
+    let pods = args.get(1).copied().unwrap_or(4) as usize;
     let node = Node::start().await;
     // Every write the agent makes to the API is held 200 ms by the API server: a kill that
     // waited for any of them would take at least that long.
@@ -83,21 +64,24 @@ async fn main() {
             );
             tokio::time::sleep(Duration::from_micros(500)).await;
         }
-        to_kill.push(created.elapsed());
+        to_kill.push(created.elapsed().as_secs_f64() * 1e3);
         let agent_requests = node.server.audit().entries()[audit_before..]
             .iter()
             .filter(|e| e.request.user == AGENT_USER)
             .count();
         round_trips.push(agent_requests);
         node.wait_completed(&name, Duration::from_secs(60)).await;
-        to_done.push(created.elapsed());
+        to_done.push(created.elapsed().as_secs_f64() * 1e3);
     }
     println!(
         "{requests} CRRs over {pods} pods, kubelet stand-in restart delay 500 ms, every agent API write delayed {} ms",
         delay.as_millis()
     );
-    report("created -> StopContainer at the runtime", to_kill);
-    report("created -> Completed", to_done);
+    println!(
+        "created -> StopContainer at the runtime: {}",
+        summary(to_kill)
+    );
+    println!("created -> Completed: {}", summary(to_done));
     println!(
         "agent API requests sent between creation and kill (none awaited by it): max {} (all: {:?})",
         round_trips.iter().max().unwrap_or(&0),

@@ -19,75 +19,12 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 use support::agent::AgentProcess;
+use support::measure::{percentile, summary, ticks_per_second, usage, watch_usage};
 use support::sandbox::{NS, Node, NodeOptions, all_running, container_id};
 use support::unique;
 
 /// Sleeps in the background so that the shell is idle, and exits on SIGTERM at once.
 const IDLE_APP: &str = "trap 'exit 0' TERM; while true; do sleep 30 & wait $!; done";
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
-
-fn summary(mut samples: Vec<f64>) -> String {
-    samples.sort_by(f64::total_cmp);
-    format!(
-        "p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms (n={})",
-        percentile(&samples, 0.5),
-        percentile(&samples, 0.9),
-        percentile(&samples, 0.99),
-        samples.last().copied().unwrap_or(0.0),
-        samples.len()
-    )
-}
-
-/// Resident set size (kB) and user+system CPU time (clock ticks) of a process.
-fn usage(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start at ") ".
-    let fields: Vec<&str> = stat
-        .rsplit_once(") ")
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are fields 14 and 15 of /proc/pid/stat, 12 and 13 after the name.
-    (rss, ticks(11) + ticks(12))
-}
-
-/// USER_HZ, the unit of /proc/<pid>/stat times: 100 on every Linux ABI this runs on.
-fn ticks_per_second() -> f64 {
-    100.0
-}
-
-/// Samples the agent every `every` for `length`: (peak RSS MiB, mean RSS MiB, CPU % of one core).
-async fn watch_usage(pid: u32, length: Duration, every: Duration) -> (f64, f64, f64) {
-    let (_, cpu_before) = usage(pid);
-    let started = Instant::now();
-    let mut rss = Vec::new();
-    while started.elapsed() < length {
-        rss.push(usage(pid).0 as f64 / 1024.0);
-        tokio::time::sleep(every).await;
-    }
-    let (_, cpu_after) = usage(pid);
-    let cpu =
-        (cpu_after - cpu_before) as f64 / ticks_per_second() / started.elapsed().as_secs_f64();
-    let peak = rss.iter().copied().fold(0.0, f64::max);
-    let mean = rss.iter().sum::<f64>() / rss.len().max(1) as f64;
-    (peak, mean, cpu * 100.0)
-}
 
 /// Three Burstable containers that idle and stop at once on SIGTERM.
 fn pod_spec(node: &str) -> Value {
@@ -140,10 +77,7 @@ fn create_crr(node: &Node, pod: &Value) -> String {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<u64> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let args = support::measure::numeric_args();
     let pods = args.first().copied().unwrap_or(250) as usize;
     let burst = (args.get(1).copied().unwrap_or(50) as usize).min(pods);
     let idle = Duration::from_secs(args.get(2).copied().unwrap_or(60));

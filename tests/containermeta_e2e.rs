@@ -250,16 +250,6 @@ async fn annotation_matches_kruise_and_golden_hashes_at_era_c() {
 }
 
 /// The value a running container was started with, from its OCI spec.
-async fn env_of(id: &str, name: &str) -> Option<String> {
-    let status = support::client().container_status(id, true).await.ok()?;
-    let info: Value = serde_json::from_str(status.info.get("info")?).ok()?;
-    info.pointer("/runtimeSpec/process/env")?
-        .as_array()?
-        .iter()
-        .filter_map(Value::as_str)
-        .find_map(|kv| kv.strip_prefix(&format!("{name}=")).map(str::to_owned))
-}
-
 async fn wait_restarted(node: &Node, pod: &str, old: &str) -> Value {
     node.wait_pod(pod, LONG, |p| {
         support::sandbox::all_running(p) && {
@@ -288,7 +278,7 @@ async fn restart_trigger(script: &str) -> (Node, String) {
         )
         .await;
     let first = container_id(&pod, "app");
-    assert_eq!(env_of(&first, "V").await.as_deref(), Some("1"));
+    assert_eq!(support::env_of(&first, "V").await.as_deref(), Some("1"));
     // Nothing to do while values match.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(node.proxy.stop_count(&first), 0);
@@ -299,7 +289,7 @@ async fn restart_trigger(script: &str) -> (Node, String) {
     let pod = wait_restarted(&node, &name, &first).await;
     let second = container_id(&pod, "app");
     assert_eq!(
-        env_of(&second, "V").await.as_deref(),
+        support::env_of(&second, "V").await.as_deref(),
         Some("2"),
         "kubelet saw the change"
     );
@@ -316,7 +306,7 @@ async fn restart_trigger(script: &str) -> (Node, String) {
         .await;
     let pod = wait_restarted(&node, &name, &second).await;
     let third = container_id(&pod, "app");
-    assert_eq!(env_of(&third, "L").await.as_deref(), Some("api"));
+    assert_eq!(support::env_of(&third, "L").await.as_deref(), Some("api"));
     assert_eq!(node.proxy.stop_count(&second), 1);
     // Settled: no further restarts.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -457,7 +447,7 @@ async fn kruise_pod_restarts_only_while_in_place_update_ready_is_false() {
         .await;
     let pod = wait_restarted(&node, &name, &first).await;
     let second = container_id(&pod, "app");
-    assert_eq!(env_of(&second, "V").await.as_deref(), Some("2"));
+    assert_eq!(support::env_of(&second, "V").await.as_deref(), Some("2"));
     assert_eq!(node.proxy.stop_count(&first), 1);
     // What kruise-manager waits for: the started-with hash equals the expected one.
     node.wait_pod(&name, LONG, |p| {

@@ -96,8 +96,7 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
             .get(&object.uid)
             .is_some_and(|b| Instant::now() < b.next_attempt);
         // One write per object at a time keeps them in order; the next pass writes again.
-        if status == *current || just_written || backing_off || self.writing.contains(&object.uid)
-        {
+        if status == *current || just_written || backing_off || self.writing.contains(&object.uid) {
             return;
         }
         let mut patch = serde_json::json!({ "status": &status });
@@ -173,7 +172,9 @@ mod tests {
         let ms: Vec<u128> = delays.iter().map(Duration::as_millis).collect();
         assert_eq!(
             ms,
-            [200, 400, 800, 1600, 3200, 6400, 10_000, 10_000, 10_000, 10_000, 10_000, 10_000]
+            [
+                200, 400, 800, 1600, 3200, 6400, 10_000, 10_000, 10_000, 10_000, 10_000, 10_000
+            ]
         );
         assert_eq!(state.map(|b| b.failures), Some(12));
     }

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod golden;
+pub mod measure;
 pub mod prometheus;
 pub mod sandbox;
 
@@ -207,4 +208,16 @@ impl TestPod {
             .await
             .expect("RemovePodSandbox");
     }
+}
+
+/// The value of `name` in the environment the runtime started container `id` with (its OCI spec,
+/// from ContainerStatus verbose info).
+pub async fn env_of(id: &str, name: &str) -> Option<String> {
+    let status = client().container_status(id, true).await.ok()?;
+    let info: serde_json::Value = serde_json::from_str(status.info.get("info")?).ok()?;
+    info.pointer("/runtimeSpec/process/env")?
+        .as_array()?
+        .iter()
+        .filter_map(serde_json::Value::as_str)
+        .find_map(|kv| kv.strip_prefix(&format!("{name}=")).map(str::to_owned))
 }

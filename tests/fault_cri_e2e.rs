@@ -1,0 +1,115 @@
+//! CRI faults while the agent recreates containers, on the sandbox with real containerd (issue
+//! 12). Seeded and repeatable: `INPLACED_FAULT_SEED` picks the seed (printed either way),
+//! `INPLACED_FAULT_CYCLES` the number of cycles (default 24).
+//!
+//! Each cycle asks for a recreate of every pod at once and, after a random delay, makes the CRI
+//! fault proxy in front of the agent damage one kind of call: listings that are garbage, empty
+//! or hung past the agent's deadline; a StopContainer refused before the runtime sees it, failed
+//! after the runtime did it, or slow; ContainerStatus answers that are garbage; sandbox listings
+//! that are empty or garbage. The kubelet stand-in talks to containerd directly and is not hit.
+//! Invariants: every request ends Succeeded; no container but the targeted ones ever got a
+//! StopContainer; every targeted container was stopped by the runtime exactly once (the proxy
+//! counts the calls it forwarded), whatever the agent saw; the agent never exits.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use node_sandbox::criproxy::{Fault, FaultRule, RuleId};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use support::sandbox::Node;
+use tonic::Code;
+
+const PODS: usize = 3;
+const LONG: Duration = Duration::from_secs(120);
+
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// One seeded fault rule; returns its method, what it was (for the failure messages) and its ID.
+fn inject(node: &Node, rng: &mut StdRng) -> (&'static str, String, RuleId) {
+    let n = rng.random_range(1..5);
+    let (method, fault, times) = match rng.random_range(0..8) {
+        0 => ("ListContainers", Fault::Malformed, n),
+        1 => ("ListContainers", Fault::Empty, n),
+        // Past the agent's 10 s call deadline: the refresh fails and is tried again.
+        2 => ("ListContainers", Fault::Hang(Duration::from_secs(12)), 1),
+        3 => ("StopContainer", Fault::error(Code::Unavailable), 1),
+        4 => ("StopContainer", Fault::error_after(Code::Unavailable), 1),
+        5 => ("StopContainer", Fault::Hang(Duration::from_secs(2)), PODS),
+        6 => ("ContainerStatus", Fault::Malformed, n),
+        _ => (
+            "ListPodSandbox",
+            if rng.random_bool(0.5) {
+                Fault::Empty
+            } else {
+                Fault::Malformed
+            },
+            n,
+        ),
+    };
+    let description = format!("{method} {fault:?} x{times}");
+    let id = node.proxy.add(FaultRule::new(method, fault).times(times));
+    (method, description, id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cri_faults_kill_nothing_wrongly_and_lose_no_request() {
+    let seed = env_number("INPLACED_FAULT_SEED").unwrap_or(20261124);
+    let cycles = env_number("INPLACED_FAULT_CYCLES").unwrap_or(24) as usize;
+    println!("fault seed {seed}, {cycles} cycles (INPLACED_FAULT_SEED / INPLACED_FAULT_CYCLES)");
+    let mut rng = StdRng::seed_from_u64(seed);
+
+    let mut node = Node::start().await;
+    let pods = node.run_quick_stopping_pods("crifault", PODS).await;
+    let mut targeted = HashSet::new();
+    // Per faulted method: (cycles, faulted calls).
+    let mut fired: HashMap<&str, (usize, usize)> = HashMap::new();
+    for cycle in 0..cycles {
+        let requests = node.recreate_app_of_each(&pods, LONG).await;
+        targeted.extend(requests.iter().map(|(_, old)| old.clone()));
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..400))).await;
+        let (method, fault, rule) = inject(&node, &mut rng);
+        let context = format!("cycle {cycle} (seed {seed}, {fault})");
+        for (crr, old) in &requests {
+            let done = node.wait_completed(crr, LONG).await;
+            assert_eq!(
+                support::sandbox::container_phase(&done, "app"),
+                "Succeeded",
+                "{context}: {done:#}"
+            );
+            assert_eq!(
+                node.proxy.stops_forwarded(old),
+                1,
+                "{context}: the runtime stopped {old} of {crr} more than once or never"
+            );
+        }
+        let entry = fired.entry(method).or_default();
+        entry.0 += 1;
+        entry.1 += node.proxy.fired(rule);
+        node.proxy.clear();
+        assert!(
+            node.agent().exit_status().is_none(),
+            "{context}: the agent exited: {:?}",
+            node.agent().exit_status()
+        );
+    }
+    println!("faulted calls per method (cycles, calls): {fired:?}");
+    // Faults that never met a call would make this test prove nothing.
+    for (method, (cycles, calls)) in &fired {
+        assert!(*calls > 0, "{method}: {cycles} cycles, no call was faulted");
+    }
+    // No StopContainer call ever named a container that no request targeted.
+    for (id, count) in node.proxy.stop_counts() {
+        assert!(
+            targeted.contains(&id),
+            "{id} got {count} StopContainer calls but was never targeted"
+        );
+    }
+    node.agent()
+        .wait_http("/readyz", 200, Duration::from_secs(30));
+    node.stop().await;
+}
