@@ -13,23 +13,15 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
+use rand::RngExt;
 use support::sandbox::Node;
 
 const PODS: usize = 4;
 const LONG: Duration = Duration::from_secs(90);
 
-fn env_number(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_agent_never_kills_twice_and_loses_no_request() {
-    let seed = env_number("INPLACED_FAULT_SEED").unwrap_or(20261124);
-    let cycles = env_number("INPLACED_FAULT_CYCLES").unwrap_or(50) as usize;
-    println!("fault seed {seed}, {cycles} cycles (INPLACED_FAULT_SEED / INPLACED_FAULT_CYCLES)");
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, cycles, mut rng) = support::chaos::seeded_run(50);
 
     let mut node = Node::start().await;
     let pods = node.run_quick_stopping_pods("chaos", PODS).await;

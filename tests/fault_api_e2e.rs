@@ -17,17 +17,13 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use apiserver_double::{Fault, RequestMatch};
+use rand::RngExt;
 use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
 use serde_json::json;
 use support::sandbox::{AGENT_USER, Node};
 
 const PODS: usize = 3;
 const LONG: Duration = Duration::from_secs(150);
-
-fn env_number(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
-}
 
 /// Injects one seeded fault; returns what it was, for the failure messages.
 fn inject(node: &Node, rng: &mut StdRng) -> String {
@@ -69,14 +65,10 @@ fn inject(node: &Node, rng: &mut StdRng) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_faults_lose_no_request_and_kill_nothing_twice() {
-    let seed = env_number("INPLACED_FAULT_SEED").unwrap_or(20261124);
-    let cycles = env_number("INPLACED_FAULT_CYCLES").unwrap_or(24) as usize;
-    let outage = Duration::from_secs(env_number("INPLACED_FAULT_OUTAGE_SECS").unwrap_or(60));
-    println!(
-        "fault seed {seed}, {cycles} cycles, long outage {outage:?} \
-         (INPLACED_FAULT_SEED / INPLACED_FAULT_CYCLES / INPLACED_FAULT_OUTAGE_SECS)"
-    );
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, cycles, mut rng) = support::chaos::seeded_run(24);
+    let outage =
+        Duration::from_secs(support::chaos::env_number("INPLACED_FAULT_OUTAGE_SECS").unwrap_or(60));
+    println!("long outage {outage:?} (INPLACED_FAULT_OUTAGE_SECS)");
 
     let mut node = Node::start().await;
     let pods = node.run_quick_stopping_pods("apifault", PODS).await;

@@ -17,17 +17,13 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use node_sandbox::criproxy::{Fault, FaultRule, RuleId};
+use rand::RngExt;
 use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
 use support::sandbox::Node;
 use tonic::Code;
 
 const PODS: usize = 3;
 const LONG: Duration = Duration::from_secs(120);
-
-fn env_number(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
-}
 
 /// One seeded fault rule; returns its method, what it was (for the failure messages) and its ID.
 fn inject(node: &Node, rng: &mut StdRng) -> (&'static str, String, RuleId) {
@@ -58,10 +54,7 @@ fn inject(node: &Node, rng: &mut StdRng) -> (&'static str, String, RuleId) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cri_faults_kill_nothing_wrongly_and_lose_no_request() {
-    let seed = env_number("INPLACED_FAULT_SEED").unwrap_or(20261124);
-    let cycles = env_number("INPLACED_FAULT_CYCLES").unwrap_or(24) as usize;
-    println!("fault seed {seed}, {cycles} cycles (INPLACED_FAULT_SEED / INPLACED_FAULT_CYCLES)");
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, cycles, mut rng) = support::chaos::seeded_run(24);
 
     let mut node = Node::start().await;
     let pods = node.run_quick_stopping_pods("crifault", PODS).await;

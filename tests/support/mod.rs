@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod agent;
+pub mod chaos;
 pub mod golden;
 pub mod measure;
 pub mod prometheus;
