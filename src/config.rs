@@ -59,10 +59,10 @@ pub struct Settings {
     /// Longest random wait before the first API list, spreading a fleet's restarts [default: 3s]
     #[arg(long, env = "INPLACED_STARTUP_JITTER")]
     pub startup_jitter: Option<String>,
-    /// Steady API requests per second this agent may send [default: 5]
+    /// Steady API requests per second this agent may send [default: 50]
     #[arg(long, env = "INPLACED_API_QPS")]
     pub api_qps: Option<u32>,
-    /// Requests allowed above api-qps in a burst [default: 10]
+    /// Requests allowed above api-qps in a burst [default: 100]
     #[arg(long, env = "INPLACED_API_BURST")]
     pub api_burst: Option<u32>,
     /// Handle ContainerRecreateRequests even while a kruise-daemon pod runs on this node
@@ -187,11 +187,11 @@ impl Config {
                 value: listen_text.clone(),
                 reason: format!("{err}; expected host:port such as 127.0.0.1:10231"),
             })?;
-        let api_qps = s.api_qps.unwrap_or(5);
+        let api_qps = s.api_qps.unwrap_or(50);
         if api_qps == 0 {
             return Err(invalid("api-qps", "0", "must be at least 1"));
         }
-        let api_burst = s.api_burst.unwrap_or(10).max(api_qps);
+        let api_burst = s.api_burst.unwrap_or(100).max(api_qps);
         Ok(Config {
             node_name,
             kubeconfig,
@@ -319,7 +319,7 @@ mod tests {
             DEFAULT_LISTEN_ADDRESS.parse().unwrap()
         );
         assert_eq!(config.admin_socket, PathBuf::from(DEFAULT_ADMIN_SOCKET));
-        assert_eq!((config.api_qps, config.api_burst), (5, 10));
+        assert_eq!((config.api_qps, config.api_burst), (50, 100));
         assert_eq!(config.log_format, LogFormat::Human);
     }
 

@@ -206,6 +206,9 @@ impl Controller {
                 self.outcomes
                     .insert(done.uid, Outcome::Applied(applied, done.reapply));
             }
+            Err(err @ ResizeError::NotRunning(_)) => {
+                tracing::info!(error = %err, "the container restarted during the resize; trying again once it runs");
+            }
             Err(err) if err.is_transient() => {
                 tracing::warn!(error = %err, "the runtime went away during a resize; trying again");
             }

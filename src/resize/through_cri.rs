@@ -68,9 +68,14 @@ pub enum ResizeError {
 }
 
 impl ResizeError {
-    /// Worth trying again later (the runtime restarting), as opposed to a refusal.
+    /// Worth trying again later (the runtime restarting, or the container restarting between
+    /// the node view and the call: nothing was changed yet), as opposed to a refusal.
     pub fn is_transient(&self) -> bool {
-        matches!(self, ResizeError::Runtime(err) if err.is_transient())
+        match self {
+            ResizeError::Runtime(err) => err.is_transient(),
+            ResizeError::NotRunning(_) => true,
+            _ => false,
+        }
     }
 }
 
@@ -350,6 +355,12 @@ async fn verify_container(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_container_restarting_meanwhile_is_tried_again_not_failed() {
+        assert!(ResizeError::NotRunning("side".into()).is_transient());
+        assert!(!ResizeError::NoCgroupPath("side".into()).is_transient());
+    }
 
     #[test]
     fn pod_cgroup_of_a_container_cgroup() {
