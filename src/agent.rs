@@ -35,7 +35,7 @@ const REBUILD_IDLE_TICKS: u32 = 60;
 /// listen address or admin socket): those are configuration problems.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = Metrics::new();
-    let notifier = Notifier;
+    let notifier = Notifier::start();
     let heartbeat = Heartbeat::default();
     let health = Health::new(heartbeat.clone());
     health.set("pods", Err("pod cache not synced yet".into()));

@@ -6,35 +6,99 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
 use sd_notify::NotifyState;
 
-/// Sends notifications to the service manager; failures are logged, never fatal.
-#[derive(Clone, Debug, Default)]
-pub struct Notifier;
+/// Notifications waiting for the sending thread; more are dropped (see [`Notifier`]).
+const QUEUE: usize = 16;
+
+/// One notification, owned so that it can wait in the queue.
+#[derive(Debug)]
+enum Note {
+    Ready,
+    Status(String),
+    Stopping,
+    Watchdog,
+}
+
+/// Sends notifications to the service manager from a thread of its own; failures are logged,
+/// never fatal. A datagram send blocks while the notify socket's queue is full (a manager that
+/// does not read, or a test harness): that must never stall the agent, so the agent only
+/// queues, and a notification that finds the queue full is dropped (a later STATUS= says the
+/// same, a later WATCHDOG=1 pings again).
+#[derive(Clone, Debug)]
+pub struct Notifier {
+    queue: Option<SyncSender<Note>>,
+}
 
 impl Notifier {
+    /// Starts the sending thread when `NOTIFY_SOCKET` is set; otherwise every call is a no-op.
+    pub fn start() -> Notifier {
+        if std::env::var_os("NOTIFY_SOCKET").is_none() {
+            return Notifier { queue: None };
+        }
+        Notifier::start_with(|note| {
+            let state = match note {
+                Note::Ready => NotifyState::Ready,
+                Note::Status(text) => NotifyState::Status(text),
+                Note::Stopping => NotifyState::Stopping,
+                Note::Watchdog => NotifyState::Watchdog,
+            };
+            if let Err(err) = sd_notify::notify(&[state]) {
+                tracing::warn!(error = %err, "cannot notify systemd");
+            }
+        })
+    }
+
+    /// The sending thread, delivering each queued notification with `deliver`.
+    fn start_with(mut deliver: impl FnMut(&Note) + Send + 'static) -> Notifier {
+        let (queue, notes) = mpsc::sync_channel::<Note>(QUEUE);
+        let spawned = std::thread::Builder::new()
+            .name("sd-notify".into())
+            .spawn(move || {
+                for note in notes {
+                    deliver(&note);
+                }
+            });
+        match spawned {
+            Ok(_) => Notifier { queue: Some(queue) },
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot start the systemd notification thread; not notifying");
+                Notifier { queue: None }
+            }
+        }
+    }
+
     pub fn ready(&self) {
-        send(&[NotifyState::Ready]);
+        self.send(Note::Ready);
     }
 
     pub fn status(&self, text: &str) {
-        send(&[NotifyState::Status(text)]);
+        self.send(Note::Status(text.to_owned()));
     }
 
     pub fn stopping(&self) {
-        send(&[NotifyState::Stopping]);
+        self.send(Note::Stopping);
     }
 
     fn watchdog(&self) {
-        send(&[NotifyState::Watchdog]);
+        self.send(Note::Watchdog);
     }
-}
 
-fn send(states: &[NotifyState]) {
-    if let Err(err) = sd_notify::notify(states) {
-        tracing::warn!(error = %err, "cannot notify systemd");
+    fn send(&self, note: Note) {
+        let Some(queue) = &self.queue else { return };
+        match queue.try_send(note) {
+            Ok(()) => {}
+            Err(TrySendError::Full(note)) => {
+                tracing::debug!(
+                    ?note,
+                    "the service manager is not reading notifications; dropped"
+                )
+            }
+            Err(TrySendError::Disconnected(_)) => {}
+        }
     }
 }
 
@@ -102,6 +166,26 @@ pub async fn run_watchdog(notifier: Notifier, heartbeat: Heartbeat, interval: Du
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A manager that never reads: the sending thread blocks for good (as a datagram send to a
+    /// full notify socket does), yet no call of the agent's blocks, and what fits is delivered.
+    #[test]
+    fn a_manager_that_does_not_read_never_blocks_the_agent() {
+        let (delivered_tx, delivered) = mpsc::channel::<String>();
+        let (_release, blocked) = mpsc::channel::<()>();
+        let notifier = Notifier::start_with(move |note| {
+            let _ = delivered_tx.send(format!("{note:?}"));
+            let _ = blocked.recv(); // never answered while the test runs
+        });
+        let started = Instant::now();
+        for i in 0..1000 {
+            notifier.status(&format!("status {i}"));
+        }
+        notifier.ready();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let first = delivered.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(first, r#"Status("status 0")"#);
+    }
 
     #[test]
     fn heartbeat_reports_time_since_last_beat() {

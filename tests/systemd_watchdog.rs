@@ -34,7 +34,7 @@ async fn watchdog_pings_stop_while_the_loop_is_stuck_and_resume_after() {
 
     let heartbeat = Heartbeat::default();
     let interval = Duration::from_millis(200); // pings every 100 ms while healthy
-    let watchdog = tokio::spawn(run_watchdog(Notifier, heartbeat.clone(), interval));
+    let watchdog = tokio::spawn(run_watchdog(Notifier::start(), heartbeat.clone(), interval));
     let beating = |heartbeat: Heartbeat| {
         tokio::spawn(async move {
             loop {

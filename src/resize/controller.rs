@@ -116,6 +116,7 @@ pub async fn run(
         outcomes: HashMap::new(),
         deleted: HashSet::new(),
         written: HashMap::new(),
+        limit_ranges: HashMap::new(),
         done_tx,
     };
     loop {
@@ -170,8 +171,14 @@ struct Controller {
     /// copy: a request concluded here is over, a container the resize was just applied to again
     /// is not "replaced" once more.
     written: HashMap<String, ResizeStatus>,
+    /// Namespace → its LimitRanges and when they were listed: requests waiting their turn are
+    /// checked on every pass, and listing each time flooded the API (15,000 lists in the soak).
+    limit_ranges: HashMap<String, (Instant, Vec<Value>)>,
     done_tx: mpsc::Sender<CriDone>,
 }
+
+/// How long a namespace's listed LimitRanges are used before listing again.
+const LIMIT_RANGES_TTL: Duration = Duration::from_secs(10);
 
 /// A pod's containers with the resources the API gives them.
 fn spec_resources(pod: &PodView) -> Vec<(String, Resources)> {
@@ -494,14 +501,22 @@ impl Controller {
         }
     }
 
-    async fn limit_ranges(&self, namespace: &str) -> Result<Vec<Value>, ::kube::Error> {
+    async fn limit_ranges(&mut self, namespace: &str) -> Result<Vec<Value>, ::kube::Error> {
+        if let Some((listed, ranges)) = self.limit_ranges.get(namespace)
+            && listed.elapsed() < LIMIT_RANGES_TTL
+        {
+            return Ok(ranges.clone());
+        }
         let api: Api<LimitRange> = Api::namespaced(self.client.clone(), namespace);
         let list = api.list(&ListParams::default()).await?;
-        Ok(list
+        let ranges: Vec<Value> = list
             .items
             .iter()
             .filter_map(|lr| serde_json::to_value(lr).ok())
-            .collect())
+            .collect();
+        self.limit_ranges
+            .insert(namespace.to_owned(), (Instant::now(), ranges.clone()));
+        Ok(ranges)
     }
 
     async fn drive_cri(
