@@ -92,6 +92,29 @@ pub async fn apply(
     cgroups: &Cgroups,
     pod: &PodTarget,
 ) -> Result<Vec<Applied>, ResizeError> {
+    let result = apply_once(cri, cgroups, pod).await;
+    if result.is_err() {
+        // A container stopped under the resize (its cgroup gone, the runtime refusing a stopped
+        // container, a read-back of another instance): that is a restart to wait out, and the
+        // resize is applied to the new instance, not a failure of the request.
+        for target in &pod.containers {
+            match inspect(cri, target).await {
+                Err(ResizeError::NotRunning(name)) => return Err(ResizeError::NotRunning(name)),
+                Err(ResizeError::Runtime(err)) if err.is_not_found() => {
+                    return Err(ResizeError::NotRunning(target.name.clone()));
+                }
+                _ => {}
+            }
+        }
+    }
+    result
+}
+
+async fn apply_once(
+    cri: &CriClient,
+    cgroups: &Cgroups,
+    pod: &PodTarget,
+) -> Result<Vec<Applied>, ResizeError> {
     let mut current = Vec::new();
     for target in &pod.containers {
         current.push(inspect(cri, target).await?);
