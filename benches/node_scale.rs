@@ -56,25 +56,6 @@ fn restart_agent(node: &mut Node) -> (Duration, Duration) {
     (ready, readyz)
 }
 
-/// A CRR as kruise's webhook makes it, written straight into the store; returns its name.
-fn create_crr(node: &Node, pod: &Value) -> String {
-    let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
-    let mut crr = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
-        "metadata": {"name": unique("crr"), "namespace": NS},
-        "spec": {"podName": pod_name, "containers": [{"name": "app"}],
-                 "strategy": {"terminationGracePeriodSeconds": 5}}});
-    node_sandbox::manager::webhook_mutate(&mut crr, pod).expect("webhook");
-    let name = crr["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    node.server
-        .store()
-        .create("containerrecreaterequests", crr)
-        .expect("create CRR");
-    name
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args = support::measure::numeric_args();
@@ -221,7 +202,7 @@ async fn main() {
             .wait_pod(name, Duration::from_secs(60), all_running)
             .await;
         let old = container_id(&pod, "app");
-        let crr = create_crr(&node, &pod);
+        let crr = node.store_crr(&pod, &["app"]).expect("create CRR");
         let t = Instant::now();
         while node.proxy.stop_count(&old) == 0 {
             assert!(t.elapsed() < Duration::from_secs(30), "no kill for {crr}");
@@ -275,7 +256,10 @@ async fn main() {
         Duration::from_millis(100),
     ));
     let t = Instant::now();
-    let crrs: Vec<String> = pods_now.iter().map(|p| create_crr(&node, p)).collect();
+    let crrs: Vec<String> = pods_now
+        .iter()
+        .map(|p| node.store_crr(p, &["app"]).expect("create CRR"))
+        .collect();
     for crr in &crrs {
         node.wait_completed(crr, Duration::from_secs(120)).await;
     }
@@ -296,7 +280,7 @@ async fn main() {
             if let Some(pod) = node.pod(&names[i % names.len()])
                 && all_running(&pod)
             {
-                create_crr(&node, &pod);
+                node.store_crr(&pod, &["app"]);
             }
             i += 1;
             samples.push((t.elapsed().as_secs(), usage(pid).0 as f64 / 1024.0));

@@ -46,22 +46,6 @@ fn pod_spec() -> Value {
     json!({"containers": [app, container("side", "100m", "32Mi")]})
 }
 
-/// The CRR kruise's webhook makes for `containers` of `pod`, written straight into the store.
-fn create_crr(node: &Node, pod: &Value, containers: &[&str]) -> Option<String> {
-    let names: Vec<Value> = containers.iter().map(|c| json!({"name": c})).collect();
-    let mut crr = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
-        "metadata": {"name": unique("crr"), "namespace": NS},
-        "spec": {"podName": pod["metadata"]["name"], "containers": names,
-                 "strategy": {"terminationGracePeriodSeconds": 5}}});
-    node_sandbox::manager::webhook_mutate(&mut crr, pod).ok()?;
-    let name = crr["metadata"]["name"].as_str()?.to_string();
-    node.server
-        .store()
-        .create("containerrecreaterequests", crr)
-        .ok()?;
-    Some(name)
-}
-
 fn phase(object: &Value) -> Option<&str> {
     object.pointer("/status/phase").and_then(Value::as_str)
 }
@@ -138,7 +122,7 @@ async fn main() {
                 };
                 // The webhook needs the pod's running containers, as kruise's does.
                 match node.pod(pod_name).filter(all_running) {
-                    Some(pod) => match create_crr(&node, &pod, containers) {
+                    Some(pod) => match node.store_crr(&pod, containers) {
                         Some(name) => requests.push((*kind, name, Instant::now())),
                         None => skipped += 1,
                     },

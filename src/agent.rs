@@ -75,7 +75,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config.clone(),
         metrics.clone(),
         health.clone(),
-        (snapshots_tx, cri_tx),
+        snapshots_tx,
+        cri_tx,
         activity.clone(),
     ));
 
@@ -335,10 +336,8 @@ async fn refresh_runtime(
     config: Config,
     metrics: Metrics,
     health: Health,
-    (snapshots, clients): (
-        watch::Sender<Arc<RuntimeSnapshot>>,
-        watch::Sender<Option<CriClient>>,
-    ),
+    snapshots: watch::Sender<Arc<RuntimeSnapshot>>,
+    clients: watch::Sender<Option<CriClient>>,
     activity: Arc<tokio::sync::Notify>,
 ) {
     let base = config.refresh_interval;

@@ -4,12 +4,10 @@
 //! spec until either changes.
 
 use std::collections::HashMap;
-
-use serde::{Deserialize, Serialize};
-
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
 
 use super::{ContainerView, NodeView, RuntimeState};
 use crate::hashing::{self, KubeletVersion, StoredHashes};
@@ -40,7 +38,7 @@ struct CacheEntry {
     /// The API's pod the result was computed from (compared by identity).
     pod: Arc<Pod>,
     stored: (Option<String>, Option<String>),
-    kubelet: Option<String>,
+    kubelet: Option<KubeletVersion>,
     /// The spec JSON that `detected` was computed for.
     spec_json: Vec<u8>,
     detected: Detection,
@@ -70,13 +68,7 @@ pub fn annotate(view: &mut NodeView, cache: &mut HashCache) {
                     ..Default::default()
                 },
                 (None, false) => HashCheck::default(),
-                (Some(api_pod), false) => check(
-                    container,
-                    api_pod,
-                    view.kubelet_version.as_deref(),
-                    kubelet.as_ref(),
-                    cache,
-                ),
+                (Some(api_pod), false) => check(container, api_pod, kubelet.as_ref(), cache),
             });
         }
     }
@@ -86,7 +78,6 @@ pub fn annotate(view: &mut NodeView, cache: &mut HashCache) {
 fn check(
     container: &ContainerView,
     api_pod: &Arc<Pod>,
-    kubelet_text: Option<&str>,
     kubelet: Option<&KubeletVersion>,
     cache: &mut HashCache,
 ) -> HashCheck {
@@ -107,11 +98,10 @@ fn check(
         runtime.stored_hash.clone(),
         runtime.stored_hash_without_resources.clone(),
     );
-    let kubelet_text = kubelet_text.map(str::to_owned);
     if let Some(entry) = cache.entries.get(&runtime.id)
         && Arc::ptr_eq(&entry.pod, api_pod)
         && entry.stored == stored_text
-        && entry.kubelet == kubelet_text
+        && entry.kubelet.as_ref() == kubelet
     {
         return entry.result.clone();
     }
@@ -161,7 +151,7 @@ fn check(
         CacheEntry {
             pod: api_pod.clone(),
             stored: stored_text,
-            kubelet: kubelet_text,
+            kubelet: kubelet.cloned(),
             spec_json,
             detected,
             result: result.clone(),

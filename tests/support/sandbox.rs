@@ -387,6 +387,24 @@ impl Node {
         .unwrap()
     }
 
+    /// The CRR kruise's webhook makes for `containers` of `pod` (grace 5 s), written straight into
+    /// the store, as at scale the webhook round trip would only slow the benchmark down; returns
+    /// its name, or None when the webhook refuses the pod (e.g. a container not running).
+    pub fn store_crr(&self, pod: &Value, containers: &[&str]) -> Option<String> {
+        let names: Vec<Value> = containers.iter().map(|c| json!({"name": c})).collect();
+        let mut crr = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+            "metadata": {"name": unique("crr"), "namespace": NS},
+            "spec": {"podName": pod["metadata"]["name"], "containers": names,
+                     "strategy": {"terminationGracePeriodSeconds": 5}}});
+        node_sandbox::manager::webhook_mutate(&mut crr, pod).ok()?;
+        let name = crr["metadata"]["name"].as_str()?.to_string();
+        self.server
+            .store()
+            .create("containerrecreaterequests", crr)
+            .ok()?;
+        Some(name)
+    }
+
     /// Waits until the agent's first StopContainer of `container_id` reaches the CRI proxy.
     pub async fn wait_stop_issued(&self, container_id: &str, timeout: Duration) {
         let deadline = Instant::now() + timeout;
