@@ -220,6 +220,9 @@ async fn run_workers(
     let mut meta_config =
         crate::containermeta::ContainerMetaConfig::new(&config.node_name, config.state_dir.clone());
     meta_config.ledger = ledger.clone();
+    // CRRs and env changes may want the same container at the same moment: one stop.
+    let stops = recreate::StopGate::default();
+    meta_config.stops = stops.clone();
     let meta = crate::containermeta::run(
         meta_config,
         api.client.clone(),
@@ -248,6 +251,7 @@ async fn run_workers(
             state_dir: config.state_dir.clone(),
             ignore_kruise_daemon: config.ignore_kruise_daemon,
             ledger,
+            stops,
         },
         api.client,
         cri,

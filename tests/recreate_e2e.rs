@@ -539,3 +539,62 @@ async fn a_running_kruise_daemon_keeps_the_agent_off_requests() {
     node.wait_completed(&crr_name, LONG).await;
     node.stop().await;
 }
+
+/// A CRR and an env-from-metadata change wanting the same container at the same moment: the
+/// container is stopped once, by whichever came first; the other sees it recreated. The
+/// preStop hook (4 s) holds the first kill open while the second decides.
+async fn crr_and_env_change_on_one_container(env_change_first: bool) {
+    let node = Node::start().await;
+    let pod_name = unique("both");
+    let mut app = busybox("app", POLITE);
+    app["env"] = json!([{"name": "V", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['v']"}}}]);
+    app["lifecycle"] = json!({"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 4"]}}});
+    let pod = node
+        .run_pod_with_meta(
+            &pod_name,
+            json!({"annotations": {"v": "1", "inplaced.io/runtime-containers-meta": "true"}}),
+            json!({"containers": [app]}),
+        )
+        .await;
+    let old = container_id(&pod, "app");
+    let crr_name = unique("crr");
+    if env_change_first {
+        node.patch_pod_metadata(&pod_name, json!({"annotations": {"v": "2"}}))
+            .await;
+        // Past the env restarter's 1 s settle: its kill is in the preStop hook now.
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        node.create_crr(&crr_name, &pod_name, &["app"], json!({}))
+            .await;
+    } else {
+        node.create_crr(&crr_name, &pod_name, &["app"], json!({}))
+            .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        node.patch_pod_metadata(&pod_name, json!({"annotations": {"v": "2"}}))
+            .await;
+    }
+    let crr = node.wait_completed(&crr_name, LONG).await;
+    assert_eq!(container_phase(&crr, "app"), "Succeeded", "{crr:#}");
+    let pod = node
+        .wait_pod(&pod_name, LONG, |p| {
+            support::sandbox::all_running(p) && container_id(p, "app") != old
+        })
+        .await;
+    let new = container_id(&pod, "app");
+    assert_eq!(support::env_of(&new, "V").await.as_deref(), Some("2"));
+    // Settled: nothing more is stopped.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(node.proxy.stop_count(&old), 1, "one stop for both triggers");
+    assert_eq!(node.proxy.stop_count(&new), 0);
+    assert_eq!(container_id(&node.pod(&pod_name).unwrap(), "app"), new);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_env_change_during_a_crr_kill_does_not_stop_the_container_again() {
+    crr_and_env_change_on_one_container(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crr_during_an_env_restart_does_not_stop_the_container_again() {
+    crr_and_env_change_on_one_container(true).await;
+}

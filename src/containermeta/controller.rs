@@ -36,7 +36,7 @@ use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 use crate::recreate::crr::{ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, PreStop};
 use crate::recreate::journal::{KillIntent, KillJournal};
 use crate::recreate::plan::KillOrder;
-use crate::recreate::run_kill;
+use crate::recreate::{StopClaim, StopGate, run_kill};
 
 #[derive(Clone, Debug)]
 pub struct ContainerMetaConfig {
@@ -48,6 +48,8 @@ pub struct ContainerMetaConfig {
     pub restarts_per_minute: u32,
     /// Where kills are recorded for restart timing (`inplaced_restart_duration_seconds`).
     pub ledger: KillLedger,
+    /// Shared with the CRR restarter: one stop per container.
+    pub stops: StopGate,
 }
 
 impl ContainerMetaConfig {
@@ -58,6 +60,7 @@ impl ContainerMetaConfig {
             settle: Duration::from_secs(1),
             restarts_per_minute: 10,
             ledger: KillLedger::default(),
+            stops: StopGate::default(),
         }
     }
 }
@@ -340,7 +343,12 @@ impl Controller {
                         .started_ms
                         .saturating_add(intent.grace_ms)
                         .saturating_add(5_000);
-            if overdue && !self.in_flight.contains(&r.id) && self.resumed.insert(r.id.clone()) {
+            if overdue
+                && !self.in_flight.contains(&r.id)
+                && !self.resumed.contains(&r.id)
+                && let Some(claim) = self.config.stops.claim(&r.id)
+            {
+                self.resumed.insert(r.id.clone());
                 let order = KillOrder {
                     container: container.name.clone(),
                     container_id: r.id.clone(),
@@ -351,7 +359,7 @@ impl Controller {
                 };
                 tracing::warn!(pod = %pod.name, container = %container.name, id = %r.id,
                     "an env restart of an earlier run never finished; stopping the container now");
-                self.spawn_kill(pod, order, done);
+                self.spawn_kill(pod, order, claim, done);
             }
             return;
         }
@@ -386,6 +394,11 @@ impl Controller {
         if first.elapsed() < self.config.settle {
             return;
         }
+        let Some(claim) = self.config.stops.claim(&r.id) else {
+            tracing::debug!(pod = %pod.name, container = %container.name, id = %r.id,
+                "the container is being stopped, or was stopped, by another restarter");
+            return;
+        };
         if !self.take_token() {
             tracing::debug!(pod = %pod.name, container = %container.name, "env restart budget spent; waiting");
             return;
@@ -432,11 +445,17 @@ impl Controller {
             ),
             "Normal",
         );
-        self.spawn_kill(pod, order, done);
+        self.spawn_kill(pod, order, claim, done);
     }
 
     /// Runs the kill in the background; the loop hears of its end through `done`.
-    fn spawn_kill(&mut self, pod: &PodView, order: KillOrder, done: &mpsc::Sender<String>) {
+    fn spawn_kill(
+        &mut self,
+        pod: &PodView,
+        order: KillOrder,
+        claim: StopClaim,
+        done: &mpsc::Sender<String>,
+    ) {
         self.in_flight.insert(order.container_id.clone());
         self.config
             .ledger
@@ -451,7 +470,7 @@ impl Controller {
             pod.event_ref(),
         );
         tokio::spawn(async move {
-            match run_kill(&cri, &order, pod_ip.as_deref()).await {
+            match run_kill(&cri, &order, claim, pod_ip.as_deref()).await {
                 Ok(outcome) => {
                     metrics.count_env_restart("success");
                     if let Some(reason) = outcome.pre_stop_failure {

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::crr::{self, Crr, CrrPhase, CrrStatus};
 use super::journal::{KillIntent, KillJournal};
-use super::kill;
+use super::kill::{self, StopGate};
 use super::plan::{self, Facts, KillOrder, PodFacts, RuntimeFacts};
 use crate::cri::CriClient;
 use crate::http::Health;
@@ -33,6 +33,8 @@ pub struct RecreateConfig {
     pub ignore_kruise_daemon: bool,
     /// Where kills are noted, so the restart timing metrics know what triggered a restart.
     pub ledger: KillLedger,
+    /// Shared with the env-change restarter: one stop per container.
+    pub stops: StopGate,
 }
 
 /// How a kill ended, reported back to the loop.
@@ -318,6 +320,11 @@ impl Controller {
         done: &mpsc::Sender<KillDone>,
     ) {
         let Some(pod) = pod else { return };
+        let Some(claim) = self.config.stops.claim(&order.container_id) else {
+            tracing::debug!(container = %order.container, id = %order.container_id,
+                "the container is being stopped, or was stopped, by another restarter; deciding again");
+            return;
+        };
         match self
             .cri
             .newest_running(&pod.runtime_uid, &order.container)
@@ -372,7 +379,7 @@ impl Controller {
         events.emit(&pod_ref, "Killing", message, "Normal");
         self.ledger.record(&order.container_id, Trigger::Crr);
         tokio::spawn(async move {
-            let result = kill::kill(&cri, &order, pod_ip.as_deref()).await;
+            let result = kill::kill(&cri, &order, claim, pod_ip.as_deref()).await;
             let result = match result {
                 Ok(outcome) => {
                     tracing::info!(container = %order.container, pre_stop = ?outcome.pre_stop_took,
@@ -464,6 +471,10 @@ fn pod_facts(pod: &PodView) -> PodFacts {
                                 Timestamp::from_nanosecond(i128::from(r.times.started_at)).ok()
                             })
                             .flatten(),
+                        ready_in_pod_status: c
+                            .status
+                            .as_ref()
+                            .is_some_and(|s| s.ready && s.container_id == r.container_id),
                     },
                 ))
             })

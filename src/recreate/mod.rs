@@ -10,3 +10,4 @@ pub mod plan;
 pub use controller::{RecreateConfig, crr_resource, run};
 /// The kill path (preStop within the grace, then StopContainer), shared with other restarters.
 pub(crate) use kill::kill as run_kill;
+pub use kill::{StopClaim, StopGate};

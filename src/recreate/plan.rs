@@ -21,6 +21,8 @@ pub struct RuntimeFacts {
     pub running: bool,
     pub restart_count: i32,
     pub started_at: Option<Timestamp>,
+    /// The pod's status (kubelet's report) shows this very container ready.
+    pub ready_in_pod_status: bool,
 }
 
 /// The pod as this node sees it.
@@ -200,9 +202,19 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
         if recreated {
             state.phase = ContainerPhase::Recreating;
             if runtime.running {
-                let ready = synced.iter().any(|s| {
+                let synced_ready = synced.iter().any(|s| {
                     s.name == container.name && s.container_id == runtime.container_id && s.ready
                 });
+                // kruise-manager syncs only containers started after the request was created
+                // (second resolution, as the API stores both). One already replaced when the
+                // request was made (its statusContext came from a pod status not yet updated)
+                // would wait for that sync forever; the pod's status is the fact the manager
+                // would have copied.
+                let started_before_request = runtime
+                    .started_at
+                    .zip(request.created_at)
+                    .is_some_and(|(started, created)| started.as_second() < created.as_second());
+                let ready = synced_ready || (started_before_request && runtime.ready_in_pod_status);
                 let min_started =
                     Duration::from_secs(u64::try_from(strategy.min_started_seconds).unwrap_or(0));
                 let up_for = runtime
@@ -374,6 +386,7 @@ mod tests {
                             running: *running,
                             restart_count: *restarts,
                             started_at: Some("2026-11-22T09:59:30Z".parse().unwrap()),
+                            ready_in_pod_status: false,
                         },
                     )
                 })
@@ -501,6 +514,42 @@ mod tests {
         );
         assert_eq!(decision.status.phase, CrrPhase::Completed);
         assert_eq!(decision.status.completion_time.as_deref(), Some(NOW));
+    }
+
+    #[test]
+    fn a_container_replaced_before_the_request_needs_only_the_pods_ready_status() {
+        // The webhook copied a pod status not yet updated: statusContext names a container
+        // that was replaced (at 09:58:30) before the request was created (09:59:00). The
+        // manager never syncs a container started before the request.
+        let request = crr(one_container(json!({})), json!({}), json!({}));
+        let mut replaced = pod(&[("app", "new", true, 1)]);
+        let app = replaced.containers.get_mut("app").unwrap();
+        app.started_at = Some("2026-11-22T09:58:30Z".parse().unwrap());
+        let decision = decide_with(&request, Some(&replaced), &[]);
+        assert!(decision.kills.is_empty(), "already replaced: no kill");
+        assert_eq!(decision.status.phase, CrrPhase::Recreating, "not ready yet");
+
+        replaced
+            .containers
+            .get_mut("app")
+            .unwrap()
+            .ready_in_pod_status = true;
+        let decision = decide_with(&request, Some(&replaced), &[]);
+        assert_eq!(decision.status.phase, CrrPhase::Completed);
+        assert_eq!(
+            decision.status.container_recreate_states[0].phase,
+            ContainerPhase::Succeeded
+        );
+
+        // Started after the request (09:59:30): the manager's entry stays the one proof.
+        let mut restarted = pod(&[("app", "new", true, 1)]);
+        restarted
+            .containers
+            .get_mut("app")
+            .unwrap()
+            .ready_in_pod_status = true;
+        let decision = decide_with(&request, Some(&restarted), &[]);
+        assert_eq!(decision.status.phase, CrrPhase::Recreating);
     }
 
     #[test]
