@@ -111,6 +111,7 @@ pub async fn run(
         health,
         metrics,
         in_flight: HashSet::new(),
+        retried: HashSet::new(),
         started: HashMap::new(),
         requested: HashSet::new(),
         outcomes: HashMap::new(),
@@ -157,8 +158,10 @@ struct Controller {
     health: Health,
     metrics: Metrics,
     statuses: StatusWriter<ResizeStatus>,
-    /// Requests with a `cri` resize running.
+    /// Requests with a `cri` resize running (a re-apply runs under the newest succeeded one).
     in_flight: HashSet<String>,
+    /// Requests whose `cri` resize failed once and is being tried again.
+    retried: HashSet<String>,
     /// Request UID → when the agent took it up (for the duration metric).
     started: HashMap<String, Instant>,
     /// Requests whose `kubelet` resize the API has accepted from this agent.
@@ -219,6 +222,11 @@ impl Controller {
             Err(err) if err.is_transient() => {
                 tracing::warn!(error = %err, "the runtime went away during a resize; trying again");
             }
+            Err(err)
+                if !done.reapply && err.may_be_a_race() && self.retried.insert(done.uid.clone()) =>
+            {
+                tracing::info!(error = %err, "a resize failed; trying once more from a fresh view before failing the request");
+            }
             Err(err) => {
                 self.outcomes
                     .insert(done.uid, Outcome::Failed(err.to_string()));
@@ -271,6 +279,7 @@ impl Controller {
         self.written.retain(|uid, _| live.contains(uid));
         self.started.retain(|uid, _| live.contains(uid));
         self.requested.retain(|uid| live.contains(uid));
+        self.retried.retain(|uid| live.contains(uid));
         self.outcomes
             .retain(|uid, _| live.contains(uid) || self.in_flight.contains(uid));
     }
@@ -493,7 +502,7 @@ impl Controller {
             }
         }
         match actuator {
-            Actuator::Cri => self.drive_cri(request, pod, view, &after).await,
+            Actuator::Cri => self.drive_cri(request, group, pod, view, &after).await,
             Actuator::Kubelet => {
                 let api = api.unwrap_or(KubeletResizeApi::Subresource);
                 self.drive_kubelet(request, pod, api, &after).await
@@ -522,6 +531,7 @@ impl Controller {
     async fn drive_cri(
         &mut self,
         request: &ResizeRequest,
+        group: &[ResizeRequest],
         pod: &PodView,
         view: &NodeView,
         after: &[(String, Resources)],
@@ -571,7 +581,7 @@ impl Controller {
                 }
             };
         }
-        if self.in_flight.contains(&request.uid) {
+        if self.pod_busy(group) {
             return;
         }
         let this_pod = pod_requests(after);
@@ -604,6 +614,13 @@ impl Controller {
             .collect();
         self.write(request, status);
         self.spawn_cri(request.uid.clone(), target, false);
+    }
+
+    /// A `cri` resize of one of the pod's requests (or a re-apply) is running: the pod's
+    /// cgroup and containers are changed by one resize at a time, or the read-backs of one
+    /// would show the other's values.
+    fn pod_busy(&self, group: &[ResizeRequest]) -> bool {
+        group.iter().any(|r| self.in_flight.contains(&r.uid))
     }
 
     fn spawn_cri(&mut self, uid: String, target: PodTarget, reapply: bool) {
@@ -767,7 +784,7 @@ impl Controller {
             }
             return;
         }
-        if self.in_flight.contains(&newest.uid) {
+        if self.pod_busy(group) {
             return;
         }
         // The containers whose running instance is not the one the resize was applied to.

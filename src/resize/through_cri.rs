@@ -77,6 +77,12 @@ impl ResizeError {
             _ => false,
         }
     }
+
+    /// Not a refusal: a failed call, a cgroup file or a read-back that a container stopping
+    /// at that very moment can explain. One more attempt from a fresh view tells.
+    pub fn may_be_a_race(&self) -> bool {
+        !matches!(self, ResizeError::MemoryInUse { .. })
+    }
 }
 
 /// A container as found before changing it.
