@@ -10,6 +10,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use super::brief::{ContainerBrief, ListContainersBrief, ListPodSandboxBrief, PodSandboxBrief};
 use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
 use super::proto::*;
@@ -66,6 +67,8 @@ pub struct CriClient {
     config: CriConfig,
     runtime: RuntimeServiceClient<Channel>,
     images: ImageServiceClient<Channel>,
+    /// For calls decoded through a brief view instead of the generated stubs.
+    channel: Channel,
     observer: Option<Arc<dyn CallObserver>>,
 }
 
@@ -84,13 +87,14 @@ impl CriClient {
         let runtime = RuntimeServiceClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let images = ImageServiceClient::new(channel)
+        let images = ImageServiceClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Self {
             config,
             runtime,
             images,
+            channel,
             observer: None,
         }
     }
@@ -253,6 +257,31 @@ impl CriClient {
             )
             .await?;
         Ok(response.containers)
+    }
+
+    /// `ListContainers` read through a brief view: every container's ID and state, nothing
+    /// else decoded (no label or annotation map is built).
+    pub async fn list_container_states(&self) -> Result<Vec<ContainerBrief>, CriError> {
+        let response: ListContainersBrief = self
+            .brief_call(
+                "ListContainers",
+                "/runtime.v1.RuntimeService/ListContainers",
+                ListContainersRequest::default(),
+            )
+            .await?;
+        Ok(response.containers)
+    }
+
+    /// `ListPodSandbox` read through a brief view: every sandbox's ID and state.
+    pub async fn list_pod_sandbox_states(&self) -> Result<Vec<PodSandboxBrief>, CriError> {
+        let response: ListPodSandboxBrief = self
+            .brief_call(
+                "ListPodSandbox",
+                "/runtime.v1.RuntimeService/ListPodSandbox",
+                ListPodSandboxRequest::default(),
+            )
+            .await?;
+        Ok(response.items)
     }
 
     /// `ContainerStatus`; `verbose` adds the runtime's info map (containerd: the OCI spec, pid).
@@ -538,6 +567,38 @@ impl CriClient {
         let client = &self.runtime;
         self.with_retries(method, idempotent, || {
             self.timed(method, timeout, call(client.clone()))
+        })
+        .await
+    }
+
+    /// A read-only runtime call whose answer is decoded as `Resp`, a brief view of the real
+    /// answer (the same field numbers, fewer fields).
+    async fn brief_call<Req, Resp>(
+        &self,
+        method: &'static str,
+        path: &'static str,
+        request: Req,
+    ) -> Result<Resp, CriError>
+    where
+        Req: prost::Message + Clone + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        self.with_retries(method, Idempotent::Yes, || {
+            let mut grpc = tonic::client::Grpc::new(self.channel.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            let request = request.clone();
+            self.timed(method, self.config.call_timeout, async move {
+                grpc.ready()
+                    .await
+                    .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+                grpc.unary(
+                    tonic::Request::new(request),
+                    http::uri::PathAndQuery::from_static(path),
+                    tonic_prost::ProstCodec::<Req, Resp>::default(),
+                )
+                .await
+            })
         })
         .await
     }

@@ -16,6 +16,12 @@ pub mod proto {
     tonic::include_proto!("runtime.v1");
 }
 
+/// Brief views of the list answers: IDs and states only (`proto/inplaced/brief.proto`).
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod brief {
+    tonic::include_proto!("inplaced.brief");
+}
+
 use std::time::Duration;
 
 /// Told about every CRI call attempt (for latency metrics); kept as a trait so that this module

@@ -1,8 +1,11 @@
 //! What the runtime holds, listed through CRI. `ListContainers` has no start/finish times, so
-//! `ContainerStatus` is asked once per container and state, and cached: a steady node costs two
-//! list calls per refresh.
+//! `ContainerStatus` is asked once per container and state, and cached. A CRI object's fields
+//! other than its state never change once it exists, so each is decoded in full once: a refresh
+//! lists IDs and states through brief views and lists in full only when an unknown ID shows up.
+//! A steady node costs two brief list calls per refresh.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -22,10 +25,11 @@ pub struct ContainerTimes {
 #[derive(Clone, Debug, Default)]
 pub struct RuntimeSnapshot {
     pub runtime: Option<RuntimeInfo>,
-    pub sandboxes: Vec<PodSandbox>,
-    pub containers: Vec<Container>,
+    /// Shared with the tracker's cache (and the previous snapshot) while unchanged.
+    pub sandboxes: Vec<Arc<PodSandbox>>,
+    pub containers: Vec<Arc<Container>>,
     /// By container ID.
-    pub times: HashMap<String, ContainerTimes>,
+    pub times: Arc<HashMap<String, ContainerTimes>>,
 }
 
 impl RuntimeSnapshot {
@@ -56,7 +60,12 @@ pub struct RuntimeTracker {
     info: Option<RuntimeInfo>,
     /// Container ID → (state when asked, times).
     statuses: HashMap<String, (i32, ContainerTimes)>,
+    /// `statuses` without the states, as handed out (rebuilt only when a status changes).
+    times: Arc<HashMap<String, ContainerTimes>>,
     status_budget: usize,
+    /// Every container and sandbox listed, by ID, as last listed in full (state kept current).
+    containers: HashMap<String, Arc<Container>>,
+    sandboxes: HashMap<String, Arc<PodSandbox>>,
 }
 
 /// Concurrent ContainerStatus calls when many containers are new (agent start).
@@ -72,7 +81,10 @@ impl RuntimeTracker {
             cri,
             info: None,
             statuses: HashMap::new(),
+            times: Arc::default(),
             status_budget: STATUS_BUDGET,
+            containers: HashMap::new(),
+            sandboxes: HashMap::new(),
         }
     }
 
@@ -99,10 +111,10 @@ impl RuntimeTracker {
         if self.info.is_none() {
             self.info = Some(self.cri.version().await?);
         }
-        let sandboxes = self.cri.list_pod_sandboxes(None).await?;
-        let containers = self.cri.list_containers(None).await?;
+        let sandboxes = self.list_sandboxes().await?;
+        let containers = self.list_containers().await?;
 
-        let mut stale: Vec<&Container> = containers
+        let mut stale: Vec<&Arc<Container>> = containers
             .iter()
             .filter(|c| {
                 self.statuses
@@ -145,24 +157,91 @@ impl RuntimeTracker {
             .buffer_unordered(STATUS_CONCURRENCY)
             .collect()
             .await;
+        let mut changed = false;
         for (id, state, times) in fetched {
             if let Some(times) = times {
                 self.statuses.insert(id, (state, times));
+                changed = true;
             }
         }
-        let live: std::collections::HashSet<&str> =
-            containers.iter().map(|c| c.id.as_str()).collect();
-        self.statuses.retain(|id, _| live.contains(id.as_str()));
+        let before = self.statuses.len();
+        self.statuses
+            .retain(|id, _| self.containers.contains_key(id));
+        if changed || self.statuses.len() != before {
+            self.times = Arc::new(
+                self.statuses
+                    .iter()
+                    .map(|(id, (_, times))| (id.clone(), times.clone()))
+                    .collect(),
+            );
+        }
 
         Ok(RuntimeSnapshot {
             runtime: self.info.clone(),
             sandboxes,
-            times: self
-                .statuses
-                .iter()
-                .map(|(id, (_, times))| (id.clone(), times.clone()))
-                .collect(),
+            times: self.times.clone(),
             containers,
         })
+    }
+
+    /// Every container, in the runtime's order: IDs and states through the brief view, the
+    /// rest from the cache; a full listing only when an ID is new.
+    async fn list_containers(&mut self) -> Result<Vec<Arc<Container>>, CriError> {
+        let briefs = self.cri.list_container_states().await?;
+        if briefs.iter().any(|b| !self.containers.contains_key(&b.id)) {
+            let full: Vec<Arc<Container>> = self
+                .cri
+                .list_containers(None)
+                .await?
+                .into_iter()
+                .map(Arc::new)
+                .collect();
+            self.containers = full.iter().map(|c| (c.id.clone(), c.clone())).collect();
+            return Ok(full);
+        }
+        let listed: Vec<Arc<Container>> = briefs
+            .iter()
+            .filter_map(|brief| {
+                let known = self.containers.get_mut(&brief.id)?;
+                if known.state != brief.state {
+                    Arc::make_mut(known).state = brief.state;
+                }
+                Some(known.clone())
+            })
+            .collect();
+        if listed.len() != self.containers.len() {
+            self.containers = listed.iter().map(|c| (c.id.clone(), c.clone())).collect();
+        }
+        Ok(listed)
+    }
+
+    /// Every sandbox, as [`Self::list_containers`] lists containers.
+    async fn list_sandboxes(&mut self) -> Result<Vec<Arc<PodSandbox>>, CriError> {
+        let briefs = self.cri.list_pod_sandbox_states().await?;
+        if briefs.iter().any(|b| !self.sandboxes.contains_key(&b.id)) {
+            let full: Vec<Arc<PodSandbox>> = self
+                .cri
+                .list_pod_sandboxes(None)
+                .await?
+                .into_iter()
+                .map(Arc::new)
+                .collect();
+            self.sandboxes = full.iter().map(|s| (s.id.clone(), s.clone())).collect();
+            return Ok(full);
+        }
+        let listed: Vec<Arc<PodSandbox>> = briefs
+            .iter()
+            .filter_map(|brief| {
+                let known = self.sandboxes.get_mut(&brief.id)?;
+                if known.state != brief.state {
+                    Arc::make_mut(known).state = brief.state;
+                }
+                Some(known.clone())
+            })
+            .collect();
+        if listed.len() != self.sandboxes.len() {
+            self.sandboxes = listed.iter().map(|s| (s.id.clone(), s.clone())).collect();
+        }
+        Ok(listed)
     }
 }

@@ -686,6 +686,107 @@ mod tests {
         assert_eq!(due.kills.len(), 1);
     }
 
+    /// Decides with the wall clock at `NOW + offset_seconds` (the decision's clock is injected).
+    fn decide_at(
+        request: &Crr,
+        pod: &PodFacts,
+        intents: &[KillIntent],
+        in_flight: &[&str],
+        offset_seconds: i64,
+    ) -> Decision {
+        let in_flight: HashSet<String> = in_flight.iter().map(|c| c.to_string()).collect();
+        let failures = HashMap::new();
+        decide(
+            request,
+            &Facts {
+                now: now() + SignedDuration::from_secs(offset_seconds),
+                pod: Some(pod),
+                intents: intents.iter().map(|i| (i.container.as_str(), i)).collect(),
+                in_flight: &in_flight,
+                kill_failures: &failures,
+            },
+        )
+    }
+
+    #[test]
+    fn clock_jumps_bring_no_early_kill_success_or_second_kill() {
+        const HOUR: i64 = 3600;
+        const DAY: i64 = 86_400;
+        // The unready grace (20 s from 09:59:50) with the clock thrown back an hour: waits.
+        let running = pod(&[("app", "old", true, 0)]);
+        let acquired = json!({ANNOTATION_UNREADY_ACQUIRED: "2026-11-22T09:59:50Z"});
+        let request = crr(
+            one_container(json!({"unreadyGracePeriodSeconds": 20})),
+            json!({}),
+            acquired,
+        );
+        for offset in [-HOUR, -1, 0, 9] {
+            let d = decide_at(&request, &running, &[], &[], offset);
+            assert!(d.kills.is_empty(), "offset {offset}: {:?}", d.status);
+            assert!(d.requeue_after.is_some());
+        }
+        assert_eq!(decide_at(&request, &running, &[], &[], 10).kills.len(), 1);
+
+        // A kill under way: no jump, back or ahead, orders another while it runs.
+        let intent = KillIntent {
+            crr_uid: "crr-1".into(),
+            container: "app".into(),
+            container_id: "old".into(),
+            started_ms: now().as_millisecond(),
+            grace_ms: 30_000,
+        };
+        let intents = std::slice::from_ref(&intent);
+        for offset in [-DAY, -HOUR, 0, 29, 31, HOUR, DAY] {
+            let d = decide_at(&request, &running, intents, &["app"], offset);
+            assert!(d.kills.is_empty(), "offset {offset}");
+        }
+        // Over and the container still runs (the agent died during it): only once the grace
+        // is over by the clock is it finished, with SIGKILL; a clock thrown back waits.
+        for offset in [-DAY, -HOUR, 0, 29] {
+            let d = decide_at(&request, &running, intents, &[], offset);
+            assert!(d.kills.is_empty(), "offset {offset}");
+        }
+        let resumed = decide_at(&request, &running, intents, &[], DAY);
+        assert!(resumed.kills.len() == 1 && resumed.kills[0].resumed);
+        // Stopped, or replaced: never another kill, whatever the clock says.
+        let stopped = pod(&[("app", "old", false, 0)]);
+        let replaced = pod(&[("app", "new", true, 1)]);
+        for offset in [-DAY, 0, DAY] {
+            assert!(
+                decide_at(&request, &stopped, intents, &[], offset)
+                    .kills
+                    .is_empty()
+            );
+            assert!(
+                decide_at(&request, &replaced, intents, &[], offset)
+                    .kills
+                    .is_empty()
+            );
+        }
+
+        // minStartedSeconds (60 s; the new container started at 09:59:30) with the clock
+        // thrown back before the start: not up long enough, waits; ahead: succeeds.
+        let synced = json!({ANNOTATION_SYNC_CONTAINER_STATUSES:
+            r#"[{"name":"app","ready":true,"restartCount":1,"containerID":"containerd://new"}]"#});
+        let request = crr(
+            one_container(json!({"minStartedSeconds": 60})),
+            json!({}),
+            synced,
+        );
+        for offset in [-DAY, -HOUR, -31, 0, 29] {
+            let d = decide_at(&request, &replaced, &[], &[], offset);
+            assert_eq!(d.status.phase, CrrPhase::Recreating, "offset {offset}");
+            assert!(
+                d.requeue_after
+                    .is_some_and(|r| r <= Duration::from_secs(60))
+            );
+        }
+        for offset in [30, DAY] {
+            let d = decide_at(&request, &replaced, &[], &[], offset);
+            assert_eq!(d.status.phase, CrrPhase::Completed, "offset {offset}");
+        }
+    }
+
     #[test]
     fn huge_durations_wait_instead_of_overflowing() {
         let running = pod(&[("app", "old", true, 0)]);

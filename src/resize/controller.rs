@@ -223,7 +223,9 @@ impl Controller {
                 tracing::warn!(error = %err, "the runtime went away during a resize; trying again");
             }
             Err(err)
-                if !done.reapply && err.may_be_a_race() && self.retried.insert(done.uid.clone()) =>
+                if !done.reapply
+                    && err.may_be_a_race()
+                    && self.retried.insert(done.uid.clone()) =>
             {
                 tracing::info!(error = %err, "a resize failed; trying once more from a fresh view before failing the request");
             }

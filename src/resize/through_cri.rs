@@ -99,10 +99,19 @@ pub async fn apply(
     pod: &PodTarget,
 ) -> Result<Vec<Applied>, ResizeError> {
     let result = apply_once(cri, cgroups, pod).await;
-    if result.is_err() {
-        // A container stopped under the resize (its cgroup gone, the runtime refusing a stopped
-        // container, a read-back of another instance): that is a restart to wait out, and the
-        // resize is applied to the new instance, not a failure of the request.
+    let Err(err) = &result else { return result };
+    if !err.may_be_a_race() {
+        return result;
+    }
+    // A container stopped under the resize (its cgroup gone, the runtime refusing a stopped
+    // container, a read-back of another instance): that is a restart to wait out, and the
+    // resize is applied to the new instance, not a failure of the request. The runtime may
+    // report the container running for a moment after its cgroup is gone (the exit not yet
+    // processed), so it is asked a few times before the failure stands.
+    for attempt in 0..STOPPING_CHECKS {
+        if attempt > 0 {
+            tokio::time::sleep(STOPPING_CHECK_INTERVAL).await;
+        }
         for target in &pod.containers {
             match inspect(cri, target).await {
                 Err(ResizeError::NotRunning(name)) => return Err(ResizeError::NotRunning(name)),
@@ -115,6 +124,10 @@ pub async fn apply(
     }
     result
 }
+
+/// How often, and how far apart, a failed resize asks whether a container was stopping.
+const STOPPING_CHECKS: u32 = 5;
+const STOPPING_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(300);
 
 async fn apply_once(
     cri: &CriClient,
