@@ -106,7 +106,9 @@ async fn main() {
     let pid = node.agent().pid();
 
     let started = Instant::now();
-    let mut requests: Vec<(Kind, String, Instant)> = Vec::new();
+    let mut pending: Vec<(Kind, String, Instant)> = Vec::new();
+    let mut latency: HashMap<Kind, Vec<f64>> = HashMap::new();
+    let mut outcomes: HashMap<(Kind, String), usize> = HashMap::new();
     let mut env_values: HashMap<String, u64> = HashMap::new();
     let mut resizes_per_pod: HashMap<String, u64> = HashMap::new();
     let mut skipped = 0;
@@ -123,7 +125,7 @@ async fn main() {
                 // The webhook needs the pod's running containers, as kruise's does.
                 match node.pod(pod_name).filter(all_running) {
                     Some(pod) => match node.store_crr(&pod, containers) {
-                        Some(name) => requests.push((*kind, name, Instant::now())),
+                        Some(name) => pending.push((*kind, name, Instant::now())),
                         None => skipped += 1,
                     },
                     None => skipped += 1,
@@ -148,18 +150,16 @@ async fn main() {
                         {"name": "side", "resources": {"requests": {"cpu": "20m", "memory": "16Mi"},
                                                         "limits": {"cpu": cpu, "memory": memory}}}]}))
                     .await;
-                requests.push((*kind, name, Instant::now()));
+                pending.push((*kind, name, Instant::now()));
             }
         }
+        take_finished(&node, &mut pending, &mut latency, &mut outcomes);
         peak_rss_kb = peak_rss_kb.max(usage(pid).0);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let issued = started.elapsed();
 
     // Settle: every request final.
-    let mut latency: HashMap<Kind, Vec<f64>> = HashMap::new();
-    let mut outcomes: HashMap<(Kind, String), usize> = HashMap::new();
-    let mut pending: Vec<(Kind, String, Instant)> = requests;
     let deadline = Instant::now() + SETTLE;
     while !pending.is_empty() {
         if Instant::now() >= deadline {
@@ -171,41 +171,7 @@ async fn main() {
             "the agent exited: {}",
             node.agent().log()
         );
-        pending.retain(|(kind, name, created)| {
-            let object = match kind {
-                Kind::Recreate => node.crr(name),
-                _ => node.resize_request(name),
-            };
-            let outcome = match (kind, phase(&object)) {
-                (Kind::Recreate, Some("Completed")) => {
-                    let states = object
-                        .pointer("/status/containerRecreateStates")
-                        .and_then(Value::as_array)
-                        .cloned()
-                        .unwrap_or_default();
-                    let all = states.iter().all(|s| s["phase"] == "Succeeded");
-                    if all && !states.is_empty() {
-                        "Succeeded".to_string()
-                    } else {
-                        format!(
-                            "Completed: {} {:?}",
-                            object["status"]["message"],
-                            states.iter().map(|s| &s["phase"]).collect::<Vec<_>>()
-                        )
-                    }
-                }
-                (Kind::Resize, Some(p @ ("Succeeded" | "Failed" | "Infeasible"))) => {
-                    format!("{p} {}", object["status"]["message"])
-                }
-                _ => return true,
-            };
-            latency
-                .entry(*kind)
-                .or_default()
-                .push(created.elapsed().as_secs_f64() * 1e3);
-            *outcomes.entry((*kind, outcome)).or_default() += 1;
-            false
-        });
+        take_finished(&node, &mut pending, &mut latency, &mut outcomes);
         peak_rss_kb = peak_rss_kb.max(usage(pid).0);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -294,4 +260,49 @@ async fn main() {
         .collect();
     assert!(bad.is_empty(), "requests that did not succeed: {bad:?}");
     node.stop().await;
+}
+
+/// Takes the requests that have reached a final phase out of `pending`, noting each one's
+/// outcome and its latency from creation (looked at every 100–200 ms, during the stream too).
+fn take_finished(
+    node: &Node,
+    pending: &mut Vec<(Kind, String, Instant)>,
+    latency: &mut HashMap<Kind, Vec<f64>>,
+    outcomes: &mut HashMap<(Kind, String), usize>,
+) {
+    pending.retain(|(kind, name, created)| {
+        let object = match kind {
+            Kind::Recreate => node.crr(name),
+            _ => node.resize_request(name),
+        };
+        let outcome = match (kind, phase(&object)) {
+            (Kind::Recreate, Some("Completed")) => {
+                let states = object
+                    .pointer("/status/containerRecreateStates")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let all = states.iter().all(|s| s["phase"] == "Succeeded");
+                if all && !states.is_empty() {
+                    "Succeeded".to_string()
+                } else {
+                    format!(
+                        "Completed: {} {:?}",
+                        object["status"]["message"],
+                        states.iter().map(|s| &s["phase"]).collect::<Vec<_>>()
+                    )
+                }
+            }
+            (Kind::Resize, Some(p @ ("Succeeded" | "Failed" | "Infeasible"))) => {
+                format!("{p} {}", object["status"]["message"])
+            }
+            _ => return true,
+        };
+        latency
+            .entry(*kind)
+            .or_default()
+            .push(created.elapsed().as_secs_f64() * 1e3);
+        *outcomes.entry((*kind, outcome)).or_default() += 1;
+        false
+    });
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use node_sandbox::{Fault, FaultRule};
 use serde_json::{Value, json};
-use support::sandbox::{NS, Node, container_id, container_phase, container_status};
+use support::sandbox::{NS, Node, NodeOptions, container_id, container_phase, container_status};
 use support::unique;
 use tonic::Code;
 
@@ -597,4 +597,59 @@ async fn an_env_change_during_a_crr_kill_does_not_stop_the_container_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crr_during_an_env_restart_does_not_stop_the_container_again() {
     crr_and_env_change_on_one_container(true).await;
+}
+
+/// A kubelet slow to notice exits (2 s relist) and to restart (8 s): the request waits in
+/// Recreating without a second kill or a failure, and an env change made while the container
+/// is down is taken up by the restart itself, not by another kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_kubelet_is_waited_for_without_a_second_kill() {
+    let node = Node::start_with(
+        NodeOptions::kubelet("v1.30.7")
+            .slow_kubelet(Duration::from_secs(2), Duration::from_secs(8)),
+    )
+    .await;
+    let pod_name = unique("slow-kubelet");
+    let mut app = busybox("app", POLITE);
+    app["env"] = json!([{"name": "V", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['v']"}}}]);
+    let pod = node
+        .run_pod_with_meta(
+            &pod_name,
+            json!({"annotations": {"v": "1", "inplaced.io/runtime-containers-meta": "true"}}),
+            json!({"containers": [app, busybox("side", POLITE)]}),
+        )
+        .await;
+    let (old_app, old_side) = (container_id(&pod, "app"), container_id(&pod, "side"));
+    let crr_name = unique("crr");
+    node.create_crr(&crr_name, &pod_name, &["app", "side"], json!({}))
+        .await;
+    node.wait_stop_issued(&old_app, LONG).await;
+    node.wait_stop_issued(&old_side, LONG).await;
+    node.patch_pod_metadata(&pod_name, json!({"annotations": {"v": "2"}}))
+        .await;
+    // Well inside the kubelet's 8 s: still waiting, nothing more stopped.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let crr = node.crr(&crr_name);
+    assert_eq!(
+        crr.pointer("/status/phase"),
+        Some(&json!("Recreating")),
+        "{crr:#}"
+    );
+    let total: usize = node.proxy.stop_counts().values().sum();
+    assert_eq!(total, 2, "{:?}", node.proxy.stop_counts());
+
+    let crr = node.wait_completed(&crr_name, LONG).await;
+    assert_eq!(container_phase(&crr, "app"), "Succeeded", "{crr:#}");
+    assert_eq!(container_phase(&crr, "side"), "Succeeded", "{crr:#}");
+    let pod = node.pod(&pod_name).unwrap();
+    let new_app = container_id(&pod, "app");
+    assert_eq!(support::env_of(&new_app, "V").await.as_deref(), Some("2"));
+    // Settled: the env change needed no kill of its own.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(node.proxy.stop_count(&old_app), 1);
+    assert_eq!(node.proxy.stop_count(&old_side), 1);
+    let total: usize = node.proxy.stop_counts().values().sum();
+    assert_eq!(total, 2, "{:?}", node.proxy.stop_counts());
+    assert_eq!(container_id(&node.pod(&pod_name).unwrap(), "app"), new_app);
+    node.stop().await;
 }

@@ -1,48 +1,159 @@
-//! containerd stopped and started again while the agent is stopping a container for a request.
-//! Alone in its binary: it stops the shared containerd (cargo runs test binaries one at a time).
+//! containerd stopped and started again at different points of a request: before the agent
+//! acts on it, while it is stopping the container, after the stop and before kubelet starts the
+//! new container, and in the middle of an env-from-metadata restart. Every request must end
+//! truthfully (Succeeded) with each targeted container stopped exactly once.
+//! Alone in its binary, one test running the points one after the other: it stops the shared
+//! containerd (cargo runs test binaries one at a time).
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use serde_json::json;
-use support::sandbox::{Node, container_id, container_phase};
+use inplaced::cri::proto::ContainerState;
+use serde_json::{Value, json};
+use support::sandbox::{Node, all_running, container_id, container_phase};
 use support::unique;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_runtime_restart_during_the_kill_neither_fails_the_request_nor_kills_twice() {
+/// Shuts down on SIGTERM after a second: containerd goes away within that second.
+const SLOW_TO_STOP: &str = "trap 'sleep 1; exit 0' TERM; while true; do sleep 0.1; done";
+const LONG: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Copy, Debug)]
+enum Point {
+    /// containerd is down when the request is created.
+    BeforeTheKill,
+    /// containerd goes away while StopContainer is under way.
+    DuringTheKill,
+    /// containerd goes away once the container has exited, before its replacement runs.
+    AfterTheStop,
+}
+
+async fn runtime_outage(pause: Duration) {
+    support::containerd_script("stop-daemon");
+    tokio::time::sleep(pause).await;
+    support::containerd_script("start-daemon");
+}
+
+async fn wait_exited(id: &str) {
+    let cri = support::client();
+    let deadline = Instant::now() + LONG;
+    loop {
+        let state = cri
+            .container_status(id, false)
+            .await
+            .ok()
+            .and_then(|r| r.status)
+            .map(|s| s.state);
+        if state == Some(ContainerState::ContainerExited as i32) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{id} never exited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn crr_with_runtime_restart(point: Point) {
     let node = Node::start().await;
     let pod_name = unique("runtime-restart");
-    // Shuts down on SIGTERM after a second: containerd goes away within that second.
     let pod = node
         .run_pod(
             &pod_name,
             json!({"containers": [{"name": "app", "image": "localhost/busybox:local",
-                   "command": ["/bin/sh", "-c", "trap 'sleep 1; exit 0' TERM; while true; do sleep 0.1; done"]}]}),
+                   "command": ["/bin/sh", "-c", SLOW_TO_STOP]}]}),
         )
         .await;
     let old = container_id(&pod, "app");
     let crr_name = unique("crr");
-    node.create_crr(
-        &crr_name,
-        &pod_name,
-        &["app"],
-        json!({"terminationGracePeriodSeconds": 10, "failurePolicy": "Fail"}),
-    )
-    .await;
-    node.wait_stop_issued(&old, Duration::from_secs(60)).await;
-    support::containerd_script("stop-daemon");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    support::containerd_script("start-daemon");
-
-    let crr = node
-        .wait_completed(&crr_name, Duration::from_secs(60))
-        .await;
+    let strategy = json!({"terminationGracePeriodSeconds": 10, "failurePolicy": "Fail"});
+    match point {
+        Point::BeforeTheKill => {
+            support::containerd_script("stop-daemon");
+            node.create_crr(&crr_name, &pod_name, &["app"], strategy)
+                .await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            support::containerd_script("start-daemon");
+        }
+        Point::DuringTheKill => {
+            node.create_crr(&crr_name, &pod_name, &["app"], strategy)
+                .await;
+            node.wait_stop_issued(&old, LONG).await;
+            runtime_outage(Duration::from_millis(1500)).await;
+        }
+        Point::AfterTheStop => {
+            node.create_crr(&crr_name, &pod_name, &["app"], strategy)
+                .await;
+            node.wait_stop_issued(&old, LONG).await;
+            wait_exited(&old).await;
+            runtime_outage(Duration::from_millis(1500)).await;
+        }
+    }
+    let crr = node.wait_completed(&crr_name, LONG).await;
     assert_eq!(
         container_phase(&crr, "app"),
         "Succeeded",
-        "a transient runtime error is no failure: {crr:#}"
+        "{point:?}: a runtime restart is no failure: {crr:#}"
     );
-    assert_eq!(node.proxy.stop_count(&old), 1, "killed exactly once");
+    let pod = node
+        .wait_pod(&pod_name, LONG, |p| {
+            all_running(p) && container_id(p, "app") != old
+        })
+        .await;
+    let new = container_id(&pod, "app");
+    // Settled: nothing more is stopped.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        node.proxy.stop_count(&old),
+        1,
+        "{point:?}: killed exactly once"
+    );
+    assert_eq!(node.proxy.stop_count(&new), 0, "{point:?}");
     node.stop().await;
+}
+
+/// An env-from-metadata restart with containerd going away during its stop.
+async fn env_restart_with_runtime_restart() {
+    let node = Node::start().await;
+    let pod_name = unique("env-runtime-restart");
+    let app = json!({"name": "app", "image": "localhost/busybox:local",
+        "command": ["/bin/sh", "-c", SLOW_TO_STOP],
+        "env": [{"name": "V", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['v']"}}}]});
+    let pod = node
+        .run_pod_with_meta(
+            &pod_name,
+            json!({"annotations": {"v": "1", "inplaced.io/runtime-containers-meta": "true"}}),
+            json!({"containers": [app]}),
+        )
+        .await;
+    let old = container_id(&pod, "app");
+    node.patch_pod_metadata(&pod_name, json!({"annotations": {"v": "2"}}))
+        .await;
+    node.wait_stop_issued(&old, LONG).await;
+    runtime_outage(Duration::from_millis(1500)).await;
+    let pod: Value = node
+        .wait_pod(&pod_name, LONG, |p| {
+            all_running(p) && container_id(p, "app") != old
+        })
+        .await;
+    let new = container_id(&pod, "app");
+    assert_eq!(support::env_of(&new, "V").await.as_deref(), Some("2"));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        node.proxy.stop_count(&old),
+        1,
+        "env restart: killed exactly once"
+    );
+    assert_eq!(node.proxy.stop_count(&new), 0);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_restarts_at_each_point_of_a_request_neither_fail_it_nor_kill_twice() {
+    for point in [
+        Point::BeforeTheKill,
+        Point::DuringTheKill,
+        Point::AfterTheStop,
+    ] {
+        crr_with_runtime_restart(point).await;
+    }
+    env_restart_with_runtime_restart().await;
 }

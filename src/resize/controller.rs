@@ -83,6 +83,9 @@ pub async fn run(
         while let Some(item) = stream.next().await {
             match item {
                 Ok(_) => {
+                    if failing {
+                        tracing::info!("watching ContainerResizeRequests again");
+                    }
                     failing = false;
                     changed_tx.send_modify(|n| *n = n.wrapping_add(1));
                 }

@@ -42,6 +42,8 @@ pub struct NodeOptions {
     pub allocatable_cpu_millis: Option<i64>,
     /// How often the kubelet stand-in re-syncs every pod (tests: 200 ms; kubelet: 1 s).
     pub kubelet_sync_period: Duration,
+    /// Between a container's exit and the stand-in's restart of it (tests: 500 ms).
+    pub kubelet_restart_delay: Duration,
 }
 
 impl NodeOptions {
@@ -57,7 +59,15 @@ impl NodeOptions {
             agent_args: Vec::new(),
             allocatable_cpu_millis: None,
             kubelet_sync_period: Duration::from_millis(200),
+            kubelet_restart_delay: Duration::from_millis(500),
         }
+    }
+
+    /// A kubelet slow to notice exits (`sync`) and to restart containers (`restart`).
+    pub fn slow_kubelet(mut self, sync: Duration, restart: Duration) -> NodeOptions {
+        self.kubelet_sync_period = sync;
+        self.kubelet_restart_delay = restart;
+        self
     }
 
     /// The same release with the gate on or off.
@@ -120,7 +130,7 @@ impl Node {
         kubelet_config.kubelet_version = options.kubelet_version.clone();
         kubelet_config.resize_gate = options.resize_gate;
         kubelet_config.allocatable_cpu_millis = options.allocatable_cpu_millis;
-        kubelet_config.restart_delay = Duration::from_millis(500);
+        kubelet_config.restart_delay = options.kubelet_restart_delay;
         kubelet_config.sync_period = options.kubelet_sync_period;
         let kubelet = KubeletStandIn::start(kubelet_config).await.unwrap();
         let mut manager_config = ManagerConfig::new(&kubeconfig_text);
