@@ -111,8 +111,12 @@ impl RuntimeTracker {
         if self.info.is_none() {
             self.info = Some(self.cri.version().await?);
         }
-        let sandboxes = self.list_sandboxes().await?;
-        let containers = self.list_containers().await?;
+        // By ID: the runtime lists in no stable order (containerd: Go map order), and an
+        // unchanged runtime must give an identical snapshot.
+        let mut sandboxes = self.list_sandboxes().await?;
+        sandboxes.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        let mut containers = self.list_containers().await?;
+        containers.sort_unstable_by(|a, b| a.id.cmp(&b.id));
 
         let mut stale: Vec<&Arc<Container>> = containers
             .iter()
@@ -184,7 +188,7 @@ impl RuntimeTracker {
         })
     }
 
-    /// Every container, in the runtime's order: IDs and states through the brief view, the
+    /// Every container: IDs and states through the brief view, the
     /// rest from the cache; a full listing only when an ID is new.
     async fn list_containers(&mut self) -> Result<Vec<Arc<Container>>, CriError> {
         let briefs = self.cri.list_container_states().await?;
