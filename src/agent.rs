@@ -30,8 +30,6 @@ const IDLE_BACKOFF: u32 = 8;
 /// Ticks without any change after which the view is rebuilt anyway (the restart tracker's
 /// ten-minute timeout needs no finer grain).
 const REBUILD_IDLE_TICKS: u32 = 60;
-/// How often, at most, freed heap memory is handed back to the kernel (after a view rebuild).
-const TRIM_HEAP_EVERY: Duration = Duration::from_secs(30);
 
 /// Runs until SIGTERM or SIGINT. Errors only for what the agent itself cannot do (bind its
 /// listen address or admin socket): those are configuration problems.
@@ -113,7 +111,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut health_changes = health.subscribe();
     let mut failure = None;
     let mut idle_ticks = 0;
-    let mut heap_trimmed = std::time::Instant::now();
     loop {
         // The view is rebuilt when one of its inputs changed, and now and then regardless (the
         // restart tracker's timeouts); a plain tick only proves the loop is alive.
@@ -169,10 +166,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         restarts.observe(&mut joined, &snapshot);
         let status = status_line(&joined, &health);
         views_tx.send_replace(Arc::new(joined));
-        if heap_trimmed.elapsed() >= TRIM_HEAP_EVERY {
-            trim_heap();
-            heap_trimmed = std::time::Instant::now();
-        }
         if status != last_status {
             notifier.status(&status);
             tracing::info!(status = %status, "state changed");
@@ -191,17 +184,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     match failure {
         Some(reason) => Err(anyhow::anyhow!(reason)),
         None => Ok(()),
-    }
-}
-
-/// glibc returns freed memory to the kernel only from the top of the heap: what a burst freed
-/// (the first pod list, a relist, a burst of restarts) otherwise stays resident for good.
-/// `malloc_trim` hands those free pages back; it walks the heap, a few milliseconds here.
-fn trim_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases free memory the allocator owns; it is thread-safe.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 
