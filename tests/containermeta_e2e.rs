@@ -250,16 +250,6 @@ async fn annotation_matches_kruise_and_golden_hashes_at_era_c() {
 }
 
 /// The value a running container was started with, from its OCI spec.
-async fn wait_restarted(node: &Node, pod: &str, old: &str) -> Value {
-    node.wait_pod(pod, LONG, |p| {
-        support::sandbox::all_running(p) && {
-            let id = container_id(p, "app");
-            !id.is_empty() && id != old
-        }
-    })
-    .await
-}
-
 /// The restart trigger, with an annotation and then with a label, once per change.
 async fn restart_trigger(script: &str) -> (Node, String) {
     let node = Node::start().await;
@@ -286,7 +276,7 @@ async fn restart_trigger(script: &str) -> (Node, String) {
     node.patch_pod_metadata(&name, json!({"annotations": {"v": "2"}}))
         .await;
     let started = Instant::now();
-    let pod = wait_restarted(&node, &name, &first).await;
+    let pod = node.wait_replaced(&name, "app", &first).await;
     let second = container_id(&pod, "app");
     assert_eq!(
         support::env_of(&second, "V").await.as_deref(),
@@ -304,7 +294,7 @@ async fn restart_trigger(script: &str) -> (Node, String) {
 
     node.patch_pod_metadata(&name, json!({"labels": {"app": "api"}}))
         .await;
-    let pod = wait_restarted(&node, &name, &second).await;
+    let pod = node.wait_replaced(&name, "app", &second).await;
     let third = container_id(&pod, "app");
     assert_eq!(support::env_of(&third, "L").await.as_deref(), Some("api"));
     assert_eq!(node.proxy.stop_count(&second), 1);
@@ -377,7 +367,7 @@ async fn an_unmatchable_value_is_reported_once_and_left_alone() {
         )
         .await;
     let first = container_id(&pod, "app");
-    let pod = wait_restarted(&node, &name, &first).await;
+    let pod = node.wait_replaced(&name, "app", &first).await;
     let second = container_id(&pod, "app");
     let deadline = Instant::now() + LONG;
     while node.events(&name, "EnvFromMetadataUnmatched").is_empty() {
@@ -445,7 +435,7 @@ async fn kruise_pod_restarts_only_while_in_place_update_ready_is_false() {
 
     node.set_pod_condition(&name, "InPlaceUpdateReady", "False")
         .await;
-    let pod = wait_restarted(&node, &name, &first).await;
+    let pod = node.wait_replaced(&name, "app", &first).await;
     let second = container_id(&pod, "app");
     assert_eq!(support::env_of(&second, "V").await.as_deref(), Some("2"));
     assert_eq!(node.proxy.stop_count(&first), 1);

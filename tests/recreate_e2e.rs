@@ -9,7 +9,9 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use node_sandbox::{Fault, FaultRule};
 use serde_json::{Value, json};
-use support::sandbox::{NS, Node, NodeOptions, container_id, container_phase, container_status};
+use support::sandbox::{
+    NS, Node, NodeOptions, container_id, container_phase, container_status, takes_v_from_annotation,
+};
 use support::unique;
 use tonic::Code;
 
@@ -140,11 +142,7 @@ async fn force_recreate_and_min_started_seconds() {
         .stop_container(&old, Duration::from_secs(5))
         .await
         .unwrap();
-    let pod = node
-        .wait_pod(&pod_name, LONG, |p| {
-            container_id(p, "app") != old && support::sandbox::all_running(p)
-        })
-        .await;
+    let pod = node.wait_replaced(&pod_name, "app", &old).await;
     let restarted = container_id(&pod, "app");
 
     let crr_name = unique("crr");
@@ -546,15 +544,10 @@ async fn a_running_kruise_daemon_keeps_the_agent_off_requests() {
 async fn crr_and_env_change_on_one_container(env_change_first: bool) {
     let node = Node::start().await;
     let pod_name = unique("both");
-    let mut app = busybox("app", POLITE);
-    app["env"] = json!([{"name": "V", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['v']"}}}]);
+    let mut app = takes_v_from_annotation(busybox("app", POLITE));
     app["lifecycle"] = json!({"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 4"]}}});
     let pod = node
-        .run_pod_with_meta(
-            &pod_name,
-            json!({"annotations": {"v": "1", "inplaced.io/runtime-containers-meta": "true"}}),
-            json!({"containers": [app]}),
-        )
+        .run_env_pod(&pod_name, json!({"containers": [app]}))
         .await;
     let old = container_id(&pod, "app");
     let crr_name = unique("crr");
@@ -574,11 +567,7 @@ async fn crr_and_env_change_on_one_container(env_change_first: bool) {
     }
     let crr = node.wait_completed(&crr_name, LONG).await;
     assert_eq!(container_phase(&crr, "app"), "Succeeded", "{crr:#}");
-    let pod = node
-        .wait_pod(&pod_name, LONG, |p| {
-            support::sandbox::all_running(p) && container_id(p, "app") != old
-        })
-        .await;
+    let pod = node.wait_replaced(&pod_name, "app", &old).await;
     let new = container_id(&pod, "app");
     assert_eq!(support::env_of(&new, "V").await.as_deref(), Some("2"));
     // Settled: nothing more is stopped.
@@ -610,12 +599,10 @@ async fn a_slow_kubelet_is_waited_for_without_a_second_kill() {
     )
     .await;
     let pod_name = unique("slow-kubelet");
-    let mut app = busybox("app", POLITE);
-    app["env"] = json!([{"name": "V", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['v']"}}}]);
+    let app = takes_v_from_annotation(busybox("app", POLITE));
     let pod = node
-        .run_pod_with_meta(
+        .run_env_pod(
             &pod_name,
-            json!({"annotations": {"v": "1", "inplaced.io/runtime-containers-meta": "true"}}),
             json!({"containers": [app, busybox("side", POLITE)]}),
         )
         .await;

@@ -10,8 +10,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use inplaced::cri::proto::ContainerState;
-use serde_json::{Value, json};
-use support::sandbox::{Node, all_running, container_id, container_phase};
+use serde_json::json;
+use support::sandbox::{Node, container_id, container_phase, takes_v_from_annotation};
 use support::unique;
 
 /// Shuts down on SIGTERM after a second: containerd goes away within that second.
@@ -93,11 +93,7 @@ async fn crr_with_runtime_restart(point: Point) {
         "Succeeded",
         "{point:?}: a runtime restart is no failure: {crr:#}"
     );
-    let pod = node
-        .wait_pod(&pod_name, LONG, |p| {
-            all_running(p) && container_id(p, "app") != old
-        })
-        .await;
+    let pod = node.wait_replaced(&pod_name, "app", &old).await;
     let new = container_id(&pod, "app");
     // Settled: nothing more is stopped.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -114,26 +110,17 @@ async fn crr_with_runtime_restart(point: Point) {
 async fn env_restart_with_runtime_restart() {
     let node = Node::start().await;
     let pod_name = unique("env-runtime-restart");
-    let app = json!({"name": "app", "image": "localhost/busybox:local",
-        "command": ["/bin/sh", "-c", SLOW_TO_STOP],
-        "env": [{"name": "V", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['v']"}}}]});
+    let app = takes_v_from_annotation(json!({"name": "app", "image": "localhost/busybox:local",
+        "command": ["/bin/sh", "-c", SLOW_TO_STOP]}));
     let pod = node
-        .run_pod_with_meta(
-            &pod_name,
-            json!({"annotations": {"v": "1", "inplaced.io/runtime-containers-meta": "true"}}),
-            json!({"containers": [app]}),
-        )
+        .run_env_pod(&pod_name, json!({"containers": [app]}))
         .await;
     let old = container_id(&pod, "app");
     node.patch_pod_metadata(&pod_name, json!({"annotations": {"v": "2"}}))
         .await;
     node.wait_stop_issued(&old, LONG).await;
     runtime_outage(Duration::from_millis(1500)).await;
-    let pod: Value = node
-        .wait_pod(&pod_name, LONG, |p| {
-            all_running(p) && container_id(p, "app") != old
-        })
-        .await;
+    let pod = node.wait_replaced(&pod_name, "app", &old).await;
     let new = container_id(&pod, "app");
     assert_eq!(support::env_of(&new, "V").await.as_deref(), Some("2"));
     tokio::time::sleep(Duration::from_secs(3)).await;

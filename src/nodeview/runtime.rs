@@ -111,12 +111,22 @@ impl RuntimeTracker {
         if self.info.is_none() {
             self.info = Some(self.cri.version().await?);
         }
-        // By ID: the runtime lists in no stable order (containerd: Go map order), and an
-        // unchanged runtime must give an identical snapshot.
-        let mut sandboxes = self.list_sandboxes().await?;
-        sandboxes.sort_unstable_by(|a, b| a.id.cmp(&b.id));
-        let mut containers = self.list_containers().await?;
-        containers.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        let briefs = self.cri.list_pod_sandbox_states().await?;
+        let sandboxes = match known(&mut self.sandboxes, briefs.iter().map(|b| (&b.id, b.state))) {
+            Some(listed) => listed,
+            None => relisted(
+                &mut self.sandboxes,
+                self.cri.list_pod_sandboxes(None).await?,
+            ),
+        };
+        let briefs = self.cri.list_container_states().await?;
+        let containers = match known(
+            &mut self.containers,
+            briefs.iter().map(|b| (&b.id, b.state)),
+        ) {
+            Some(listed) => listed,
+            None => relisted(&mut self.containers, self.cri.list_containers(None).await?),
+        };
 
         let mut stale: Vec<&Arc<Container>> = containers
             .iter()
@@ -187,65 +197,70 @@ impl RuntimeTracker {
             containers,
         })
     }
+}
 
-    /// Every container: IDs and states through the brief view, the
-    /// rest from the cache; a full listing only when an ID is new.
-    async fn list_containers(&mut self) -> Result<Vec<Arc<Container>>, CriError> {
-        let briefs = self.cri.list_container_states().await?;
-        if briefs.iter().any(|b| !self.containers.contains_key(&b.id)) {
-            let full: Vec<Arc<Container>> = self
-                .cri
-                .list_containers(None)
-                .await?
-                .into_iter()
-                .map(Arc::new)
-                .collect();
-            self.containers = full.iter().map(|c| (c.id.clone(), c.clone())).collect();
-            return Ok(full);
-        }
-        let listed: Vec<Arc<Container>> = briefs
-            .iter()
-            .filter_map(|brief| {
-                let known = self.containers.get_mut(&brief.id)?;
-                if known.state != brief.state {
-                    Arc::make_mut(known).state = brief.state;
-                }
-                Some(known.clone())
-            })
-            .collect();
-        if listed.len() != self.containers.len() {
-            self.containers = listed.iter().map(|c| (c.id.clone(), c.clone())).collect();
-        }
-        Ok(listed)
-    }
+/// A CRI object whose fields, once it exists, change only in its state.
+trait RuntimeObject: Clone {
+    fn id(&self) -> &str;
+    fn state(&self) -> i32;
+    fn state_mut(&mut self) -> &mut i32;
+}
 
-    /// Every sandbox, as [`Self::list_containers`] lists containers.
-    async fn list_sandboxes(&mut self) -> Result<Vec<Arc<PodSandbox>>, CriError> {
-        let briefs = self.cri.list_pod_sandbox_states().await?;
-        if briefs.iter().any(|b| !self.sandboxes.contains_key(&b.id)) {
-            let full: Vec<Arc<PodSandbox>> = self
-                .cri
-                .list_pod_sandboxes(None)
-                .await?
-                .into_iter()
-                .map(Arc::new)
-                .collect();
-            self.sandboxes = full.iter().map(|s| (s.id.clone(), s.clone())).collect();
-            return Ok(full);
+/// Both kinds have `id` and `state` fields of the same types.
+macro_rules! runtime_object {
+    ($($kind:ty),*) => {$(
+        impl RuntimeObject for $kind {
+            fn id(&self) -> &str {
+                &self.id
+            }
+            fn state(&self) -> i32 {
+                self.state
+            }
+            fn state_mut(&mut self) -> &mut i32 {
+                &mut self.state
+            }
         }
-        let listed: Vec<Arc<PodSandbox>> = briefs
-            .iter()
-            .filter_map(|brief| {
-                let known = self.sandboxes.get_mut(&brief.id)?;
-                if known.state != brief.state {
-                    Arc::make_mut(known).state = brief.state;
-                }
-                Some(known.clone())
-            })
-            .collect();
-        if listed.len() != self.sandboxes.len() {
-            self.sandboxes = listed.iter().map(|s| (s.id.clone(), s.clone())).collect();
-        }
-        Ok(listed)
+    )*};
+}
+runtime_object!(Container, PodSandbox);
+
+/// The objects a brief listing (ID, state) names, from `cache` with their states brought up to
+/// date; `None` when it names an ID the cache lacks (a full listing is needed). Sorted by ID:
+/// the runtime lists in no stable order (containerd: Go map order), and an unchanged runtime
+/// must give an identical snapshot.
+fn known<'a, T: RuntimeObject>(
+    cache: &mut HashMap<String, Arc<T>>,
+    briefs: impl Iterator<Item = (&'a String, i32)> + Clone,
+) -> Option<Vec<Arc<T>>> {
+    if briefs.clone().any(|(id, _)| !cache.contains_key(id)) {
+        return None;
     }
+    let mut listed: Vec<Arc<T>> = briefs
+        .filter_map(|(id, state)| {
+            let known = cache.get_mut(id)?;
+            if known.state() != state {
+                *Arc::make_mut(known).state_mut() = state;
+            }
+            Some(known.clone())
+        })
+        .collect();
+    if listed.len() != cache.len() {
+        *cache = listed
+            .iter()
+            .map(|o| (o.id().to_owned(), o.clone()))
+            .collect();
+    }
+    listed.sort_unstable_by(|a, b| a.id().cmp(b.id()));
+    Some(listed)
+}
+
+/// A full listing, which replaces `cache`; sorted by ID as [`known`] sorts.
+fn relisted<T: RuntimeObject>(cache: &mut HashMap<String, Arc<T>>, full: Vec<T>) -> Vec<Arc<T>> {
+    let mut listed: Vec<Arc<T>> = full.into_iter().map(Arc::new).collect();
+    listed.sort_unstable_by(|a, b| a.id().cmp(b.id()));
+    *cache = listed
+        .iter()
+        .map(|o| (o.id().to_owned(), o.clone()))
+        .collect();
+    listed
 }

@@ -285,6 +285,28 @@ impl Node {
         assert_eq!(stops.len(), targeted.len());
     }
 
+    /// A pod opted in to env-from-metadata restarts, its annotation `v` at "1" (containers
+    /// read it through [`takes_v_from_annotation`]).
+    pub async fn run_env_pod(&self, name: &str, spec: Value) -> Value {
+        self.run_pod_with_meta(
+            name,
+            json!({"annotations": {"v": "1", "inplaced.io/runtime-containers-meta": "true"}}),
+            spec,
+        )
+        .await
+    }
+
+    /// Waits until every container of `pod` runs and `container` is another than `old`.
+    pub async fn wait_replaced(&self, pod: &str, container: &str, old: &str) -> Value {
+        self.wait_pod(pod, Duration::from_secs(60), |p| {
+            all_running(p) && {
+                let id = container_id(p, container);
+                !id.is_empty() && id != old
+            }
+        })
+        .await
+    }
+
     /// Like [`Node::run_pod`], with extra metadata (labels, annotations, ownerReferences).
     pub async fn run_pod_with_meta(&self, name: &str, metadata: Value, spec: Value) -> Value {
         let mut spec = spec;
@@ -557,6 +579,12 @@ impl Node {
             kubelet.stop().await.unwrap();
         }
     }
+}
+
+/// `container` with env `V` from the pod's annotation `v`.
+pub fn takes_v_from_annotation(mut container: Value) -> Value {
+    container["env"] = json!([{"name": "V", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['v']"}}}]);
+    container
 }
 
 pub fn all_running(pod: &Value) -> bool {
