@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use inplaced::cri::proto::{Container, ContainerState, PodSandbox, PodSandboxState};
 use inplaced::cri::{CallObserver, CriClient, CriConfig};
-use inplaced::nodeview::{RuntimeSnapshot, RuntimeTracker};
+use inplaced::nodeview::{self, RuntimeSnapshot, RuntimeTracker};
+use k8s_openapi::api::core::v1::Pod;
 use support::TestPod;
 
 #[derive(Default)]
@@ -29,18 +30,67 @@ impl Calls {
     }
 }
 
-/// The snapshot must show exactly what a full listing shows, field for field.
-async fn assert_matches_full_listing(cri: &CriClient, snapshot: &RuntimeSnapshot) {
+/// The snapshot must show what a full listing shows: the same objects in the same states, and
+/// the same node view when joined with the pod. Kubelet annotations the view never reads are
+/// not kept (the cache is most of the agent's memory on a big node).
+async fn assert_matches_full_listing(cri: &CriClient, snapshot: &RuntimeSnapshot, pod: &TestPod) {
     let mut full: Vec<Container> = cri.list_containers(None).await.unwrap();
-    let mut listed: Vec<Container> = snapshot.containers.iter().map(|c| (**c).clone()).collect();
     full.sort_by(|a, b| a.id.cmp(&b.id));
-    listed.sort_by(|a, b| a.id.cmp(&b.id));
-    assert_eq!(listed, full);
-    let mut full: Vec<PodSandbox> = cri.list_pod_sandboxes(None).await.unwrap();
-    let mut listed: Vec<PodSandbox> = snapshot.sandboxes.iter().map(|s| (**s).clone()).collect();
-    full.sort_by(|a, b| a.id.cmp(&b.id));
-    listed.sort_by(|a, b| a.id.cmp(&b.id));
-    assert_eq!(listed, full);
+    let fields = |c: &Container| {
+        (
+            c.id.clone(),
+            c.pod_sandbox_id.clone(),
+            c.metadata.clone(),
+            c.image.as_ref().map(|i| i.image.clone()),
+            c.state,
+            c.created_at,
+        )
+    };
+    let listed: Vec<_> = snapshot.containers.iter().map(|c| fields(c)).collect();
+    assert_eq!(listed, full.iter().map(fields).collect::<Vec<_>>());
+    for c in &snapshot.containers {
+        assert!(
+            !c.annotations
+                .contains_key("io.kubernetes.container.terminationMessagePath"),
+            "unread annotations are not cached"
+        );
+    }
+    let mut sandboxes: Vec<PodSandbox> = cri.list_pod_sandboxes(None).await.unwrap();
+    sandboxes.sort_by(|a, b| a.id.cmp(&b.id));
+    let fields = |s: &PodSandbox| (s.id.clone(), s.metadata.clone(), s.state, s.created_at);
+    let listed: Vec<_> = snapshot.sandboxes.iter().map(|s| fields(s)).collect();
+    assert_eq!(listed, sandboxes.iter().map(fields).collect::<Vec<_>>());
+
+    // The view joined from the snapshot is the view joined from the untrimmed listing.
+    let names: std::collections::BTreeSet<&str> = full
+        .iter()
+        .filter_map(|c| c.metadata.as_ref().map(|m| m.name.as_str()))
+        .collect();
+    let containers: Vec<_> = names
+        .iter()
+        .map(|name| serde_json::json!({"name": name, "image": "localhost/busybox:local"}))
+        .collect();
+    let api_pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+        "spec": {"containers": containers},
+    }))
+    .unwrap();
+    let pods = [Arc::new(api_pod)];
+    let untrimmed = RuntimeSnapshot {
+        runtime: snapshot.runtime.clone(),
+        sandboxes: sandboxes.into_iter().map(Arc::new).collect(),
+        containers: full.into_iter().map(Arc::new).collect(),
+        times: snapshot.times.clone(),
+    };
+    let view = |snapshot: &RuntimeSnapshot| {
+        serde_json::to_value(nodeview::join("node", &pods, snapshot)).unwrap()
+    };
+    let joined = view(snapshot);
+    assert_eq!(joined, view(&untrimmed));
+    assert!(
+        joined["pods"][0]["containers"][0]["runtime"]["stored_hash"].is_string(),
+        "the stored hash is kept: {joined}"
+    );
 }
 
 fn state_of(snapshot: &RuntimeSnapshot, id: &str) -> Option<i32> {
@@ -69,7 +119,7 @@ async fn known_objects_are_decoded_once_and_kept_current_by_state() {
         state_of(&snapshot, &first),
         Some(ContainerState::ContainerRunning as i32)
     );
-    assert_matches_full_listing(&cri, &snapshot).await;
+    assert_matches_full_listing(&cri, &snapshot, &pod).await;
     calls.take("ListContainers");
     calls.take("ListPodSandbox");
 
@@ -98,7 +148,7 @@ async fn known_objects_are_decoded_once_and_kept_current_by_state() {
         state_of(&snapshot, &first),
         Some(ContainerState::ContainerExited as i32)
     );
-    assert_matches_full_listing(&cri, &snapshot).await;
+    assert_matches_full_listing(&cri, &snapshot, &pod).await;
     calls.take("ListContainers");
     calls.take("ListPodSandbox");
 
@@ -112,7 +162,7 @@ async fn known_objects_are_decoded_once_and_kept_current_by_state() {
         state_of(&snapshot, &second),
         Some(ContainerState::ContainerRunning as i32)
     );
-    assert_matches_full_listing(&cri, &snapshot).await;
+    assert_matches_full_listing(&cri, &snapshot, &pod).await;
     calls.take("ListContainers");
     calls.take("ListPodSandbox");
 
@@ -133,6 +183,6 @@ async fn known_objects_are_decoded_once_and_kept_current_by_state() {
         .expect("the stopped sandbox is still listed");
     assert_eq!(sandbox.state, PodSandboxState::SandboxNotready as i32);
     assert!(snapshot.times.contains_key(&second) && !snapshot.times.contains_key(&first));
-    assert_matches_full_listing(&cri, &snapshot).await;
+    assert_matches_full_listing(&cri, &snapshot, &pod).await;
     pod.remove(&cri).await;
 }

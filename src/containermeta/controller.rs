@@ -406,10 +406,10 @@ impl Controller {
         // A stale view must never direct a kill at a replaced container.
         match self
             .cri
-            .newest_running(&pod.runtime_uid, &container.name)
+            .still_running(&r.id, &pod.runtime_uid, &container.name)
             .await
         {
-            Ok(Some(id)) if id == r.id => {}
+            Ok(true) => {}
             _ => return,
         }
         let order = KillOrder {

@@ -306,31 +306,31 @@ impl CriClient {
         .await
     }
 
-    /// The ID of the newest container kubelet created under `container` in the pod with
-    /// runtime UID `pod_uid`, if it is running. Asked of the runtime now: callers check their
-    /// target with it right before a kill, so a stale view never directs one.
-    pub async fn newest_running(
+    /// Whether the container `id` runs now as `container` of the pod with runtime UID
+    /// `pod_uid`. Asked of the runtime: callers check their target with it right before a
+    /// kill, so a stale view never directs one (a replaced container has exited first: kubelet
+    /// starts a container's successor only after it ended). `ContainerStatus` looks up one
+    /// container; a filtered `ListContainers` would make the runtime build every container's
+    /// answer first, slow on a busy node right when a kill should be quick.
+    pub async fn still_running(
         &self,
+        id: &str,
         pod_uid: &str,
         container: &str,
-    ) -> Result<Option<String>, CriError> {
-        let filter = ContainerFilter {
-            label_selector: [
-                (super::labels::POD_UID.to_string(), pod_uid.to_string()),
-                (
-                    super::labels::CONTAINER_NAME.to_string(),
-                    container.to_string(),
-                ),
-            ]
-            .into(),
-            ..Default::default()
+    ) -> Result<bool, CriError> {
+        let status = match self.container_status(id, false).await {
+            Ok(response) => response.status,
+            Err(err) if err.is_not_found() => return Ok(false),
+            Err(err) => return Err(err),
         };
-        let containers = self.list_containers(Some(filter)).await?;
-        Ok(containers
-            .into_iter()
-            .max_by_key(|c| c.created_at)
-            .filter(|c| c.state == ContainerState::ContainerRunning as i32)
-            .map(|c| c.id))
+        Ok(status.is_some_and(|s| {
+            s.state == ContainerState::ContainerRunning as i32
+                && s.labels.get(super::labels::POD_UID).map(String::as_str) == Some(pod_uid)
+                && s.labels
+                    .get(super::labels::CONTAINER_NAME)
+                    .map(String::as_str)
+                    == Some(container)
+        }))
     }
 
     /// Runs a command in a container and waits up to `timeout` for it. Never retried: the command

@@ -39,8 +39,6 @@ struct CacheEntry {
     pod: Arc<Pod>,
     stored: (Option<String>, Option<String>),
     kubelet: Option<KubeletVersion>,
-    /// The spec JSON that `detected` was computed for.
-    spec_json: Vec<u8>,
     detected: Detection,
     result: HashCheck,
 }
@@ -115,9 +113,12 @@ fn check(
         }
     };
     let stored = stored_hashes(container);
-    // A new pod object often carries the same spec (a status change): keep the detection.
+    // A new pod object often carries the same spec (a status change): keep the detection. The
+    // spec it was computed for is read from the pod object it came from (no JSON kept).
     let detected = match cache.entries.remove(&runtime.id) {
-        Some(entry) if entry.spec_json == spec_json && entry.stored == stored_text => {
+        Some(entry)
+            if container.spec_in(Some(&entry.pod)) == Some(spec) && entry.stored == stored_text =>
+        {
             entry.detected
         }
         _ => hashing::detect_writers(&stored, &spec_json)
@@ -152,7 +153,6 @@ fn check(
             pod: api_pod.clone(),
             stored: stored_text,
             kubelet: kubelet.cloned(),
-            spec_json,
             detected,
             result: result.clone(),
         },
@@ -278,6 +278,78 @@ pub fn upgrade_check(view: &NodeView, to: &KubeletVersion) -> UpgradeReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cri::labels;
+    use crate::cri::proto::{Container, ContainerState};
+    use crate::nodeview::{RuntimeSnapshot, join};
+
+    fn pod(image: &str, phase: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                "spec": {"containers": [{"name": "app", "image": image}]},
+                "status": {"phase": phase},
+            }))
+            .expect("pod"),
+        )
+    }
+
+    /// A runtime container whose stored hash is what kubelet 1.26 wrote for `image`.
+    fn snapshot(image: &str) -> RuntimeSnapshot {
+        let spec = serde_json::json!({"name": "app", "image": image}).to_string();
+        let version = KubeletVersion::parse("1.26").expect("version");
+        let written =
+            hashing::hash_container(spec.as_bytes(), &version, &Default::default()).expect("hash");
+        let container = Container {
+            id: "c1".into(),
+            state: ContainerState::ContainerRunning as i32,
+            labels: [
+                (labels::POD_UID.to_owned(), "u1".to_owned()),
+                (labels::CONTAINER_NAME.to_owned(), "app".to_owned()),
+            ]
+            .into(),
+            annotations: [(
+                labels::CONTAINER_HASH.to_owned(),
+                hashing::format_hash(written.hash),
+            )]
+            .into(),
+            ..Default::default()
+        };
+        RuntimeSnapshot {
+            containers: vec![Arc::new(container)],
+            ..Default::default()
+        }
+    }
+
+    fn written_by(
+        pod: &Arc<Pod>,
+        snapshot: &RuntimeSnapshot,
+        cache: &mut HashCache,
+    ) -> Vec<String> {
+        let mut view = join("node", std::slice::from_ref(pod), snapshot);
+        annotate(&mut view, cache);
+        view.pods[0].containers[0]
+            .hash_check
+            .clone()
+            .expect("checked")
+            .written_by
+    }
+
+    #[test]
+    fn a_new_pod_object_is_checked_against_its_own_spec() {
+        let runtime = snapshot("busybox:1");
+        let mut cache = HashCache::default();
+        let first = written_by(&pod("busybox:1", "Pending"), &runtime, &mut cache);
+        assert!(
+            !first.is_empty(),
+            "kubelet 1.26 wrote the stored hash: {first:?}"
+        );
+        // A status change: a new object with the same spec keeps its verdict.
+        let same = written_by(&pod("busybox:1", "Running"), &runtime, &mut cache);
+        assert_eq!(same, first);
+        // A spec change: no release's hash of the new spec is the stored one.
+        let changed = written_by(&pod("busybox:2", "Running"), &runtime, &mut cache);
+        assert!(changed.is_empty(), "{changed:?}");
+    }
 
     #[test]
     fn minors_fold_into_ranges() {

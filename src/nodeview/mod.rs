@@ -297,7 +297,11 @@ fn container_views(
     let Some(spec) = pod.spec.as_ref() else {
         return Vec::new();
     };
-    let mut views = Vec::new();
+    // Exactly sized: a view lives until the next rebuild, for every pod of the node.
+    let count = spec.init_containers.as_ref().map_or(0, Vec::len)
+        + spec.containers.len()
+        + spec.ephemeral_containers.as_ref().map_or(0, Vec::len);
+    let mut views = Vec::with_capacity(count);
     let mut add = |kind: ContainerKind, name: &str, spec_index: Option<usize>| {
         // kubelet's newest container of a name is the one with the highest attempt; creation
         // time breaks ties (attempt resets when the sandbox is recreated).

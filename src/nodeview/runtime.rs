@@ -10,7 +10,8 @@ use std::sync::Arc;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use crate::cri::proto::{Container, PodSandbox};
+use crate::cri::labels;
+use crate::cri::proto::{Container, ImageSpec, PodSandbox};
 use crate::cri::{CriClient, CriError, RuntimeInfo};
 
 /// CRI's own timestamps of a container (unix nanoseconds; 0 = not yet).
@@ -204,25 +205,66 @@ trait RuntimeObject: Clone {
     fn id(&self) -> &str;
     fn state(&self) -> i32;
     fn state_mut(&mut self) -> &mut i32;
+    /// Drops what the node view never reads, before the object is cached: kubelet's other
+    /// annotations (preStop handler and ports JSON), a sandbox's copy of every pod label and
+    /// annotation, image annotations. Cached objects are most of the agent's memory on a big
+    /// node (BENCHMARKS.md); what a restarter needs beyond this it asks `ContainerStatus` for.
+    fn trim(&mut self);
 }
 
-/// Both kinds have `id` and `state` fields of the same types.
-macro_rules! runtime_object {
-    ($($kind:ty),*) => {$(
-        impl RuntimeObject for $kind {
-            fn id(&self) -> &str {
-                &self.id
-            }
-            fn state(&self) -> i32 {
-                self.state
-            }
-            fn state_mut(&mut self) -> &mut i32 {
-                &mut self.state
-            }
-        }
-    )*};
+/// Keeps the entries of `map` whose keys are in `keep`, in as little memory as they need.
+fn retain_keys(map: &mut HashMap<String, String>, keep: &[&str]) {
+    map.retain(|key, _| keep.contains(&key.as_str()));
+    map.shrink_to_fit();
 }
-runtime_object!(Container, PodSandbox);
+
+impl RuntimeObject for Container {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn state(&self) -> i32 {
+        self.state
+    }
+    fn state_mut(&mut self) -> &mut i32 {
+        &mut self.state
+    }
+    fn trim(&mut self) {
+        retain_keys(&mut self.labels, &[labels::POD_UID, labels::CONTAINER_NAME]);
+        retain_keys(
+            &mut self.annotations,
+            &[
+                labels::CONTAINER_HASH,
+                labels::CONTAINER_HASH_WITHOUT_RESOURCES,
+                labels::CONTAINER_RESTART_COUNT,
+            ],
+        );
+        if let Some(image) = self.image.as_mut() {
+            *image = ImageSpec {
+                image: std::mem::take(&mut image.image),
+                ..Default::default()
+            };
+        }
+        self.image_ref = String::new();
+        self.image_id = String::new();
+    }
+}
+
+impl RuntimeObject for PodSandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn state(&self) -> i32 {
+        self.state
+    }
+    fn state_mut(&mut self) -> &mut i32 {
+        &mut self.state
+    }
+    fn trim(&mut self) {
+        retain_keys(&mut self.labels, &[labels::POD_UID]);
+        self.annotations = HashMap::new();
+        self.runtime_handler = String::new();
+    }
+}
 
 /// The objects a brief listing (ID, state) names, from `cache` with their states brought up to
 /// date; `None` when it names an ID the cache lacks (a full listing is needed). Sorted by ID:
@@ -254,9 +296,24 @@ fn known<'a, T: RuntimeObject>(
     Some(listed)
 }
 
-/// A full listing, which replaces `cache`; sorted by ID as [`known`] sorts.
+/// A full listing, which replaces `cache`; sorted by ID as [`known`] sorts. Objects already
+/// cached are kept (with the listed state), new ones are trimmed.
 fn relisted<T: RuntimeObject>(cache: &mut HashMap<String, Arc<T>>, full: Vec<T>) -> Vec<Arc<T>> {
-    let mut listed: Vec<Arc<T>> = full.into_iter().map(Arc::new).collect();
+    let mut listed: Vec<Arc<T>> = full
+        .into_iter()
+        .map(|mut object| match cache.get_mut(object.id()) {
+            Some(known) => {
+                if known.state() != object.state() {
+                    *Arc::make_mut(known).state_mut() = object.state();
+                }
+                known.clone()
+            }
+            None => {
+                object.trim();
+                Arc::new(object)
+            }
+        })
+        .collect();
     listed.sort_unstable_by(|a, b| a.id().cmp(b.id()));
     *cache = listed
         .iter()

@@ -328,13 +328,14 @@ impl Controller {
                 "the container is being stopped, or was stopped, by another restarter; deciding again");
             return;
         };
+        let confirming = std::time::Instant::now();
         match self
             .cri
-            .newest_running(&pod.runtime_uid, &order.container)
+            .still_running(&order.container_id, &pod.runtime_uid, &order.container)
             .await
         {
-            Ok(Some(id)) if id == order.container_id => {}
-            Ok(_) => {
+            Ok(true) => {}
+            Ok(false) => {
                 tracing::debug!(container = %order.container, "runtime changed since the view was taken; deciding again");
                 return;
             }
@@ -343,9 +344,11 @@ impl Controller {
                 return;
             }
         }
+        let confirm_took = confirming.elapsed();
         let Some(journal) = self.journal.as_mut() else {
             return;
         };
+        let recording = std::time::Instant::now();
         // A resumed kill keeps the intent its first attempt recorded.
         if !order.resumed {
             let intent = KillIntent {
@@ -365,8 +368,10 @@ impl Controller {
             .entry(request.uid.clone())
             .or_default()
             .insert(order.container.clone());
+        // The time between the request and its kill, for operators comparing with the runtime.
         tracing::info!(crr = %request.name, namespace = %request.namespace, pod = %pod.name, container = %order.container,
-            id = %order.container_id, resumed = order.resumed, "stopping container for ContainerRecreateRequest");
+            id = %order.container_id, resumed = order.resumed, confirm_took = ?confirm_took,
+            journal_took = ?recording.elapsed(), "stopping container for ContainerRecreateRequest");
         let cri = self.cri.clone();
         let events = PodEvents::new(self.client.clone(), &self.config.node_name);
         let pod_ref = pod.event_ref();
