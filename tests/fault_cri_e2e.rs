@@ -75,6 +75,7 @@ async fn cri_faults_kill_nothing_wrongly_and_lose_no_request() {
         let requests = node.recreate_app_of_each(&pods, LONG).await;
         targeted.extend(requests.iter().map(|(_, old)| old.clone()));
         let context = format!("cycle {cycle} (seed {seed}, {fault})");
+        println!("{context}: {requests:?}");
         for (crr, old) in &requests {
             let done = node.wait_completed(crr, LONG).await;
             assert_eq!(

@@ -201,7 +201,7 @@ impl RuntimeTracker {
 }
 
 /// A CRI object whose fields, once it exists, change only in its state.
-trait RuntimeObject: Clone {
+trait RuntimeObject: Clone + PartialEq {
     fn id(&self) -> &str;
     fn state(&self) -> i32;
     fn state_mut(&mut self) -> &mut i32;
@@ -210,6 +210,10 @@ trait RuntimeObject: Clone {
     /// annotation, image annotations. Cached objects are most of the agent's memory on a big
     /// node (BENCHMARKS.md); what a restarter needs beyond this it asks `ContainerStatus` for.
     fn trim(&mut self);
+    /// What CRI requires of every listed object (metadata, a creation time). One without is
+    /// a garbage answer: it is shown but not cached, so the next refresh lists in full again
+    /// instead of keeping it until some new container appears.
+    fn well_formed(&self) -> bool;
 }
 
 /// Keeps the entries of `map` whose keys are in `keep`, in as little memory as they need.
@@ -227,6 +231,9 @@ impl RuntimeObject for Container {
     }
     fn state_mut(&mut self) -> &mut i32 {
         &mut self.state
+    }
+    fn well_formed(&self) -> bool {
+        !self.id.is_empty() && self.metadata.is_some() && self.created_at > 0
     }
     fn trim(&mut self) {
         retain_keys(&mut self.labels, &[labels::POD_UID, labels::CONTAINER_NAME]);
@@ -258,6 +265,9 @@ impl RuntimeObject for PodSandbox {
     }
     fn state_mut(&mut self) -> &mut i32 {
         &mut self.state
+    }
+    fn well_formed(&self) -> bool {
+        !self.id.is_empty() && self.metadata.is_some() && self.created_at > 0
     }
     fn trim(&mut self) {
         retain_keys(&mut self.labels, &[labels::POD_UID]);
@@ -296,28 +306,87 @@ fn known<'a, T: RuntimeObject>(
     Some(listed)
 }
 
-/// A full listing, which replaces `cache`; sorted by ID as [`known`] sorts. Objects already
-/// cached are kept (with the listed state), new ones are trimmed.
+/// A full listing, which replaces `cache`; sorted by ID as [`known`] sorts. A cached object
+/// the listing repeats exactly is kept (no new allocation); any difference replaces it, so a
+/// garbage answer once cached is healed by the next full listing.
 fn relisted<T: RuntimeObject>(cache: &mut HashMap<String, Arc<T>>, full: Vec<T>) -> Vec<Arc<T>> {
     let mut listed: Vec<Arc<T>> = full
         .into_iter()
-        .map(|mut object| match cache.get_mut(object.id()) {
-            Some(known) => {
-                if known.state() != object.state() {
-                    *Arc::make_mut(known).state_mut() = object.state();
-                }
-                known.clone()
-            }
-            None => {
-                object.trim();
-                Arc::new(object)
+        .map(|mut object| {
+            object.trim();
+            match cache.get(object.id()) {
+                Some(known) if **known == object => known.clone(),
+                _ => Arc::new(object),
             }
         })
         .collect();
     listed.sort_unstable_by(|a, b| a.id().cmp(b.id()));
     *cache = listed
         .iter()
+        .filter(|o| o.well_formed())
         .map(|o| (o.id().to_owned(), o.clone()))
         .collect();
     listed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(id: &str, uid: &str, created_at: i64) -> Container {
+        Container {
+            id: id.into(),
+            created_at,
+            metadata: Some(Default::default()),
+            labels: [
+                (labels::POD_UID.to_owned(), uid.to_owned()),
+                (labels::CONTAINER_NAME.to_owned(), "app".to_owned()),
+                (labels::POD_NAME.to_owned(), "p".to_owned()),
+            ]
+            .into(),
+            annotations: [
+                (labels::CONTAINER_HASH.to_owned(), "1a2b3c".to_owned()),
+                (
+                    labels::CONTAINER_TERMINATION_MESSAGE_PATH.to_owned(),
+                    "/dev/termination-log".to_owned(),
+                ),
+            ]
+            .into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_relisting_keeps_what_it_repeats_and_replaces_what_differs() {
+        let mut cache = HashMap::new();
+        // A garbage answer (labels and times mangled) is cached as listed, trimmed...
+        let garbage = relisted(&mut cache, vec![container("a", "garbage", -1)]);
+        assert_eq!(garbage[0].labels.get(labels::POD_UID).unwrap(), "garbage");
+        assert!(!garbage[0].labels.contains_key(labels::POD_NAME));
+        assert!(
+            !garbage[0]
+                .annotations
+                .contains_key(labels::CONTAINER_TERMINATION_MESSAGE_PATH)
+        );
+        // ...not cached, so the next refresh lists in full again...
+        let briefs = [("a".to_owned(), 0)];
+        assert!(known(&mut cache, briefs.iter().map(|(id, state)| (id, *state))).is_none());
+        // ...and healed by that full listing.
+        let healed = relisted(
+            &mut cache,
+            vec![container("a", "u1", 7), container("b", "u1", 8)],
+        );
+        assert_eq!(healed[0].labels.get(labels::POD_UID).unwrap(), "u1");
+        assert_eq!(healed[0].created_at, 7);
+        assert_eq!(
+            healed[0].annotations.get(labels::CONTAINER_HASH).unwrap(),
+            "1a2b3c"
+        );
+        // An object listed again unchanged is the cached one.
+        let again = relisted(
+            &mut cache,
+            vec![container("b", "u1", 8), container("a", "u1", 7)],
+        );
+        assert!(Arc::ptr_eq(&again[0], &healed[0]) && Arc::ptr_eq(&again[1], &healed[1]));
+    }
 }

@@ -132,6 +132,8 @@ struct Counters {
     calls: HashMap<String, usize>,
     stops: HashMap<String, usize>,
     stops_forwarded: HashMap<String, usize>,
+    /// (method, container) → time the runtime took to answer the calls forwarded.
+    upstream: HashMap<(String, String), Duration>,
     fired: HashMap<RuleId, usize>,
 }
 
@@ -419,7 +421,15 @@ where
         _ => {}
     }
     state.forwarded(method, cid.as_deref());
-    let answer = forward(req).await.map_err(relay)?.into_inner();
+    let asked = std::time::Instant::now();
+    let answer = forward(req).await;
+    if let Some(id) = &cid {
+        *lock(&state.counters)
+            .upstream
+            .entry((method.to_owned(), id.clone()))
+            .or_default() += asked.elapsed();
+    }
+    let answer = answer.map_err(relay)?.into_inner();
     match fault {
         Some(Fault::ErrorAfter { code, message }) => Err(Status::new(code, message)),
         Some(Fault::HangAfter(d)) => {
@@ -647,6 +657,16 @@ impl CriProxy {
             .get(strip_scheme(container_id))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// How long the runtime took, in all, to answer the forwarded `method` calls naming this
+    /// container: the runtime's share of a reaction measured through the proxy.
+    pub fn upstream_time(&self, method: &str, container_id: &str) -> Duration {
+        lock(&self.state.counters)
+            .upstream
+            .get(&(method.to_owned(), strip_scheme(container_id).to_owned()))
+            .copied()
+            .unwrap_or_default()
     }
 
     pub fn stop_counts(&self) -> HashMap<String, usize> {
