@@ -222,58 +222,58 @@ fn retain_keys(map: &mut HashMap<String, String>, keep: &[&str]) {
     map.shrink_to_fit();
 }
 
-impl RuntimeObject for Container {
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn state(&self) -> i32 {
-        self.state
-    }
-    fn state_mut(&mut self) -> &mut i32 {
-        &mut self.state
-    }
-    fn well_formed(&self) -> bool {
-        !self.id.is_empty() && self.metadata.is_some() && self.created_at > 0
-    }
-    fn trim(&mut self) {
-        retain_keys(&mut self.labels, &[labels::POD_UID, labels::CONTAINER_NAME]);
-        retain_keys(
-            &mut self.annotations,
-            &[
-                labels::CONTAINER_HASH,
-                labels::CONTAINER_HASH_WITHOUT_RESOURCES,
-                labels::CONTAINER_RESTART_COUNT,
-            ],
-        );
-        if let Some(image) = self.image.as_mut() {
-            *image = ImageSpec {
-                image: std::mem::take(&mut image.image),
-                ..Default::default()
-            };
+/// Both kinds have `id`, `state`, `metadata` and `created_at` fields of the same types; what
+/// is trimmed differs.
+macro_rules! runtime_object {
+    ($($kind:ty => $trim:path),*) => {$(
+        impl RuntimeObject for $kind {
+            fn id(&self) -> &str {
+                &self.id
+            }
+            fn state(&self) -> i32 {
+                self.state
+            }
+            fn state_mut(&mut self) -> &mut i32 {
+                &mut self.state
+            }
+            fn well_formed(&self) -> bool {
+                !self.id.is_empty() && self.metadata.is_some() && self.created_at > 0
+            }
+            fn trim(&mut self) {
+                $trim(self)
+            }
         }
-        self.image_ref = String::new();
-        self.image_id = String::new();
+    )*};
+}
+runtime_object!(Container => trim_container, PodSandbox => trim_sandbox);
+
+fn trim_container(container: &mut Container) {
+    retain_keys(
+        &mut container.labels,
+        &[labels::POD_UID, labels::CONTAINER_NAME],
+    );
+    retain_keys(
+        &mut container.annotations,
+        &[
+            labels::CONTAINER_HASH,
+            labels::CONTAINER_HASH_WITHOUT_RESOURCES,
+            labels::CONTAINER_RESTART_COUNT,
+        ],
+    );
+    if let Some(image) = container.image.as_mut() {
+        *image = ImageSpec {
+            image: std::mem::take(&mut image.image),
+            ..Default::default()
+        };
     }
+    container.image_ref = String::new();
+    container.image_id = String::new();
 }
 
-impl RuntimeObject for PodSandbox {
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn state(&self) -> i32 {
-        self.state
-    }
-    fn state_mut(&mut self) -> &mut i32 {
-        &mut self.state
-    }
-    fn well_formed(&self) -> bool {
-        !self.id.is_empty() && self.metadata.is_some() && self.created_at > 0
-    }
-    fn trim(&mut self) {
-        retain_keys(&mut self.labels, &[labels::POD_UID]);
-        self.annotations = HashMap::new();
-        self.runtime_handler = String::new();
-    }
+fn trim_sandbox(sandbox: &mut PodSandbox) {
+    retain_keys(&mut sandbox.labels, &[labels::POD_UID]);
+    sandbox.annotations = HashMap::new();
+    sandbox.runtime_handler = String::new();
 }
 
 /// The objects a brief listing (ID, state) names, from `cache` with their states brought up to
