@@ -11,6 +11,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use inplaced::cri::{CriClient, CriConfig};
@@ -39,6 +40,34 @@ fn pod_spec(node: &str) -> Value {
     };
     json!({"nodeName": node, "hostNetwork": true, "terminationGracePeriodSeconds": 5,
            "containers": [container("app"), container("side"), container("log")]})
+}
+
+/// (CRR name, reaction) of each kill the agent logged: `crr=NAME ... reaction=Some(DURATION)`.
+fn kill_reactions(log: &str) -> Vec<(String, Duration)> {
+    log.lines()
+        .filter(|l| l.contains("stopping container for ContainerRecreateRequest"))
+        .filter_map(|l| {
+            let field = |key: &str| {
+                let at = l.find(key)? + key.len();
+                l[at..].split_whitespace().next()
+            };
+            let crr = field(" crr=")?.to_owned();
+            let took = field(" reaction=Some(")?.trim_end_matches(')');
+            Some((crr, debug_duration(took)?))
+        })
+        .collect()
+}
+
+/// Parses Rust's `Debug` of a `Duration` (`812ns`, `3.2µs`, `4.15ms`, `1.2s`).
+fn debug_duration(text: &str) -> Option<Duration> {
+    let units = [("ns", 1e-9), ("µs", 1e-6), ("ms", 1e-3), ("s", 1.0)];
+    let (number, scale) = units
+        .iter()
+        .find_map(|(unit, scale)| Some((text.strip_suffix(unit)?, scale)))?;
+    number
+        .parse::<f64>()
+        .ok()
+        .map(|n| Duration::from_secs_f64(n * scale))
 }
 
 /// Starts the node's agent afresh and times READY=1 and /readyz from the process start.
@@ -203,6 +232,7 @@ async fn main() {
     // the reaction without the runtime's answering time is the agent's own overhead.
     let mut reaction = Vec::new();
     let mut overhead = Vec::new();
+    let mut runtime_answers = HashMap::new();
     for name in names.iter().take(REACTIONS) {
         let pod = node
             .wait_pod(name, Duration::from_secs(60), all_running)
@@ -222,6 +252,7 @@ async fn main() {
             .saturating_sub(answered_before);
         reaction.push(took.as_secs_f64() * 1e3);
         overhead.push(took.saturating_sub(runtime).as_secs_f64() * 1e3);
+        runtime_answers.insert(crr, runtime);
     }
     println!(
         "CRR created -> StopContainer at the runtime, one at a time: {}",
@@ -230,6 +261,25 @@ async fn main() {
     println!(
         "  of which the agent's own (without the runtime answering its ContainerStatus): {}",
         summary(overhead)
+    );
+    // The same from the agent's side: its watch event to the kill issued, from its log (the
+    // API double's delivery and the proxy's scheduling left out).
+    let log = node.agent().log();
+    let (mut seen, mut seen_own) = (Vec::new(), Vec::new());
+    for (crr, took) in kill_reactions(&log) {
+        if let Some(runtime) = runtime_answers.get(&crr) {
+            seen.push(took.as_secs_f64() * 1e3);
+            seen_own.push(took.saturating_sub(*runtime).as_secs_f64() * 1e3);
+        }
+    }
+    println!(
+        "  the agent's reaction, its watch event -> kill issued (its log, n={}): {}",
+        seen.len(),
+        summary(seen)
+    );
+    println!(
+        "    of which without the runtime answering its ContainerStatus: {}",
+        summary(seen_own)
     );
 
     // Raw StopContainer of the same kind of container, straight to containerd.

@@ -86,8 +86,10 @@ async fn a_crr_restart_is_timed_from_cri_timestamps() {
         .await;
     let old = container_id(&pod, "app");
     let crr = unique("crr");
+    let created = std::time::Instant::now();
     node.create_crr(&crr, &pod_name, &["app"], json!({})).await;
     node.wait_completed(&crr, Duration::from_secs(60)).await;
+    let create_to_completed = created.elapsed().as_secs_f64();
     let new = container_id(&node.pod(&pod_name).unwrap(), "app");
 
     let shown = last_restart(&mut node, &pod_name).await;
@@ -148,6 +150,17 @@ async fn a_crr_restart_is_timed_from_cri_timestamps() {
     assert!(
         metrics.contains("le=\"0.005\"") && metrics.contains("le=\"600.0\""),
         "buckets 5 ms .. 10 min"
+    );
+    // The agent's own reaction: one kill, timed from its watch event, inside the request's life.
+    assert_eq!(
+        sample(&metrics, "inplaced_crr_reaction_duration_seconds_count"),
+        Some(1.0),
+        "{metrics}"
+    );
+    let reaction = sample(&metrics, "inplaced_crr_reaction_duration_seconds_sum").unwrap();
+    assert!(
+        reaction > 0.0 && reaction < create_to_completed,
+        "reaction {reaction} s within {create_to_completed} s"
     );
     node.stop().await;
 }

@@ -147,6 +147,43 @@ impl NodeObject {
 /// from the API server's watch cache (resourceVersion "0"): on a fleet of thousands of nodes
 /// that keeps the agents off etcd. The watch backs off on errors, resumes from its last
 /// resourceVersion, and relists on 410 Gone; the store survives all of it.
+/// Drops what no part of the agent reads from a cached pod (it is held for every pod of the
+/// node): managedFields (often the largest part), the scheduler's fields, and the status fields
+/// kubelet writes for humans. Kept: every container spec (hashed whole), conditions, podIP,
+/// resize, and per container status name, containerID, ready, restartCount and resources.
+fn drop_unread(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.volumes = None;
+        spec.tolerations = None;
+        spec.affinity = None;
+        spec.topology_spread_constraints = None;
+    }
+    if let Some(status) = pod.status.as_mut() {
+        status.host_ips = None;
+        status.pod_ips = None;
+        status.start_time = None;
+        for container in [
+            &mut status.container_statuses,
+            &mut status.init_container_statuses,
+            &mut status.ephemeral_container_statuses,
+        ]
+        .into_iter()
+        .flatten()
+        .flatten()
+        {
+            container.image = String::new();
+            container.image_id = String::new();
+            container.state = None;
+            container.last_state = None;
+            container.allocated_resources = None;
+            container.allocated_resources_status = None;
+            container.volume_mounts = None;
+            container.user = None;
+        }
+    }
+}
+
 pub fn watch_node_pods(
     client: Client,
     node_name: &str,
@@ -161,10 +198,9 @@ pub fn watch_node_pods(
     // kube-rs drops resourceVersion=0 from paged lists; one node's pods fit in one page.
     config.page_size = None;
     let api: Api<Pod> = Api::all(client);
-    // managedFields are often the largest part of a pod and nothing here reads them.
     let stream = watcher(api, config)
         .default_backoff()
-        .modify(|pod| pod.metadata.managed_fields = None)
+        .modify(drop_unread)
         .reflect(writer);
     let task = drive(stream, "pods", metrics, startup_jitter, Arc::new(tick));
     (
@@ -230,6 +266,77 @@ async fn drive<S, K>(
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_cached_pod_keeps_what_the_agent_reads() {
+        let status = |name: &str| {
+            serde_json::json!({"name": name, "image": "img", "imageID": "sha256:1",
+                "containerID": format!("containerd://{name}"), "ready": true, "started": true,
+                "restartCount": 2, "state": {"running": {"startedAt": "2026-11-24T17:00:00Z"}},
+                "lastState": {"terminated": {"exitCode": 0}}, "allocatedResources": {"cpu": "10m"},
+                "resources": {"limits": {"cpu": "100m"}}, "volumeMounts": [{"name": "v", "mountPath": "/v"}],
+                "user": {"linux": {"uid": 0, "gid": 0}}})
+        };
+        let container = serde_json::json!({"name": "app", "image": "img",
+            "resources": {"limits": {"cpu": "100m"}}, "env": [{"name": "V", "value": "1"}]});
+        let full = serde_json::json!({
+            "metadata": {"name": "p", "namespace": "n", "uid": "u", "annotations": {"a": "b"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+            "spec": {"nodeName": "node", "containers": [container.clone()],
+                "initContainers": [{"name": "init", "image": "img"}],
+                "volumes": [{"name": "v", "emptyDir": {}}], "tolerations": [{"key": "k"}],
+                "affinity": {"nodeAffinity": {}}, "topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1", "podIPs": [{"ip": "10.0.0.1"}],
+                "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}], "resize": "InProgress",
+                "startTime": "2026-11-24T17:00:00Z",
+                "conditions": [{"type": "Ready", "status": "True",
+                    "lastTransitionTime": "2026-11-24T17:00:00Z"}],
+                "containerStatuses": [status("app")], "initContainerStatuses": [status("init")]}});
+        let mut pod: Pod = serde_json::from_value(full.clone()).expect("pod");
+        drop_unread(&mut pod);
+        let kept = serde_json::to_value(&pod).expect("json");
+
+        assert_eq!(kept["metadata"]["managedFields"], serde_json::Value::Null);
+        assert_eq!(
+            kept["metadata"]["annotations"],
+            full["metadata"]["annotations"]
+        );
+        assert_eq!(kept["spec"]["containers"][0], container);
+        assert_eq!(
+            kept["spec"]["initContainers"],
+            full["spec"]["initContainers"]
+        );
+        for unread in [
+            "volumes",
+            "tolerations",
+            "affinity",
+            "topologySpreadConstraints",
+        ] {
+            assert_eq!(kept["spec"][unread], serde_json::Value::Null, "{unread}");
+        }
+        for read in ["phase", "podIP", "hostIP", "resize", "conditions"] {
+            assert_eq!(kept["status"][read], full["status"][read], "{read}");
+        }
+        for unread in ["podIPs", "hostIPs", "startTime"] {
+            assert_eq!(kept["status"][unread], serde_json::Value::Null, "{unread}");
+        }
+        for list in ["containerStatuses", "initContainerStatuses"] {
+            let (kept, full) = (&kept["status"][list][0], &full["status"][list][0]);
+            for read in ["name", "containerID", "ready", "restartCount", "resources"] {
+                assert_eq!(kept[read], full[read], "{list} {read}");
+            }
+            for unread in [
+                "state",
+                "lastState",
+                "allocatedResources",
+                "volumeMounts",
+                "user",
+            ] {
+                assert_eq!(kept[unread], serde_json::Value::Null, "{list} {unread}");
+            }
+        }
+    }
 
     #[test]
     fn credentials_open_to_others_are_found() {

@@ -88,6 +88,7 @@ pub struct Metrics {
     resize_durations: Family<ResizeLabels, Histogram>,
     resizes: Family<ResizeLabels, Counter>,
     resize_reapplies: Counter,
+    crr_reactions: Histogram,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -179,7 +180,15 @@ impl Metrics {
             "cri resizes applied again because the kubelet replaced a resized container",
             resize_reapplies.clone(),
         );
+        // 0.5 ms .. 16 s: the agent's own reaction is milliseconds, a busy node's much more.
+        let crr_reactions = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register(
+            "crr_reaction_duration_seconds",
+            "ContainerRecreateRequests from the agent's watch event to the kill issued (intent journalled, target confirmed with the runtime), per container",
+            crr_reactions.clone(),
+        );
         Self {
+            crr_reactions,
             resize_durations,
             resizes,
             resize_reapplies,
@@ -223,6 +232,10 @@ impl Metrics {
         self.restart_phases
             .get_or_create(&RestartPhaseLabels { trigger, phase })
             .observe(seconds);
+    }
+
+    pub fn observe_crr_reaction(&self, elapsed: Duration) {
+        self.crr_reactions.observe(elapsed.as_secs_f64());
     }
 
     pub fn count_restart(&self, trigger: &'static str, result: &'static str) {

@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use ::kube::runtime::reflector::{self, Store};
@@ -77,6 +77,8 @@ pub async fn run(
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let (changed_tx, mut changed) = watch::channel(0u64);
     let watch_metrics = metrics.clone();
+    let first_seen = FirstSeen::default();
+    let seen_by_watch = first_seen.clone();
     let crr_watch = tokio::spawn(async move {
         let stream = watcher(api, watcher::Config::default().labels(&selector))
             .default_backoff()
@@ -85,7 +87,8 @@ pub async fn run(
         let mut failing = false;
         while let Some(item) = stream.next().await {
             match item {
-                Ok(_) => {
+                Ok(event) => {
+                    seen_by_watch.note(&event);
                     if failing {
                         tracing::info!("watching ContainerRecreateRequests again");
                     }
@@ -118,6 +121,8 @@ pub async fn run(
         failures: HashMap::new(),
         health,
         ledger,
+        metrics,
+        first_seen,
     };
     let (done_tx, mut done_rx) = mpsc::channel::<KillDone>(64);
     let mut requeue = Duration::from_secs(1);
@@ -169,6 +174,42 @@ struct Controller {
     /// Where kills are noted for the restart timing metrics.
     ledger: KillLedger,
     health: Health,
+    metrics: Metrics,
+    first_seen: FirstSeen,
+}
+
+/// When the agent's watch first delivered each request (by UID): the start of its reaction.
+#[derive(Clone, Default)]
+struct FirstSeen(Arc<Mutex<HashMap<String, Instant>>>);
+
+impl FirstSeen {
+    fn note(&self, event: &watcher::Event<DynamicObject>) {
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match event {
+            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                if let Some(uid) = &o.metadata.uid {
+                    seen.entry(uid.clone()).or_insert_with(Instant::now);
+                }
+            }
+            watcher::Event::Delete(o) => {
+                if let Some(uid) = &o.metadata.uid {
+                    seen.remove(uid);
+                }
+            }
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
+    }
+
+    fn since(&self, uid: &str) -> Option<Duration> {
+        let seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        seen.get(uid).map(Instant::elapsed)
+    }
+
+    /// Forgets requests no longer watched (a relist does not report their deletion).
+    fn retain(&self, live: &HashSet<String>) {
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        seen.retain(|uid, _| live.contains(uid));
+    }
 }
 
 impl Controller {
@@ -368,9 +409,17 @@ impl Controller {
             .entry(request.uid.clone())
             .or_default()
             .insert(order.container.clone());
-        // The time between the request and its kill, for operators comparing with the runtime.
+        // The agent's own reaction (its watch event to this kill), for operators comparing
+        // with the runtime; a resumed kill reacts to the restart, not to the request.
+        let reaction = self
+            .first_seen
+            .since(&request.uid)
+            .filter(|_| !order.resumed);
+        if let Some(reaction) = reaction {
+            self.metrics.observe_crr_reaction(reaction);
+        }
         tracing::info!(crr = %request.name, namespace = %request.namespace, pod = %pod.name, container = %order.container,
-            id = %order.container_id, resumed = order.resumed, confirm_took = ?confirm_took,
+            id = %order.container_id, resumed = order.resumed, reaction = ?reaction, confirm_took = ?confirm_took,
             journal_took = ?recording.elapsed(), "stopping container for ContainerRecreateRequest");
         let cri = self.cri.clone();
         let events = PodEvents::new(self.client.clone(), &self.config.node_name);
@@ -433,6 +482,7 @@ impl Controller {
             tracing::warn!(error = %err, "kill journal compaction failed");
         }
         self.statuses.retain(&live);
+        self.first_seen.retain(&live);
         self.failures.retain(|uid, _| live.contains(uid));
         self.in_flight
             .retain(|uid, containers| live.contains(uid) || !containers.is_empty());
@@ -487,5 +537,34 @@ fn pod_facts(pod: &PodView) -> PodFacts {
                 ))
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn crr(uid: &str) -> DynamicObject {
+        let mut object = DynamicObject::new("r", &crr_resource());
+        object.metadata.uid = Some(uid.to_owned());
+        object
+    }
+
+    #[test]
+    fn a_request_is_timed_from_its_first_event_until_it_is_gone() {
+        let seen = FirstSeen::default();
+        assert_eq!(seen.since("a"), None);
+        seen.note(&watcher::Event::Apply(crr("a")));
+        std::thread::sleep(Duration::from_millis(20));
+        // A later event (a status write) does not restart the clock.
+        seen.note(&watcher::Event::Apply(crr("a")));
+        assert!(seen.since("a").unwrap() >= Duration::from_millis(20));
+
+        seen.note(&watcher::Event::InitApply(crr("b")));
+        seen.note(&watcher::Event::Delete(crr("a")));
+        assert_eq!(seen.since("a"), None);
+        assert!(seen.since("b").is_some());
+        seen.retain(&HashSet::new());
+        assert_eq!(seen.since("b"), None);
     }
 }
