@@ -11,7 +11,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use inplaced::cri::{CriClient, CriConfig};
@@ -42,8 +42,16 @@ fn pod_spec(node: &str) -> Value {
            "containers": [container("app"), container("side"), container("log")]})
 }
 
-/// (CRR name, reaction) of each kill the agent logged: `crr=NAME ... reaction=Some(DURATION)`.
-fn kill_reactions(log: &str) -> Vec<(String, Duration)> {
+/// One kill as the agent logged it.
+struct LoggedKill {
+    crr: String,
+    reaction: Duration,
+    confirm: Duration,
+    journal: Duration,
+}
+
+/// The kills the agent logged: `crr=NAME ... reaction=Some(D) confirm_took=D journal_took=D`.
+fn kill_reactions(log: &str) -> Vec<LoggedKill> {
     log.lines()
         .filter(|l| l.contains("stopping container for ContainerRecreateRequest"))
         .filter_map(|l| {
@@ -51,9 +59,12 @@ fn kill_reactions(log: &str) -> Vec<(String, Duration)> {
                 let at = l.find(key)? + key.len();
                 l[at..].split_whitespace().next()
             };
-            let crr = field(" crr=")?.to_owned();
-            let took = field(" reaction=Some(")?.trim_end_matches(')');
-            Some((crr, debug_duration(took)?))
+            Some(LoggedKill {
+                crr: field(" crr=")?.to_owned(),
+                reaction: debug_duration(field(" reaction=Some(")?.trim_end_matches(')'))?,
+                confirm: debug_duration(field(" confirm_took=")?)?,
+                journal: debug_duration(field(" journal_took=")?)?,
+            })
         })
         .collect()
 }
@@ -232,7 +243,7 @@ async fn main() {
     // the reaction without the runtime's answering time is the agent's own overhead.
     let mut reaction = Vec::new();
     let mut overhead = Vec::new();
-    let mut runtime_answers = HashMap::new();
+    let mut measured = HashSet::new();
     for name in names.iter().take(REACTIONS) {
         let pod = node
             .wait_pod(name, Duration::from_secs(60), all_running)
@@ -252,7 +263,7 @@ async fn main() {
             .saturating_sub(answered_before);
         reaction.push(took.as_secs_f64() * 1e3);
         overhead.push(took.saturating_sub(runtime).as_secs_f64() * 1e3);
-        runtime_answers.insert(crr, runtime);
+        measured.insert(crr);
     }
     println!(
         "CRR created -> StopContainer at the runtime, one at a time: {}",
@@ -262,24 +273,36 @@ async fn main() {
         "  of which the agent's own (without the runtime answering its ContainerStatus): {}",
         summary(overhead)
     );
-    // The same from the agent's side: its watch event to the kill issued, from its log (the
-    // API double's delivery and the proxy's scheduling left out).
-    let log = node.agent().log();
-    let (mut seen, mut seen_own) = (Vec::new(), Vec::new());
-    for (crr, took) in kill_reactions(&log) {
-        if let Some(runtime) = runtime_answers.get(&crr) {
-            seen.push(took.as_secs_f64() * 1e3);
-            seen_own.push(took.saturating_sub(*runtime).as_secs_f64() * 1e3);
-        }
-    }
+    // The same from the agent's side, from its log: its watch event to the kill issued (the API
+    // double's delivery and the proxy's hop left out), and that without the one ContainerStatus
+    // round trip to the runtime (the check that the target still runs): the agent's own work,
+    // the kill journal's fsync included.
+    let kills: Vec<_> = kill_reactions(&node.agent().log())
+        .into_iter()
+        .filter(|k| measured.contains(&k.crr))
+        .collect();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
         "  the agent's reaction, its watch event -> kill issued (its log, n={}): {}",
-        seen.len(),
-        summary(seen)
+        kills.len(),
+        summary(kills.iter().map(|k| ms(k.reaction)).collect())
     );
     println!(
-        "    of which without the runtime answering its ContainerStatus: {}",
-        summary(seen_own)
+        "    its ContainerStatus round trip: {}",
+        summary(kills.iter().map(|k| ms(k.confirm)).collect())
+    );
+    println!(
+        "    the agent's own (without that round trip; journal fsync included): {}",
+        summary(
+            kills
+                .iter()
+                .map(|k| ms(k.reaction.saturating_sub(k.confirm)))
+                .collect()
+        )
+    );
+    println!(
+        "    of which the kill journal's fsync: {}",
+        summary(kills.iter().map(|k| ms(k.journal)).collect())
     );
 
     // Raw StopContainer of the same kind of container, straight to containerd.

@@ -147,22 +147,43 @@ impl NodeObject {
 /// from the API server's watch cache (resourceVersion "0"): on a fleet of thousands of nodes
 /// that keeps the agents off etcd. The watch backs off on errors, resumes from its last
 /// resourceVersion, and relists on 410 Gone; the store survives all of it.
-/// Drops what no part of the agent reads from a cached pod (it is held for every pod of the
-/// node): managedFields (often the largest part), the scheduler's fields, and the status fields
-/// kubelet writes for humans. Kept: every container spec (hashed whole), conditions, podIP,
-/// resize, and per container status name, containerID, ready, restartCount and resources.
-fn drop_unread(pod: &mut Pod) {
+/// Makes a pod small for the cache, which holds one for every pod of the node. Drops what no part
+/// of the agent reads: managedFields (often the largest part), the scheduler's fields, and the
+/// status fields kubelet writes for humans. Kept: every container spec (hashed whole),
+/// conditions, podIP, resize, and per container status name, containerID, ready, restartCount
+/// and resources. Lists are cut to their length: a decoded list of three 2 KB containers has
+/// room for four.
+fn trim_for_cache(pod: &mut Pod) {
     pod.metadata.managed_fields = None;
+    shrink(&mut pod.metadata.owner_references);
     if let Some(spec) = pod.spec.as_mut() {
         spec.volumes = None;
         spec.tolerations = None;
         spec.affinity = None;
         spec.topology_spread_constraints = None;
+        spec.containers.shrink_to_fit();
+        shrink(&mut spec.init_containers);
+        shrink(&mut spec.ephemeral_containers);
+        for container in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            shrink(&mut container.command);
+            shrink(&mut container.args);
+            shrink(&mut container.env);
+            shrink(&mut container.env_from);
+            shrink(&mut container.ports);
+            shrink(&mut container.volume_mounts);
+        }
     }
     if let Some(status) = pod.status.as_mut() {
         status.host_ips = None;
         status.pod_ips = None;
         status.start_time = None;
+        shrink(&mut status.conditions);
+        shrink(&mut status.container_statuses);
+        shrink(&mut status.init_container_statuses);
         for container in [
             &mut status.container_statuses,
             &mut status.init_container_statuses,
@@ -184,6 +205,12 @@ fn drop_unread(pod: &mut Pod) {
     }
 }
 
+fn shrink<T>(list: &mut Option<Vec<T>>) {
+    if let Some(list) = list {
+        list.shrink_to_fit();
+    }
+}
+
 pub fn watch_node_pods(
     client: Client,
     node_name: &str,
@@ -200,7 +227,7 @@ pub fn watch_node_pods(
     let api: Api<Pod> = Api::all(client);
     let stream = watcher(api, config)
         .default_backoff()
-        .modify(drop_unread)
+        .modify(trim_for_cache)
         .reflect(writer);
     let task = drive(stream, "pods", metrics, startup_jitter, Arc::new(tick));
     (
@@ -282,7 +309,8 @@ mod tests {
         let full = serde_json::json!({
             "metadata": {"name": "p", "namespace": "n", "uid": "u", "annotations": {"a": "b"},
                 "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
-            "spec": {"nodeName": "node", "containers": [container.clone()],
+            "spec": {"nodeName": "node",
+                "containers": [container.clone(), {"name": "side", "image": "img"}, {"name": "log", "image": "img"}],
                 "initContainers": [{"name": "init", "image": "img"}],
                 "volumes": [{"name": "v", "emptyDir": {}}], "tolerations": [{"key": "k"}],
                 "affinity": {"nodeAffinity": {}}, "topologySpreadConstraints": [
@@ -292,9 +320,17 @@ mod tests {
                 "startTime": "2026-11-24T17:00:00Z",
                 "conditions": [{"type": "Ready", "status": "True",
                     "lastTransitionTime": "2026-11-24T17:00:00Z"}],
-                "containerStatuses": [status("app")], "initContainerStatuses": [status("init")]}});
-        let mut pod: Pod = serde_json::from_value(full.clone()).expect("pod");
-        drop_unread(&mut pod);
+                "containerStatuses": [status("app"), status("side"), status("log")], "initContainerStatuses": [status("init")]}});
+        let mut pod: Pod = serde_json::from_str(&full.to_string()).expect("pod");
+        trim_for_cache(&mut pod);
+        // Decoded lists have room to spare; cached ones do not.
+        let spec = pod.spec.as_ref().expect("spec");
+        assert_eq!(spec.containers.capacity(), spec.containers.len());
+        let status = pod.status.as_ref().expect("status");
+        for list in [&status.container_statuses, &status.init_container_statuses] {
+            let list = list.as_ref().expect("statuses");
+            assert_eq!(list.capacity(), list.len());
+        }
         let kept = serde_json::to_value(&pod).expect("json");
 
         assert_eq!(kept["metadata"]["managedFields"], serde_json::Value::Null);
