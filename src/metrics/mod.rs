@@ -184,7 +184,7 @@ impl Metrics {
         let crr_reactions = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         registry.register(
             "crr_reaction_duration_seconds",
-            "ContainerRecreateRequests from the agent's watch event to the kill issued (intent journalled, target confirmed with the runtime), per container",
+            "ContainerRecreateRequests from the agent's watch event to the first kill issued (target confirmed with the runtime, intent journalled)",
             crr_reactions.clone(),
         );
         Self {

@@ -178,9 +178,11 @@ struct Controller {
     first_seen: FirstSeen,
 }
 
-/// When the agent's watch first delivered each request (by UID): the start of its reaction.
+/// When the agent's watch first delivered each request (by UID): the start of its reaction,
+/// taken by the request's first kill (`None` once taken: later kills of the same request wait
+/// for earlier ones by design, and a later event is no new start).
 #[derive(Clone, Default)]
-struct FirstSeen(Arc<Mutex<HashMap<String, Instant>>>);
+struct FirstSeen(Arc<Mutex<HashMap<String, Option<Instant>>>>);
 
 impl FirstSeen {
     fn note(&self, event: &watcher::Event<DynamicObject>) {
@@ -188,7 +190,8 @@ impl FirstSeen {
         match event {
             watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
                 if let Some(uid) = &o.metadata.uid {
-                    seen.entry(uid.clone()).or_insert_with(Instant::now);
+                    seen.entry(uid.clone())
+                        .or_insert_with(|| Some(Instant::now()));
                 }
             }
             watcher::Event::Delete(o) => {
@@ -200,9 +203,10 @@ impl FirstSeen {
         }
     }
 
-    fn since(&self, uid: &str) -> Option<Duration> {
-        let seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        seen.get(uid).map(Instant::elapsed)
+    /// The time since the request was first seen, once per request.
+    fn take_reaction(&self, uid: &str) -> Option<Duration> {
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        seen.get_mut(uid)?.take().map(|at| at.elapsed())
     }
 
     /// Forgets requests no longer watched (a relist does not report their deletion).
@@ -409,12 +413,13 @@ impl Controller {
             .entry(request.uid.clone())
             .or_default()
             .insert(order.container.clone());
-        // The agent's own reaction (its watch event to this kill), for operators comparing
-        // with the runtime; a resumed kill reacts to the restart, not to the request.
-        let reaction = self
-            .first_seen
-            .since(&request.uid)
-            .filter(|_| !order.resumed);
+        // The agent's own reaction (its watch event to the request's first kill), for
+        // operators comparing with the runtime; a resumed kill reacts to the agent's restart.
+        let reaction = if order.resumed {
+            None
+        } else {
+            self.first_seen.take_reaction(&request.uid)
+        };
         if let Some(reaction) = reaction {
             self.metrics.observe_crr_reaction(reaction);
         }
@@ -551,20 +556,24 @@ mod tests {
     }
 
     #[test]
-    fn a_request_is_timed_from_its_first_event_until_it_is_gone() {
+    fn a_request_is_timed_once_from_its_first_event() {
         let seen = FirstSeen::default();
-        assert_eq!(seen.since("a"), None);
+        assert_eq!(seen.take_reaction("a"), None);
         seen.note(&watcher::Event::Apply(crr("a")));
         std::thread::sleep(Duration::from_millis(20));
         // A later event (a status write) does not restart the clock.
         seen.note(&watcher::Event::Apply(crr("a")));
-        assert!(seen.since("a").unwrap() >= Duration::from_millis(20));
+        assert!(seen.take_reaction("a").unwrap() >= Duration::from_millis(20));
+        // The request's next kill (another container) is not timed from the same start.
+        assert_eq!(seen.take_reaction("a"), None);
+        seen.note(&watcher::Event::Apply(crr("a")));
+        assert_eq!(seen.take_reaction("a"), None);
 
         seen.note(&watcher::Event::InitApply(crr("b")));
-        seen.note(&watcher::Event::Delete(crr("a")));
-        assert_eq!(seen.since("a"), None);
-        assert!(seen.since("b").is_some());
+        seen.note(&watcher::Event::InitApply(crr("c")));
+        seen.note(&watcher::Event::Delete(crr("b")));
+        assert_eq!(seen.take_reaction("b"), None);
         seen.retain(&HashSet::new());
-        assert_eq!(seen.since("b"), None);
+        assert_eq!(seen.take_reaction("c"), None);
     }
 }
