@@ -468,10 +468,16 @@ impl Node {
             if pred(&crr) {
                 return crr;
             }
-            assert!(
-                Instant::now() < deadline,
-                "CRR {name} never got there: {crr:#}"
-            );
+            if Instant::now() >= deadline {
+                // The pod's status says whether kubelet restarted the container and reported
+                // it (what kruise-manager copies into the request).
+                let pod = crr
+                    .pointer("/spec/podName")
+                    .and_then(Value::as_str)
+                    .and_then(|pod| self.pod(pod));
+                let pod_status = pod.as_ref().and_then(|p| p.get("status"));
+                panic!("CRR {name} never got there: {crr:#}\nits pod's status: {pod_status:#?}");
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
