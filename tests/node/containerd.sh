@@ -131,7 +131,9 @@ start_containerd() {
     running || { tail -20 "$BASE/containerd.log" >&2; die "containerd exited"; }
     sleep 0.1
   done
-  "${CTR[@]}" plugins ls 2>/dev/null | grep -qE '^io\.containerd\.grpc\.v1 +cri +\S+ +ok' \
+  # grep reads to the end (no -q): with pipefail, a grep that exits at the first match can
+  # leave ctr to die of SIGPIPE and fail the pipeline.
+  "${CTR[@]}" plugins ls 2>/dev/null | grep -E '^io\.containerd\.grpc\.v1 +cri +\S+ +ok' >/dev/null \
     || { tail -20 "$BASE/containerd.log" >&2; die "the CRI plugin did not load"; }
 }
 
@@ -148,7 +150,7 @@ up() {
   build_images
   start_containerd
   "${CTR[@]}" images import --snapshotter "$snapshotter" "$BASE/images.tar" >/dev/null
-  "${CTR[@]}" images ls -q | grep -qx "$PAUSE_IMAGE" || die "image import failed"
+  "${CTR[@]}" images ls -q | grep -x "$PAUSE_IMAGE" >/dev/null || die "image import failed"
   log "containerd $(containerd --version | awk '{print $3}') pid $(cat "$PIDFILE"), snapshotter $snapshotter: unix://$SOCK"
   echo "unix://$SOCK"
 }

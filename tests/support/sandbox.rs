@@ -115,6 +115,13 @@ impl Node {
     }
 
     pub async fn start_with(options: NodeOptions) -> Node {
+        // The stand-ins' warnings (a failed status write, a failed reconcile) shown with a
+        // failing test's output; `INPLACED_TEST_LOG` sets the filter.
+        let filter = std::env::var("INPLACED_TEST_LOG").unwrap_or_else(|_| "warn".into());
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
         let server = ApiServer::start(ServerConfig {
             graceful_pod_deletion: true,
             tokens: [(AGENT_TOKEN.to_string(), AGENT_USER.to_string())].into(),
