@@ -147,6 +147,34 @@ impl NodeObject {
 /// from the API server's watch cache (resourceVersion "0"): on a fleet of thousands of nodes
 /// that keeps the agents off etcd. The watch backs off on errors, resumes from its last
 /// resourceVersion, and relists on 410 Gone; the store survives all of it.
+pub fn watch_node_pods(
+    client: Client,
+    node_name: &str,
+    metrics: Metrics,
+    startup_jitter: Duration,
+) -> (NodePods, impl Future<Output = ()> + Send + 'static) {
+    let (reader, writer) = reflector::store();
+    let (tick, changes) = watch::channel(0u64);
+    let mut config = watcher::Config::default()
+        .fields(&format!("spec.nodeName={node_name}"))
+        .any_semantic();
+    // kube-rs drops resourceVersion=0 from paged lists; one node's pods fit in one page.
+    config.page_size = None;
+    let api: Api<Pod> = Api::all(client);
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(trim_for_cache)
+        .reflect(writer);
+    let task = drive(stream, "pods", metrics, startup_jitter, Arc::new(tick));
+    (
+        NodePods {
+            store: reader,
+            changes,
+        },
+        task,
+    )
+}
+
 /// Makes a pod small for the cache, which holds one for every pod of the node. Drops what no part
 /// of the agent reads: managedFields (often the largest part), the scheduler's fields, and the
 /// status fields kubelet writes for humans. Kept: every container spec (hashed whole),
@@ -209,34 +237,6 @@ fn shrink<T>(list: &mut Option<Vec<T>>) {
     if let Some(list) = list {
         list.shrink_to_fit();
     }
-}
-
-pub fn watch_node_pods(
-    client: Client,
-    node_name: &str,
-    metrics: Metrics,
-    startup_jitter: Duration,
-) -> (NodePods, impl Future<Output = ()> + Send + 'static) {
-    let (reader, writer) = reflector::store();
-    let (tick, changes) = watch::channel(0u64);
-    let mut config = watcher::Config::default()
-        .fields(&format!("spec.nodeName={node_name}"))
-        .any_semantic();
-    // kube-rs drops resourceVersion=0 from paged lists; one node's pods fit in one page.
-    config.page_size = None;
-    let api: Api<Pod> = Api::all(client);
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(trim_for_cache)
-        .reflect(writer);
-    let task = drive(stream, "pods", metrics, startup_jitter, Arc::new(tick));
-    (
-        NodePods {
-            store: reader,
-            changes,
-        },
-        task,
-    )
 }
 
 /// Starts watching this node's own Node object.
