@@ -123,6 +123,7 @@ pub async fn run(
         ledger,
         metrics,
         first_seen,
+        working_on: HashMap::new(),
     };
     let (done_tx, mut done_rx) = mpsc::channel::<KillDone>(64);
     let mut requeue = Duration::from_secs(1);
@@ -176,6 +177,8 @@ struct Controller {
     health: Health,
     metrics: Metrics,
     first_seen: FirstSeen,
+    /// (namespace, pod) → UID of the request being worked on for that pod.
+    working_on: HashMap<(String, String), String>,
 }
 
 /// When the agent's watch first delivered each request (by UID): the start of its reaction,
@@ -303,9 +306,13 @@ impl Controller {
         let now = Timestamp::now();
         let mut requeue: Option<Duration> = None;
         for ((namespace, pod_name), group) in by_pod {
-            let Some(active) = plan::pick_active(&group) else {
+            let pod_key = (namespace.clone(), pod_name.clone());
+            let working_on = self.working_on.get(&pod_key).map(String::as_str);
+            let Some(active) = plan::pick_active(&group, working_on) else {
+                self.working_on.remove(&pod_key);
                 continue;
             };
+            self.working_on.insert(pod_key, group[active].uid.clone());
             for (i, request) in group.iter().enumerate() {
                 if i != active && request.status.phase == CrrPhase::None {
                     self.write_status(request, plan::waiting_status(request, group[active]));
@@ -488,6 +495,7 @@ impl Controller {
         }
         self.statuses.retain(&live);
         self.first_seen.retain(&live);
+        self.working_on.retain(|_, uid| live.contains(uid));
         self.failures.retain(|uid, _| live.contains(uid));
         self.in_flight
             .retain(|uid, containers| live.contains(uid) || !containers.is_empty());

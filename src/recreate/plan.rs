@@ -67,14 +67,23 @@ pub struct Decision {
 
 pub const NOT_FOUND_MESSAGE: &str = "not found container on Node";
 
-/// Picks the one request of a pod to work on: kruise's order (phase weight, then creation
-/// time), skipping completed and deleting ones. Returns its index.
-pub fn pick_active(requests: &[&Crr]) -> Option<usize> {
-    requests
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| !r.deleting && r.status.phase != CrrPhase::Completed)
-        .min_by_key(|(_, r)| (r.status.phase.weight(), r.created_at, r.name.clone()))
+/// Picks the one request of a pod to work on: the one already being worked on (UID
+/// `working_on`) while it is open, else kruise's order (phase weight, then creation time);
+/// completed and deleting ones are skipped. Returns its index. Sticking to the current one
+/// matters because phases are read back from the API: a sibling's "waiting" Pending can land
+/// before the active request's Recreating and would otherwise outrank it.
+pub fn pick_active(requests: &[&Crr], working_on: Option<&str>) -> Option<usize> {
+    let open = || {
+        requests
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.deleting && r.status.phase != CrrPhase::Completed)
+    };
+    open()
+        .find(|(_, r)| Some(r.uid.as_str()) == working_on)
+        .or_else(|| {
+            open().min_by_key(|(_, r)| (r.status.phase.weight(), r.created_at, r.name.clone()))
+        })
         .map(|(i, _)| i)
 }
 
@@ -833,15 +842,24 @@ mod tests {
         );
         let mut second = crr(one_container(json!({})), json!({}), json!({}));
         second.name = "r2".into();
+        second.uid = "uid-r2".into();
         let requests = [&second, &first];
-        assert_eq!(pick_active(&requests), Some(1));
+        assert_eq!(pick_active(&requests, None), Some(1));
         let mut done = first.clone();
         done.status.phase = CrrPhase::Completed;
         assert_eq!(
-            pick_active(&[&second, &done]),
+            pick_active(&[&second, &done], Some(&first.uid)),
             Some(0),
             "the sibling starts once the active completes"
         );
+        // The active request's Recreating not yet read back, the sibling's waiting Pending
+        // already: the agent keeps to the request it works on.
+        let mut not_yet = first.clone();
+        not_yet.status.phase = CrrPhase::None;
+        let mut parked = second.clone();
+        parked.status.phase = CrrPhase::Pending;
+        assert_eq!(pick_active(&[&parked, &not_yet], None), Some(0));
+        assert_eq!(pick_active(&[&parked, &not_yet], Some(&first.uid)), Some(1));
         assert_eq!(waiting_status(&second, &first).phase, CrrPhase::Pending);
     }
 
