@@ -15,8 +15,8 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use inplaced::cri::{CriClient, CriConfig};
+use inplaced::kube::CachedPod;
 use inplaced::nodeview::{self, HashCache, RuntimeTracker};
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 use support::agent::AgentProcess;
@@ -188,8 +188,8 @@ async fn main() {
     // One refresh, in this process: CRI listing, join with the API's pods, hashing.
     let cri = CriClient::new(CriConfig::new(support::endpoint()));
     let mut tracker = RuntimeTracker::new(cri).with_status_budget(usize::MAX);
-    let api: Api<Pod> = Api::all(node.client.clone());
-    let listed: Vec<std::sync::Arc<Pod>> = api
+    let api: Api<CachedPod> = Api::all(node.client.clone());
+    let listed: Vec<std::sync::Arc<CachedPod>> = api
         .list(&ListParams::default().fields(&format!("spec.nodeName={}", node.node)))
         .await
         .expect("list pods")

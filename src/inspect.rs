@@ -5,10 +5,11 @@ use std::fmt::Write;
 
 use ::kube::Api;
 use ::kube::api::ListParams;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 
 use crate::config::Config;
 use crate::cri::{CriClient, CriConfig, CriEndpoint};
+use crate::kube::CachedPod;
 use crate::metrics::Metrics;
 use crate::nodeview::{self, NodeView, RuntimeTracker, UpgradeReport};
 
@@ -35,7 +36,7 @@ pub async fn snapshot(config: &Config) -> anyhow::Result<NodeView> {
     Ok(view)
 }
 
-async fn api_pods(config: &Config) -> anyhow::Result<(Vec<Pod>, Option<String>)> {
+async fn api_pods(config: &Config) -> anyhow::Result<(Vec<CachedPod>, Option<String>)> {
     let client = crate::kube::client(
         config.kubeconfig.as_deref(),
         Metrics::new(),
@@ -43,7 +44,7 @@ async fn api_pods(config: &Config) -> anyhow::Result<(Vec<Pod>, Option<String>)>
         config.api_burst,
     )
     .await?;
-    let pods: Api<Pod> = Api::all(client.clone());
+    let pods: Api<CachedPod> = Api::all(client.clone());
     let list = pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={}", config.node_name)))
         .await?;

@@ -93,7 +93,7 @@ struct RuntimeArgs {
 const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
-    limit_malloc_arenas();
+    tune_malloc();
     let cli = Cli::parse();
     let print_config = matches!(&cli.command, Command::Agent(a) if a.print_config);
     let result = match cli.command {
@@ -146,11 +146,16 @@ fn main() -> ExitCode {
 /// glibc gives threads that allocate concurrently malloc arenas of their own, and memory freed
 /// in one is not reused by another: for a small long-running daemon one arena keeps the
 /// resident set down (node-scale benchmark in BENCHMARKS.md); its lock is not contended here.
-fn limit_malloc_arenas() {
+/// Fixed mmap and trim thresholds: by default glibc raises its mmap threshold to the size of
+/// each large block freed, so the runtime listing's megabyte-sized buffers, allocated on every
+/// refresh, land in the heap and leave holes there that stay resident.
+fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only tunes the allocator; called first thing, before any thread exists.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 * 1024);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 * 1024);
     }
 }
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use inplaced::cri::proto::{Container, ContainerState, PodSandbox, PodSandboxState};
 use inplaced::cri::{CallObserver, CriClient, CriConfig};
+use inplaced::kube::CachedPod;
 use inplaced::nodeview::{self, RuntimeSnapshot, RuntimeTracker};
-use k8s_openapi::api::core::v1::Pod;
 use support::TestPod;
 
 #[derive(Default)]
@@ -70,7 +70,7 @@ async fn assert_matches_full_listing(cri: &CriClient, snapshot: &RuntimeSnapshot
         .iter()
         .map(|name| serde_json::json!({"name": name, "image": "localhost/busybox:local"}))
         .collect();
-    let api_pod: Pod = serde_json::from_value(serde_json::json!({
+    let api_pod: CachedPod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
         "spec": {"containers": containers},
     }))

@@ -26,6 +26,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{mpsc, watch};
 
+use crate::kube::CachedPod;
 use crate::kube::events::PodEvents;
 
 use super::plan::{self, RuntimeFacts};
@@ -92,6 +93,8 @@ struct Controller {
     first_seen: HashMap<(String, String, u64), Instant>,
     /// Journal keys of unmatchable changes already reported.
     reported: HashSet<String>,
+    /// (pod uid, container) whose env could not be decoded, already reported.
+    undecodable: HashSet<(String, String)>,
     /// Runtime IDs with a kill under way.
     in_flight: HashSet<String>,
     /// Runtime IDs whose unfinished earlier kill was resumed.
@@ -125,6 +128,7 @@ pub async fn run(
         started: HashMap::new(),
         first_seen: HashMap::new(),
         reported: HashSet::new(),
+        undecodable: HashSet::new(),
         in_flight: HashSet::new(),
         resumed: HashSet::new(),
         written: HashMap::new(),
@@ -186,6 +190,8 @@ impl Controller {
         let pod_uids: HashSet<&str> = view.pods.iter().map(|p| p.uid.as_str()).collect();
         self.first_seen
             .retain(|(uid, _, _), _| pod_uids.contains(uid.as_str()));
+        self.undecodable
+            .retain(|(uid, _)| pod_uids.contains(uid.as_str()));
         self.written
             .retain(|uid, _| pod_uids.contains(uid.as_str()));
         for pod in &view.pods {
@@ -212,7 +218,22 @@ impl Controller {
             if container.kind != ContainerKind::Regular {
                 continue;
             }
-            let refs = plan::metadata_refs(spec);
+            let refs = match plan::metadata_refs(spec) {
+                Ok(refs) => refs,
+                Err(err) => {
+                    // The API validated the spec: only a foreign writer gets here. Said once
+                    // per pod object, not on every pass.
+                    if self
+                        .undecodable
+                        .insert((pod.uid.clone(), container.name.clone()))
+                    {
+                        tracing::warn!(namespace = %pod.namespace, pod = %pod.name,
+                            container = %container.name, error = %err,
+                            "the container's env cannot be read; not served");
+                    }
+                    continue;
+                }
+            };
             let mut env_hash = refs.is_empty().then_some(plan::NO_ENV_HASH);
             if !refs.is_empty() && r.state == RuntimeState::Running {
                 let started = self.started(&r.id).await;
@@ -309,7 +330,7 @@ impl Controller {
     async fn consider_restart(
         &mut self,
         pod: &PodView,
-        api_pod: &Pod,
+        api_pod: &CachedPod,
         container: &crate::nodeview::ContainerView,
         refs: &[plan::MetadataRef],
         env: &BTreeMap<String, String>,

@@ -5,10 +5,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{Container as SpecContainer, Pod};
+use k8s_openapi::api::core::v1::EnvVar;
 use serde::{Deserialize, Serialize};
 
 use crate::hashing::{self, SIDECARSET_EXCLUDED_ENVS};
+use crate::kube::{CachedContainer, CachedPod};
 
 /// The pod annotation kruise-manager reads.
 pub const META_ANNOTATION: &str = "apps.kruise.io/runtime-containers-meta";
@@ -75,7 +76,7 @@ pub enum Eligibility {
     OptIn,
 }
 
-pub fn eligibility(pod: &Pod) -> Option<Eligibility> {
+pub fn eligibility(pod: &CachedPod) -> Option<Eligibility> {
     let meta = &pod.metadata;
     let annotations = meta.annotations.as_ref();
     let kruise_owner = meta.owner_references.iter().flatten().any(|o| {
@@ -98,7 +99,7 @@ pub fn eligibility(pod: &Pod) -> Option<Eligibility> {
 
 /// Env-from-metadata restarts are allowed: an in-place update is under way (kruise sets
 /// `InPlaceUpdateReady` False) or the pod opted in.
-pub fn restarts_enabled(pod: &Pod, eligibility: Eligibility) -> bool {
+pub fn restarts_enabled(pod: &CachedPod, eligibility: Eligibility) -> bool {
     match eligibility {
         Eligibility::OptIn => true,
         Eligibility::Kruise => {
@@ -135,9 +136,16 @@ pub enum MetadataSource {
 
 /// The env vars kruise counts: empty `value`, `fieldRef` to `metadata.labels['k']` or
 /// `metadata.annotations['k']`, not the SidecarSet version vars.
-pub fn metadata_refs(container: &SpecContainer) -> Vec<MetadataRef> {
+/// Fails where the spec's `env` does not decode.
+pub fn metadata_refs(container: &CachedContainer) -> Result<Vec<MetadataRef>, serde_json::Error> {
+    #[derive(Deserialize)]
+    struct EnvOnly {
+        #[serde(default)]
+        env: Option<Vec<EnvVar>>,
+    }
+    let spec: EnvOnly = serde_json::from_str(container.json())?;
     let mut refs = Vec::new();
-    for env in container.env.iter().flatten() {
+    for env in spec.env.iter().flatten() {
         if env.value.as_deref().is_some_and(|v| !v.is_empty())
             || SIDECARSET_EXCLUDED_ENVS.contains(&env.name.as_str())
         {
@@ -169,11 +177,11 @@ pub fn metadata_refs(container: &SpecContainer) -> Vec<MetadataRef> {
             key: key.to_owned(),
         });
     }
-    refs
+    Ok(refs)
 }
 
 /// What the pod's labels and annotations give each env var now.
-pub fn expected_values(pod: &Pod, refs: &[MetadataRef]) -> BTreeMap<String, String> {
+pub fn expected_values(pod: &CachedPod, refs: &[MetadataRef]) -> BTreeMap<String, String> {
     let empty = BTreeMap::new();
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
     let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
@@ -223,7 +231,7 @@ pub fn env_from_verbose_info(info: &HashMap<String, String>) -> Option<BTreeMap<
 /// started with. Computed by handing the hasher labels/annotations that resolve each reference
 /// to the started-with value of its env var.
 pub fn current_env_hash(
-    container: &SpecContainer,
+    container: &CachedContainer,
     refs: &[MetadataRef],
     started: &BTreeMap<String, String>,
 ) -> Option<u64> {
@@ -236,8 +244,8 @@ pub fn current_env_hash(
             MetadataSource::Annotations => annotations.insert(r.key.clone(), value),
         };
     }
-    let json = serde_json::to_vec(container).ok()?;
-    hashing::extracted_env_from_metadata_hash(&json, &labels, &annotations).ok()
+    hashing::extracted_env_from_metadata_hash(container.json().as_bytes(), &labels, &annotations)
+        .ok()
 }
 
 /// The hash of no env-from-metadata vars at all (Go `json.Marshal` of a nil slice: `null`).
@@ -260,7 +268,7 @@ pub struct RuntimeFacts {
 ///
 /// Entries follow `status.containerStatuses`; a container needs a spec and a runtime container.
 /// An entry of the current annotation is reused as is when its containerID is unchanged.
-pub fn desired_meta(pod: &Pod, runtime: &HashMap<String, RuntimeFacts>) -> Option<MetaSet> {
+pub fn desired_meta(pod: &CachedPod, runtime: &HashMap<String, RuntimeFacts>) -> Option<MetaSet> {
     let current: Option<MetaSet> = pod
         .metadata
         .annotations
@@ -276,7 +284,7 @@ pub fn desired_meta(pod: &Pod, runtime: &HashMap<String, RuntimeFacts>) -> Optio
         .into_iter()
         .flatten()
     {
-        if !spec.containers.iter().any(|c| c.name == status.name) {
+        if !spec.containers.iter().any(|c| c.name() == status.name) {
             continue;
         }
         let Some(facts) = runtime.get(&status.name) else {
@@ -324,7 +332,10 @@ pub fn desired_meta(pod: &Pod, runtime: &HashMap<String, RuntimeFacts>) -> Optio
 
 /// The annotation value to write, or None when the pod already carries it (or it cannot be
 /// decided yet).
-pub fn annotation_patch(pod: &Pod, runtime: &HashMap<String, RuntimeFacts>) -> Option<String> {
+pub fn annotation_patch(
+    pod: &CachedPod,
+    runtime: &HashMap<String, RuntimeFacts>,
+) -> Option<String> {
     let desired = desired_meta(pod, runtime)?.to_annotation();
     let current = pod
         .metadata
@@ -339,7 +350,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(value: serde_json::Value) -> Pod {
+    fn pod(value: serde_json::Value) -> CachedPod {
         serde_json::from_value(value).unwrap()
     }
 
@@ -352,7 +363,7 @@ mod tests {
         }
     }
 
-    fn two_container_pod(annotation: Option<&str>) -> Pod {
+    fn two_container_pod(annotation: Option<&str>) -> CachedPod {
         let mut annotations = json!({});
         if let Some(a) = annotation {
             annotations[META_ANNOTATION] = json!(a);
@@ -418,7 +429,7 @@ mod tests {
             {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "['x']"}}},
             {"name": "C", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['ok']"}}}]}]}}),
         );
-        let refs = metadata_refs(&odd.spec.as_ref().unwrap().containers[0]);
+        let refs = metadata_refs(&odd.spec.as_ref().unwrap().containers[0]).unwrap();
         assert_eq!(refs.len(), 1);
     }
 
@@ -477,7 +488,7 @@ mod tests {
                 {"name": "PLAIN", "value": "x"}]}]}
         }));
         let container = &p.spec.as_ref().unwrap().containers[0];
-        let refs = metadata_refs(container);
+        let refs = metadata_refs(container).unwrap();
         assert_eq!(
             refs.iter().map(|r| r.env.as_str()).collect::<Vec<_>>(),
             ["L", "V", "GONE"]
@@ -489,11 +500,11 @@ mod tests {
         let now = parse_env(["L=web", "V=2", "GONE="]);
         assert!(env_differences(&expected, &now).is_empty());
         // The current hash of matching values equals kruise's expected hash.
-        let json = serde_json::to_vec(container).unwrap();
+        let json = container.json().as_bytes();
         let labels = p.metadata.labels.clone().unwrap();
         let annotations = p.metadata.annotations.clone().unwrap();
         let expected_hash =
-            hashing::extracted_env_from_metadata_hash(&json, &labels, &annotations).unwrap();
+            hashing::extracted_env_from_metadata_hash(json, &labels, &annotations).unwrap();
         assert_eq!(
             current_env_hash(container, &refs, &now),
             Some(expected_hash)

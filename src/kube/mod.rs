@@ -2,6 +2,7 @@
 //! configuration, with request metrics and a client-side rate limit, and reflectors for the pods
 //! bound to this node and for the node object itself.
 
+mod cached_pod;
 pub mod events;
 mod layer;
 pub mod status;
@@ -15,11 +16,14 @@ use ::kube::runtime::reflector::{self, Store};
 use ::kube::runtime::{WatchStreamExt, watcher};
 use ::kube::{Api, Client};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
 use crate::resize::resources::Resources;
+pub use cached_pod::{
+    CachedContainer, CachedContainerStatus, CachedPod, CachedPodSpec, CachedPodStatus,
+};
 pub use layer::ApiLayer;
 
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +94,7 @@ pub fn exposed_credentials(path: &Path, kubeconfig: &Kubeconfig) -> Vec<(PathBuf
 /// The pods bound to this node, kept current by a watch; `changes` ticks on every change.
 #[derive(Clone)]
 pub struct NodePods {
-    pub store: Store<Pod>,
+    pub store: Store<CachedPod>,
     pub changes: watch::Receiver<u64>,
 }
 
@@ -160,11 +164,9 @@ pub fn watch_node_pods(
         .any_semantic();
     // kube-rs drops resourceVersion=0 from paged lists; one node's pods fit in one page.
     config.page_size = None;
-    let api: Api<Pod> = Api::all(client);
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(trim_for_cache)
-        .reflect(writer);
+    // Decoded straight into the cache's lean form: a full pod is never built.
+    let api: Api<CachedPod> = Api::all(client);
+    let stream = watcher(api, config).default_backoff().reflect(writer);
     let task = drive(stream, "pods", metrics, startup_jitter, Arc::new(tick));
     (
         NodePods {
@@ -173,70 +175,6 @@ pub fn watch_node_pods(
         },
         task,
     )
-}
-
-/// Makes a pod small for the cache, which holds one for every pod of the node. Drops what no part
-/// of the agent reads: managedFields (often the largest part), the scheduler's fields, and the
-/// status fields kubelet writes for humans. Kept: every container spec (hashed whole),
-/// conditions, podIP, resize, and per container status name, containerID, ready, restartCount
-/// and resources. Lists are cut to their length: a decoded list of three 2 KB containers has
-/// room for four.
-fn trim_for_cache(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
-    shrink(&mut pod.metadata.owner_references);
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.volumes = None;
-        spec.tolerations = None;
-        spec.affinity = None;
-        spec.topology_spread_constraints = None;
-        spec.containers.shrink_to_fit();
-        shrink(&mut spec.init_containers);
-        shrink(&mut spec.ephemeral_containers);
-        for container in spec
-            .containers
-            .iter_mut()
-            .chain(spec.init_containers.iter_mut().flatten())
-        {
-            shrink(&mut container.command);
-            shrink(&mut container.args);
-            shrink(&mut container.env);
-            shrink(&mut container.env_from);
-            shrink(&mut container.ports);
-            shrink(&mut container.volume_mounts);
-        }
-    }
-    if let Some(status) = pod.status.as_mut() {
-        status.host_ips = None;
-        status.pod_ips = None;
-        status.start_time = None;
-        shrink(&mut status.conditions);
-        shrink(&mut status.container_statuses);
-        shrink(&mut status.init_container_statuses);
-        for container in [
-            &mut status.container_statuses,
-            &mut status.init_container_statuses,
-            &mut status.ephemeral_container_statuses,
-        ]
-        .into_iter()
-        .flatten()
-        .flatten()
-        {
-            container.image = String::new();
-            container.image_id = String::new();
-            container.state = None;
-            container.last_state = None;
-            container.allocated_resources = None;
-            container.allocated_resources_status = None;
-            container.volume_mounts = None;
-            container.user = None;
-        }
-    }
-}
-
-fn shrink<T>(list: &mut Option<Vec<T>>) {
-    if let Some(list) = list {
-        list.shrink_to_fit();
-    }
 }
 
 /// Starts watching this node's own Node object.
@@ -293,86 +231,6 @@ async fn drive<S, K>(
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
-
-    #[test]
-    fn a_cached_pod_keeps_what_the_agent_reads() {
-        let status = |name: &str| {
-            serde_json::json!({"name": name, "image": "img", "imageID": "sha256:1",
-                "containerID": format!("containerd://{name}"), "ready": true, "started": true,
-                "restartCount": 2, "state": {"running": {"startedAt": "2026-11-24T17:00:00Z"}},
-                "lastState": {"terminated": {"exitCode": 0}}, "allocatedResources": {"cpu": "10m"},
-                "resources": {"limits": {"cpu": "100m"}}, "volumeMounts": [{"name": "v", "mountPath": "/v"}],
-                "user": {"linux": {"uid": 0, "gid": 0}}})
-        };
-        let container = serde_json::json!({"name": "app", "image": "img",
-            "resources": {"limits": {"cpu": "100m"}}, "env": [{"name": "V", "value": "1"}]});
-        let full = serde_json::json!({
-            "metadata": {"name": "p", "namespace": "n", "uid": "u", "annotations": {"a": "b"},
-                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
-            "spec": {"nodeName": "node",
-                "containers": [container.clone(), {"name": "side", "image": "img"}, {"name": "log", "image": "img"}],
-                "initContainers": [{"name": "init", "image": "img"}],
-                "volumes": [{"name": "v", "emptyDir": {}}], "tolerations": [{"key": "k"}],
-                "affinity": {"nodeAffinity": {}}, "topologySpreadConstraints": [
-                    {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]},
-            "status": {"phase": "Running", "podIP": "10.0.0.1", "podIPs": [{"ip": "10.0.0.1"}],
-                "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}], "resize": "InProgress",
-                "startTime": "2026-11-24T17:00:00Z",
-                "conditions": [{"type": "Ready", "status": "True",
-                    "lastTransitionTime": "2026-11-24T17:00:00Z"}],
-                "containerStatuses": [status("app"), status("side"), status("log")], "initContainerStatuses": [status("init")]}});
-        let mut pod: Pod = serde_json::from_str(&full.to_string()).expect("pod");
-        trim_for_cache(&mut pod);
-        // Decoded lists have room to spare; cached ones do not.
-        let spec = pod.spec.as_ref().expect("spec");
-        assert_eq!(spec.containers.capacity(), spec.containers.len());
-        let status = pod.status.as_ref().expect("status");
-        for list in [&status.container_statuses, &status.init_container_statuses] {
-            let list = list.as_ref().expect("statuses");
-            assert_eq!(list.capacity(), list.len());
-        }
-        let kept = serde_json::to_value(&pod).expect("json");
-
-        assert_eq!(kept["metadata"]["managedFields"], serde_json::Value::Null);
-        assert_eq!(
-            kept["metadata"]["annotations"],
-            full["metadata"]["annotations"]
-        );
-        assert_eq!(kept["spec"]["containers"][0], container);
-        assert_eq!(
-            kept["spec"]["initContainers"],
-            full["spec"]["initContainers"]
-        );
-        for unread in [
-            "volumes",
-            "tolerations",
-            "affinity",
-            "topologySpreadConstraints",
-        ] {
-            assert_eq!(kept["spec"][unread], serde_json::Value::Null, "{unread}");
-        }
-        for read in ["phase", "podIP", "hostIP", "resize", "conditions"] {
-            assert_eq!(kept["status"][read], full["status"][read], "{read}");
-        }
-        for unread in ["podIPs", "hostIPs", "startTime"] {
-            assert_eq!(kept["status"][unread], serde_json::Value::Null, "{unread}");
-        }
-        for list in ["containerStatuses", "initContainerStatuses"] {
-            let (kept, full) = (&kept["status"][list][0], &full["status"][list][0]);
-            for read in ["name", "containerID", "ready", "restartCount", "resources"] {
-                assert_eq!(kept[read], full[read], "{list} {read}");
-            }
-            for unread in [
-                "state",
-                "lastState",
-                "allocatedResources",
-                "volumeMounts",
-                "user",
-            ] {
-                assert_eq!(kept[unread], serde_json::Value::Null, "{list} {unread}");
-            }
-        }
-    }
 
     #[test]
     fn credentials_open_to_others_are_found() {

@@ -6,11 +6,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 
 use super::{ContainerView, NodeView, RuntimeState};
 use crate::hashing::{self, KubeletVersion, StoredHashes};
+use crate::kube::CachedPod;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HashCheck {
@@ -36,7 +36,7 @@ pub struct HashCache {
 
 struct CacheEntry {
     /// The API's pod the result was computed from (compared by identity).
-    pod: Arc<Pod>,
+    pod: Arc<CachedPod>,
     stored: (Option<String>, Option<String>),
     kubelet: Option<KubeletVersion>,
     detected: Detection,
@@ -75,7 +75,7 @@ pub fn annotate(view: &mut NodeView, cache: &mut HashCache) {
 
 fn check(
     container: &ContainerView,
-    api_pod: &Arc<Pod>,
+    api_pod: &Arc<CachedPod>,
     kubelet: Option<&KubeletVersion>,
     cache: &mut HashCache,
 ) -> HashCheck {
@@ -103,15 +103,7 @@ fn check(
     {
         return entry.result.clone();
     }
-    let spec_json = match serde_json::to_vec(spec) {
-        Ok(json) => json,
-        Err(err) => {
-            return HashCheck {
-                note: Some(format!("cannot serialise the spec: {err}")),
-                ..Default::default()
-            };
-        }
-    };
+    let spec_json = spec.json().as_bytes();
     let stored = stored_hashes(container);
     // A new pod object often carries the same spec (a status change): keep the detection. The
     // spec it was computed for is read from the pod object it came from (no JSON kept).
@@ -121,7 +113,7 @@ fn check(
         {
             entry.detected
         }
-        _ => hashing::detect_writers(&stored, &spec_json)
+        _ => hashing::detect_writers(&stored, spec_json)
             .map(|matches| {
                 let minors: Vec<u32> = matches
                     .iter()
@@ -137,7 +129,7 @@ fn check(
         Err(err) => (Vec::new(), Some(err.clone())),
     };
     let current = match kubelet {
-        Some(version) if note.is_none() => hashing::would_restart(&stored, &spec_json, version)
+        Some(version) if note.is_none() => hashing::would_restart(&stored, spec_json, version)
             .ok()
             .map(|restart| !restart),
         _ => None,
@@ -246,20 +238,18 @@ pub fn upgrade_check(view: &NodeView, to: &KubeletVersion) -> UpgradeReport {
                             .into(),
                     )
                 }
-                (false, Some(spec)) => match serde_json::to_vec(spec) {
-                    Err(err) => verdict.note = Some(err.to_string()),
-                    Ok(json) => {
-                        let stored = stored_hashes(container);
-                        if let Ok(h) = hashing::hash_container(&json, to, &Default::default()) {
-                            verdict.target_hash = Some(hashing::format_hash(h.hash));
-                        }
-                        match hashing::would_restart(&stored, &json, to) {
-                            Ok(true) => verdict.verdict = "restart".into(),
-                            Ok(false) => verdict.verdict = "keep".into(),
-                            Err(err) => verdict.note = Some(err.to_string()),
-                        }
+                (false, Some(spec)) => {
+                    let json = spec.json().as_bytes();
+                    let stored = stored_hashes(container);
+                    if let Ok(h) = hashing::hash_container(json, to, &Default::default()) {
+                        verdict.target_hash = Some(hashing::format_hash(h.hash));
                     }
-                },
+                    match hashing::would_restart(&stored, json, to) {
+                        Ok(true) => verdict.verdict = "restart".into(),
+                        Ok(false) => verdict.verdict = "keep".into(),
+                        Err(err) => verdict.note = Some(err.to_string()),
+                    }
+                }
             }
             containers.push(verdict);
         }
@@ -282,7 +272,7 @@ mod tests {
     use crate::cri::proto::{Container, ContainerState};
     use crate::nodeview::{RuntimeSnapshot, join};
 
-    fn pod(image: &str, phase: &str) -> Arc<Pod> {
+    fn pod(image: &str, phase: &str) -> Arc<CachedPod> {
         Arc::new(
             serde_json::from_value(serde_json::json!({
                 "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
@@ -321,7 +311,7 @@ mod tests {
     }
 
     fn written_by(
-        pod: &Arc<Pod>,
+        pod: &Arc<CachedPod>,
         snapshot: &RuntimeSnapshot,
         cache: &mut HashCache,
     ) -> Vec<String> {

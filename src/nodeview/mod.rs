@@ -7,7 +7,7 @@ mod runtime;
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::{Container as SpecContainer, Pod};
+use crate::kube::{CachedContainer, CachedPod};
 use serde::{Deserialize, Serialize};
 
 use crate::cri::labels;
@@ -62,7 +62,7 @@ pub struct PodView {
     /// The API's pod as joined (labels, annotations, owners, conditions, status order), for
     /// controllers that need more than the summary above.
     #[serde(skip)]
-    pub api_pod: Option<std::sync::Arc<Pod>>,
+    pub api_pod: Option<std::sync::Arc<CachedPod>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,7 +103,7 @@ pub struct ContainerView {
 
 impl ContainerView {
     /// This container's spec in `pod` (the API's pod it was joined from).
-    pub fn spec_in<'p>(&self, pod: Option<&'p Pod>) -> Option<&'p SpecContainer> {
+    pub fn spec_in<'p>(&self, pod: Option<&'p CachedPod>) -> Option<&'p CachedContainer> {
         let spec = pod?.spec.as_ref()?;
         let index = self.spec_index?;
         match self.kind {
@@ -116,7 +116,7 @@ impl ContainerView {
 
 impl PodView {
     /// A container's spec, from the API's pod (what the hash is computed from).
-    pub fn spec_of(&self, container: &ContainerView) -> Option<&SpecContainer> {
+    pub fn spec_of(&self, container: &ContainerView) -> Option<&CachedContainer> {
         container.spec_in(self.api_pod.as_deref())
     }
 
@@ -139,7 +139,7 @@ pub struct StatusView {
     pub restart_count: i32,
 }
 
-fn pod_status_of(pod: &Pod, name: &str) -> Option<StatusView> {
+fn pod_status_of(pod: &CachedPod, name: &str) -> Option<StatusView> {
     let status = pod.status.as_ref()?;
     status
         .container_statuses
@@ -154,7 +154,7 @@ fn pod_status_of(pod: &Pod, name: &str) -> Option<StatusView> {
         })
 }
 
-fn ready_since(pod: &Pod) -> Option<String> {
+fn ready_since(pod: &CachedPod) -> Option<String> {
     pod.status
         .as_ref()?
         .conditions
@@ -194,7 +194,11 @@ pub struct UnmatchedSandbox {
 
 /// Joins the API's pods with a runtime snapshot.
 /// `pods` are shared, not copied: each pod view keeps its pod's `Arc`.
-pub fn join(node_name: &str, pods: &[std::sync::Arc<Pod>], snapshot: &RuntimeSnapshot) -> NodeView {
+pub fn join(
+    node_name: &str,
+    pods: &[std::sync::Arc<CachedPod>],
+    snapshot: &RuntimeSnapshot,
+) -> NodeView {
     let mut sandboxes_by_uid: HashMap<&str, Vec<&PodSandbox>> = HashMap::new();
     for sandbox in &snapshot.sandboxes {
         if let Some(uid) = sandbox.labels.get(labels::POD_UID) {
@@ -212,7 +216,7 @@ pub fn join(node_name: &str, pods: &[std::sync::Arc<Pod>], snapshot: &RuntimeSna
     let mut pod_views: Vec<PodView> = pods
         .iter()
         .map(|shared| {
-            let pod: &Pod = shared;
+            let pod: &CachedPod = shared;
             let meta = &pod.metadata;
             let annotations = meta.annotations.as_ref();
             let mirror_uid = annotations.and_then(|a| a.get(MIRROR_ANNOTATION));
@@ -286,7 +290,7 @@ pub fn join(node_name: &str, pods: &[std::sync::Arc<Pod>], snapshot: &RuntimeSna
 }
 
 fn container_views(
-    pod: &Pod,
+    pod: &CachedPod,
     runtime: &[&Container],
     snapshot: &RuntimeSnapshot,
 ) -> Vec<ContainerView> {
@@ -324,13 +328,13 @@ fn container_views(
         });
     };
     for (i, c) in spec.init_containers.iter().flatten().enumerate() {
-        add(ContainerKind::Init, &c.name, Some(i));
+        add(ContainerKind::Init, c.name(), Some(i));
     }
     for (i, c) in spec.containers.iter().enumerate() {
-        add(ContainerKind::Regular, &c.name, Some(i));
+        add(ContainerKind::Regular, c.name(), Some(i));
     }
     for c in spec.ephemeral_containers.iter().flatten() {
-        add(ContainerKind::Ephemeral, &c.name, None);
+        add(ContainerKind::Ephemeral, c.name(), None);
     }
     views
 }

@@ -192,9 +192,10 @@ fn spec_resources(pod: &PodView) -> Vec<(String, Resources)> {
         .iter()
         .filter(|c| c.kind == crate::nodeview::ContainerKind::Regular)
         .filter_map(|c| {
-            let spec = pod.spec_of(c)?;
-            let value = serde_json::to_value(spec.resources.clone().unwrap_or_default()).ok()?;
-            Some((c.name.clone(), Resources::from_requirements(&value).ok()?))
+            let spec: serde_json::Value = serde_json::from_str(pod.spec_of(c)?.json()).ok()?;
+            let none = serde_json::Value::Object(Default::default());
+            let value = spec.get("resources").unwrap_or(&none);
+            Some((c.name.clone(), Resources::from_requirements(value).ok()?))
         })
         .collect()
 }
