@@ -431,6 +431,10 @@ mod tests {
         );
         let refs = metadata_refs(&odd.spec.as_ref().unwrap().containers[0]).unwrap();
         assert_eq!(refs.len(), 1);
+        // A spec is cached as JSON; an env that does not decode is an error, not "no refs".
+        let broken = pod(json!({"metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "a", "env": [{"name": 7}]}]}}));
+        assert!(metadata_refs(&broken.spec.as_ref().unwrap().containers[0]).is_err());
     }
 
     #[test]
