@@ -1,8 +1,8 @@
 //! The pod as the agent's watch cache holds it, one for every pod of the node: what the agent
 //! reads and nothing more. Container specs are kept as their JSON, which is what the hashes are
 //! computed from, and decoded in full only where a controller needs their fields. k8s-openapi's
-//! `Pod` decodes a 3 KB pod into 20 KB (every `Container` is 2 KB before its strings); this
-//! type holds the same pod in about a fifth of that (BENCHMARKS.md, "Node scale").
+//! `Pod` decodes a benchmark pod of 2.7 KB of JSON into 19.5 KB (every `Container` is 2 KB
+//! before its strings); this type holds it in 2.8 KB (BENCHMARKS.md, "Node scale").
 
 use std::borrow::Cow;
 
