@@ -46,11 +46,14 @@ fn pod_spec(node: &str) -> Value {
 struct LoggedKill {
     crr: String,
     reaction: Duration,
+    /// From the watch event to the start of the controller pass that issued the kill.
+    before_pass: Duration,
     confirm: Duration,
     journal: Duration,
 }
 
-/// The kills the agent logged: `crr=NAME ... reaction=Some(D) confirm_took=D journal_took=D`.
+/// The kills the agent logged:
+/// `crr=NAME ... reaction=Some(D) before_pass=Some(D) confirm_took=D journal_took=D`.
 fn kill_reactions(log: &str) -> Vec<LoggedKill> {
     log.lines()
         .filter(|l| l.contains("stopping container for ContainerRecreateRequest"))
@@ -62,6 +65,7 @@ fn kill_reactions(log: &str) -> Vec<LoggedKill> {
             Some(LoggedKill {
                 crr: field(" crr=")?.to_owned(),
                 reaction: debug_duration(field(" reaction=Some(")?.trim_end_matches(')'))?,
+                before_pass: debug_duration(field(" before_pass=Some(")?.trim_end_matches(')'))?,
                 confirm: debug_duration(field(" confirm_took=")?)?,
                 journal: debug_duration(field(" journal_took=")?)?,
             })
@@ -299,6 +303,10 @@ async fn main() {
                 .map(|k| ms(k.reaction.saturating_sub(k.confirm)))
                 .collect()
         )
+    );
+    println!(
+        "    of which before the controller's pass began: {}",
+        summary(kills.iter().map(|k| ms(k.before_pass)).collect())
     );
     println!(
         "    of which the kill journal's fsync: {}",

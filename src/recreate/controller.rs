@@ -124,6 +124,7 @@ pub async fn run(
         metrics,
         first_seen,
         working_on: HashMap::new(),
+        pass_began: Instant::now(),
     };
     let (done_tx, mut done_rx) = mpsc::channel::<KillDone>(64);
     let mut requeue = Duration::from_secs(1);
@@ -179,6 +180,9 @@ struct Controller {
     first_seen: FirstSeen,
     /// (namespace, pod) → UID of the request being worked on for that pod.
     working_on: HashMap<(String, String), String>,
+    /// When the current sync pass began: a reaction splits into the wait for the pass that
+    /// handles the request and the pass itself.
+    pass_began: Instant,
 }
 
 /// When the agent's watch first delivered each request (by UID): the start of its reaction,
@@ -206,10 +210,10 @@ impl FirstSeen {
         }
     }
 
-    /// The time since the request was first seen, once per request.
-    fn take_reaction(&self, uid: &str) -> Option<Duration> {
+    /// When the request was first seen, once per request.
+    fn take(&self, uid: &str) -> Option<Instant> {
         let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        seen.get_mut(uid)?.take().map(|at| at.elapsed())
+        seen.get_mut(uid)?.take()
     }
 
     /// Forgets requests no longer watched (a relist does not report their deletion).
@@ -246,6 +250,7 @@ impl Controller {
         view: &NodeView,
         done: &mpsc::Sender<KillDone>,
     ) -> Option<Duration> {
+        self.pass_began = Instant::now();
         if let Some(blocker) = (!self.config.ignore_kruise_daemon)
             .then(|| kruise_daemon(view))
             .flatten()
@@ -422,17 +427,20 @@ impl Controller {
             .insert(order.container.clone());
         // The agent's own reaction (its watch event to the request's first kill), for
         // operators comparing with the runtime; a resumed kill reacts to the agent's restart.
-        let reaction = if order.resumed {
+        let first_seen = if order.resumed {
             None
         } else {
-            self.first_seen.take_reaction(&request.uid)
+            self.first_seen.take(&request.uid)
         };
+        let reaction = first_seen.map(|at| at.elapsed());
+        let before_pass = first_seen.map(|at| self.pass_began.saturating_duration_since(at));
         if let Some(reaction) = reaction {
             self.metrics.observe_crr_reaction(reaction);
         }
         tracing::info!(crr = %request.name, namespace = %request.namespace, pod = %pod.name, container = %order.container,
-            id = %order.container_id, resumed = order.resumed, reaction = ?reaction, confirm_took = ?confirm_took,
-            journal_took = ?recording.elapsed(), "stopping container for ContainerRecreateRequest");
+            id = %order.container_id, resumed = order.resumed, reaction = ?reaction, before_pass = ?before_pass,
+            confirm_took = ?confirm_took, journal_took = ?recording.elapsed(),
+            "stopping container for ContainerRecreateRequest");
         let cri = self.cri.clone();
         let events = PodEvents::new(self.client.clone(), &self.config.node_name);
         let pod_ref = pod.event_ref();
@@ -566,22 +574,22 @@ mod tests {
     #[test]
     fn a_request_is_timed_once_from_its_first_event() {
         let seen = FirstSeen::default();
-        assert_eq!(seen.take_reaction("a"), None);
+        assert_eq!(seen.take("a"), None);
         seen.note(&watcher::Event::Apply(crr("a")));
         std::thread::sleep(Duration::from_millis(20));
         // A later event (a status write) does not restart the clock.
         seen.note(&watcher::Event::Apply(crr("a")));
-        assert!(seen.take_reaction("a").unwrap() >= Duration::from_millis(20));
+        assert!(seen.take("a").unwrap().elapsed() >= Duration::from_millis(20));
         // The request's next kill (another container) is not timed from the same start.
-        assert_eq!(seen.take_reaction("a"), None);
+        assert_eq!(seen.take("a"), None);
         seen.note(&watcher::Event::Apply(crr("a")));
-        assert_eq!(seen.take_reaction("a"), None);
+        assert_eq!(seen.take("a"), None);
 
         seen.note(&watcher::Event::InitApply(crr("b")));
         seen.note(&watcher::Event::InitApply(crr("c")));
         seen.note(&watcher::Event::Delete(crr("b")));
-        assert_eq!(seen.take_reaction("b"), None);
+        assert_eq!(seen.take("b"), None);
         seen.retain(&HashSet::new());
-        assert_eq!(seen.take_reaction("c"), None);
+        assert_eq!(seen.take("c"), None);
     }
 }
