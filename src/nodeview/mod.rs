@@ -7,11 +7,11 @@ mod runtime;
 
 use std::collections::HashMap;
 
-use crate::kube::{CachedContainer, CachedPod};
 use serde::{Deserialize, Serialize};
 
 use crate::cri::labels;
 use crate::cri::proto::{Container, ContainerState, PodSandbox, PodSandboxState};
+use crate::kube::{CachedContainer, CachedPod};
 pub use hashes::{HashCache, HashCheck, UpgradeReport, UpgradeVerdict, annotate, upgrade_check};
 pub use runtime::{ContainerTimes, RuntimeSnapshot, RuntimeTracker};
 
