@@ -143,7 +143,7 @@ pub fn metadata_refs(container: &CachedContainer) -> Result<Vec<MetadataRef>, se
         #[serde(default)]
         env: Option<Vec<EnvVar>>,
     }
-    let spec: EnvOnly = serde_json::from_str(container.json())?;
+    let spec: EnvOnly = container.decode()?;
     let mut refs = Vec::new();
     for env in spec.env.iter().flatten() {
         if env.value.as_deref().is_some_and(|v| !v.is_empty())

@@ -1,13 +1,14 @@
 //! The pod as the agent's watch cache holds it, one for every pod of the node: what the agent
 //! reads and nothing more. Container specs are kept as their JSON, which is what the hashes are
-//! computed from, and decoded in full only where a controller needs their fields. k8s-openapi's
+//! computed from; a controller decodes from it only the fields it reads. k8s-openapi's
 //! `Pod` decodes a benchmark pod of 2.7 KB of JSON into 19.5 KB (every `Container` is 2 KB
 //! before its strings); this type holds it in 2.8 KB (BENCHMARKS.md, "Node scale").
 
 use std::borrow::Cow;
 
-use k8s_openapi::api::core::v1::{Container as SpecContainer, PodCondition, ResourceRequirements};
+use k8s_openapi::api::core::v1::{PodCondition, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
@@ -90,18 +91,10 @@ impl CachedContainer {
         self.json.get()
     }
 
-    /// The spec with its fields typed. Fails where the API's JSON does not fit k8s-openapi's
-    /// types (a field newer than this build is ignored, not an error).
-    pub fn decode(&self) -> Result<SpecContainer, serde_json::Error> {
+    /// The spec decoded into `T`: a struct of just the fields the caller reads (the others
+    /// are skipped, not built), or k8s-openapi's `Container` for all of them.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
         serde_json::from_str(self.json.get())
-    }
-
-    /// A container from its spec (tests and tools).
-    pub fn from_spec(spec: &SpecContainer) -> Result<Self, serde_json::Error> {
-        Ok(Self {
-            name: spec.name.clone(),
-            json: RawValue::from_string(serde_json::to_string(spec)?)?,
-        })
     }
 }
 
@@ -214,7 +207,7 @@ impl ::kube::Resource for CachedPod {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::core::v1::{Container, Pod};
     use serde_json::json;
 
     fn kubelet_pod() -> serde_json::Value {
@@ -310,7 +303,7 @@ mod tests {
         assert_eq!(served, kubelet_pod()["spec"]["containers"][0]);
         // Including a field k8s-openapi does not know, which a newer kubelet hashes.
         assert_eq!(served["fieldFromTheFuture"], json!(3));
-        let typed = app.decode().expect("typed");
+        let typed: Container = app.decode().expect("typed");
         assert_eq!(typed.name, "app");
         assert_eq!(typed.env.as_ref().map(Vec::len), Some(1));
         // The same spec decoded twice compares equal; a changed one does not.
@@ -331,7 +324,7 @@ mod tests {
             .iter()
             .zip(&full_spec.containers)
         {
-            assert_eq!(lean.decode().expect("typed"), *full);
+            assert_eq!(lean.decode::<Container>().expect("typed"), *full);
         }
         assert_eq!(
             lean.status.expect("status").conditions,

@@ -186,16 +186,25 @@ struct Controller {
 /// How long a namespace's listed LimitRanges are used before listing again.
 const LIMIT_RANGES_TTL: Duration = Duration::from_secs(10);
 
-/// A pod's containers with the resources the API gives them.
+/// The one field of a container spec the resource checks read.
+#[derive(serde::Deserialize)]
+struct ResourcesOnly {
+    #[serde(default)]
+    resources: Option<Value>,
+}
+
+/// A pod's containers with the resources the API gives them. Runs for every pod of the node
+/// when a request is checked against the node's allocatable: only `resources` is decoded.
 fn spec_resources(pod: &PodView) -> Vec<(String, Resources)> {
     pod.containers
         .iter()
         .filter(|c| c.kind == crate::nodeview::ContainerKind::Regular)
         .filter_map(|c| {
-            let spec: serde_json::Value = serde_json::from_str(pod.spec_of(c)?.json()).ok()?;
-            let none = serde_json::Value::Object(Default::default());
-            let value = spec.get("resources").unwrap_or(&none);
-            Some((c.name.clone(), Resources::from_requirements(value).ok()?))
+            let spec: ResourcesOnly = pod.spec_of(c)?.decode().ok()?;
+            let value = spec
+                .resources
+                .unwrap_or_else(|| Value::Object(Default::default()));
+            Some((c.name.clone(), Resources::from_requirements(&value).ok()?))
         })
         .collect()
 }
