@@ -280,7 +280,7 @@ async fn main() {
     // The same from the agent's side, from its log: its watch event to the kill issued (the API
     // double's delivery and the proxy's hop left out), and that without the one ContainerStatus
     // round trip to the runtime (the check that the target still runs): the agent's own work,
-    // the kill journal's fsync included.
+    // the kill journal's write included (its sync to disk runs beside the kill).
     let kills: Vec<_> = kill_reactions(&node.agent().log())
         .into_iter()
         .filter(|k| measured.contains(&k.crr))
@@ -296,7 +296,7 @@ async fn main() {
         summary(kills.iter().map(|k| ms(k.confirm)).collect())
     );
     println!(
-        "    the agent's own (without that round trip; journal fsync included): {}",
+        "    the agent's own (without that round trip; the kill journal's write included): {}",
         summary(
             kills
                 .iter()
@@ -309,7 +309,7 @@ async fn main() {
         summary(kills.iter().map(|k| ms(k.before_pass)).collect())
     );
     println!(
-        "    of which the kill journal's fsync: {}",
+        "    of which the kill journal's write: {}",
         summary(kills.iter().map(|k| ms(k.journal)).collect())
     );
 

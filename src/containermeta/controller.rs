@@ -451,10 +451,13 @@ impl Controller {
         let Some(journal) = self.journal_mut() else {
             return;
         };
-        if let Err(err) = journal.record(intent) {
-            tracing::error!(error = %err, "cannot record an env restart intent; not killing");
-            return;
-        }
+        let unsynced = match journal.record(intent) {
+            Ok(unsynced) => unsynced,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot record an env restart intent; not killing");
+                return;
+            }
+        };
         tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %container.name, id = %r.id,
             env = %differs.join(","), "stopping container: env from metadata changed");
         PodEvents::new(self.client.clone(), &self.config.node_name).emit(
@@ -467,6 +470,7 @@ impl Controller {
             "Normal",
         );
         self.spawn_kill(pod, order, claim, done);
+        unsynced.sync_in_background();
     }
 
     /// Runs the kill in the background; the loop hears of its end through `done`.

@@ -407,7 +407,9 @@ impl Controller {
         };
         let recording = std::time::Instant::now();
         // A resumed kill keeps the intent its first attempt recorded.
-        if !order.resumed {
+        let unsynced = if order.resumed {
+            None
+        } else {
             let intent = KillIntent {
                 crr_uid: request.uid.clone(),
                 container: order.container.clone(),
@@ -415,12 +417,15 @@ impl Controller {
                 started_ms: Timestamp::now().as_millisecond(),
                 grace_ms: i64::try_from(order.grace.as_millis()).unwrap_or(i64::MAX / 2),
             };
-            if let Err(err) = journal.record(intent) {
-                tracing::error!(error = %err, "cannot record a kill intent; not killing");
-                self.health.set(HEALTH_KEY, Err(err.to_string()));
-                return;
+            match journal.record(intent) {
+                Ok(unsynced) => Some(unsynced),
+                Err(err) => {
+                    tracing::error!(error = %err, "cannot record a kill intent; not killing");
+                    self.health.set(HEALTH_KEY, Err(err.to_string()));
+                    return;
+                }
             }
-        }
+        };
         self.in_flight
             .entry(request.uid.clone())
             .or_default()
@@ -476,6 +481,9 @@ impl Controller {
                 })
                 .await;
         });
+        if let Some(unsynced) = unsynced {
+            unsynced.sync_in_background();
+        }
     }
 
     fn write_status(&mut self, request: &Crr, status: CrrStatus) {

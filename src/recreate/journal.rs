@@ -1,15 +1,24 @@
-//! The kill journal: before the agent stops a container for a request, it appends the intent
-//! here and fsyncs, so that an agent killed at any point and restarted knows which kills it may
-//! already have issued. That is what keeps "at most one kill per container per request" true
-//! across crashes without an API round trip in front of every kill.
+//! The kill journal: before the agent stops a container, it appends the intent here, so that an
+//! agent killed at any point and restarted knows which kills it may already have issued. That
+//! is what keeps "at most one kill per container per request" true across agent restarts
+//! without an API round trip in front of every kill.
 //!
-//! Format: one JSON object per line, append-only; a torn last line (crash mid-write) is skipped.
+//! Durability: an intent is written before its kill and synced to disk beside it. What a
+//! process has written survives the process (the kernel holds it), so a restarted agent always
+//! finds every intent whose kill may have begun; only the machine going down before the sync
+//! ends can lose one, and that also ends every container of the node. The sync is kept off the
+//! kill's path because on a busy disk it is the slowest step of a kill by far (BENCHMARKS.md,
+//! "Node scale").
+//!
+//! Format: one JSON object per line, append-only. A torn last line (a machine crash mid-write)
+//! is skipped and cut off, so the next intent starts a line of its own.
 //! Compaction rewrites the file without the entries of finished requests (write, fsync, rename).
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -34,8 +43,38 @@ pub struct JournalError {
 
 pub struct KillJournal {
     path: PathBuf,
-    file: File,
+    file: Arc<File>,
     entries: Vec<KillIntent>,
+}
+
+/// An intent written but maybe not yet on disk: a restarted agent already finds it; [`sync`]
+/// makes it outlive the machine too.
+///
+/// [`sync`]: Unsynced::sync
+#[must_use = "an intent is on disk only once synced"]
+pub struct Unsynced {
+    path: PathBuf,
+    file: Arc<File>,
+}
+
+impl Unsynced {
+    /// Waits until the intent is on disk (blocking: call it off the async threads).
+    pub fn sync(self) -> Result<(), JournalError> {
+        self.file.sync_data().map_err(|source| JournalError {
+            path: self.path.display().to_string(),
+            source,
+        })
+    }
+
+    /// Syncs on a blocking thread, beside the kill. A failure is logged: the intent still
+    /// guards against agent restarts, not against the machine going down.
+    pub fn sync_in_background(self) {
+        tokio::task::spawn_blocking(move || {
+            if let Err(err) = self.sync() {
+                tracing::error!(error = %err, "a kill intent did not reach the disk");
+            }
+        });
+    }
 }
 
 const FILE_NAME: &str = "kill-journal.jsonl";
@@ -57,21 +96,24 @@ impl KillJournal {
         std::fs::create_dir_all(state_dir).map_err(error)?;
         std::fs::set_permissions(state_dir, std::fs::Permissions::from_mode(0o700))
             .map_err(error)?;
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(err) => return Err(error(err)),
+        };
+        // Complete lines end with a newline; anything after the last one is a torn line.
+        let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         let mut entries = Vec::new();
-        match File::open(&path) {
-            Ok(file) => {
-                for line in BufReader::new(file).lines() {
-                    let line = line.map_err(error)?;
-                    match serde_json::from_str::<KillIntent>(&line) {
-                        Ok(entry) => entries.push(entry),
-                        Err(err) => {
-                            tracing::warn!(error = %err, "skipping a torn or corrupt kill journal line")
-                        }
-                    }
+        for line in bytes[..end].split(|&b| b == b'\n') {
+            if line.is_empty() {
+                continue;
+            }
+            match serde_json::from_slice::<KillIntent>(line) {
+                Ok(entry) => entries.push(entry),
+                Err(err) => {
+                    tracing::warn!(error = %err, "skipping a corrupt kill journal line")
                 }
             }
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-            Err(err) => return Err(error(err)),
         }
         let file = OpenOptions::new()
             .create(true)
@@ -79,26 +121,37 @@ impl KillJournal {
             .mode(0o600)
             .open(&path)
             .map_err(error)?;
+        if end < bytes.len() {
+            tracing::warn!(
+                bytes = bytes.len() - end,
+                "cutting off a torn last kill journal line"
+            );
+            file.set_len(end as u64).map_err(error)?;
+            file.sync_all().map_err(error)?;
+        }
         sync_dir(state_dir).map_err(error)?;
         Ok(KillJournal {
             path,
-            file,
+            file: Arc::new(file),
             entries,
         })
     }
 
-    /// Appends an intent and waits until it is on disk.
-    pub fn record(&mut self, intent: KillIntent) -> Result<(), JournalError> {
+    /// Appends an intent; a restarted agent finds it from now on. Sync the result beside the
+    /// kill.
+    pub fn record(&mut self, intent: KillIntent) -> Result<Unsynced, JournalError> {
         let error = |source| JournalError {
             path: self.path.display().to_string(),
             source,
         };
         let mut line = serde_json::to_vec(&intent).map_err(|e| error(e.into()))?;
         line.push(b'\n');
-        self.file.write_all(&line).map_err(error)?;
-        self.file.sync_data().map_err(error)?;
+        (&*self.file).write_all(&line).map_err(error)?;
         self.entries.push(intent);
-        Ok(())
+        Ok(Unsynced {
+            path: self.path.clone(),
+            file: self.file.clone(),
+        })
     }
 
     /// The latest intent for a request's container.
@@ -147,10 +200,12 @@ impl KillJournal {
         if let Some(dir) = self.path.parent() {
             sync_dir(dir).map_err(error)?;
         }
-        self.file = OpenOptions::new()
-            .append(true)
-            .open(&self.path)
-            .map_err(error)?;
+        self.file = Arc::new(
+            OpenOptions::new()
+                .append(true)
+                .open(&self.path)
+                .map_err(error)?,
+        );
         self.entries = kept;
         Ok(())
     }
@@ -180,36 +235,64 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let mut journal = KillJournal::open(dir.path()).unwrap();
-            journal.record(intent("r1", "a")).unwrap();
-            journal.record(intent("r1", "b")).unwrap();
+            journal.record(intent("r1", "a")).unwrap().sync().unwrap();
+            journal.record(intent("r1", "b")).unwrap().sync().unwrap();
         }
+        let path = dir.path().join(FILE_NAME);
+        let whole = std::fs::read(&path).unwrap();
         // A crash in the middle of the next append.
-        let mut file = OpenOptions::new()
-            .append(true)
-            .open(dir.path().join(FILE_NAME))
-            .unwrap();
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
         file.write_all(b"{\"crr_uid\":\"r2\",\"cont").unwrap();
         drop(file);
-        let journal = KillJournal::open(dir.path()).unwrap();
+        let mut journal = KillJournal::open(dir.path()).unwrap();
         assert_eq!(journal.len(), 2);
         assert_eq!(journal.find("r1", "b").unwrap().container_id, "b-id");
         assert!(journal.find("r2", "a").is_none());
-        let mode = std::fs::metadata(dir.path().join(FILE_NAME))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777;
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            whole,
+            "the torn line is cut off"
+        );
+        // The next intent is a line of its own, not glued to the torn one.
+        journal.record(intent("r3", "a")).unwrap().sync().unwrap();
+        drop(journal);
+        let journal = KillJournal::open(dir.path()).unwrap();
+        assert_eq!(journal.len(), 3);
+        assert_eq!(journal.find("r3", "a").unwrap().container_id, "a-id");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+    }
+
+    /// An agent restarted before the sync finds the intent: it is written, not buffered.
+    #[test]
+    fn an_intent_is_found_before_it_is_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut journal = KillJournal::open(dir.path()).unwrap();
+        let unsynced = journal.record(intent("r1", "a")).unwrap();
+        let restarted = KillJournal::open(dir.path()).unwrap();
+        assert_eq!(restarted.find("r1", "a"), Some(&intent("r1", "a")));
+        unsynced.sync().unwrap();
+    }
+
+    #[test]
+    fn a_corrupt_line_is_skipped_and_the_rest_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = serde_json::to_string(&intent("r1", "a")).unwrap();
+        let text = format!("{good}\nnot json\n{}\n", good.replace("r1", "r2"));
+        std::fs::write(dir.path().join(FILE_NAME), text).unwrap();
+        let journal = KillJournal::open(dir.path()).unwrap();
+        assert_eq!(journal.len(), 2);
+        assert!(journal.find("r1", "a").is_some() && journal.find("r2", "a").is_some());
     }
 
     #[test]
     fn retain_compacts_durably() {
         let dir = tempfile::tempdir().unwrap();
         let mut journal = KillJournal::open(dir.path()).unwrap();
-        journal.record(intent("r1", "a")).unwrap();
-        journal.record(intent("r2", "a")).unwrap();
+        journal.record(intent("r1", "a")).unwrap().sync().unwrap();
+        journal.record(intent("r2", "a")).unwrap().sync().unwrap();
         journal.retain(|e| e.crr_uid == "r2").unwrap();
-        journal.record(intent("r3", "a")).unwrap();
+        journal.record(intent("r3", "a")).unwrap().sync().unwrap();
         let reopened = KillJournal::open(dir.path()).unwrap();
         assert!(reopened.find("r1", "a").is_none());
         assert!(reopened.find("r2", "a").is_some() && reopened.find("r3", "a").is_some());
