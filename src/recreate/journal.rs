@@ -18,7 +18,8 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -66,14 +67,54 @@ impl Unsynced {
         })
     }
 
-    /// Syncs on a blocking thread, beside the kill. A failure is logged: the intent still
-    /// guards against agent restarts, not against the machine going down.
+    /// Syncs beside the kill, on the journals' one sync thread. A failure is logged: the
+    /// intent still guards against agent restarts, not against the machine going down.
     pub fn sync_in_background(self) {
-        tokio::task::spawn_blocking(move || {
-            if let Err(err) = self.sync() {
-                tracing::error!(error = %err, "a kill intent did not reach the disk");
+        static SYNCER: OnceLock<Option<Sender<Unsynced>>> = OnceLock::new();
+        let syncer = SYNCER.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let spawned = std::thread::Builder::new()
+                .name("journal-sync".into())
+                .spawn(move || sync_loop(rx));
+            match spawned {
+                Ok(_) => Some(tx),
+                Err(err) => {
+                    tracing::warn!(error = %err, "no kill journal sync thread; syncing in place");
+                    None
+                }
             }
         });
+        let unsynced = match syncer {
+            Some(tx) => match tx.send(self) {
+                Ok(()) => return,
+                Err(returned) => returned.0,
+            },
+            None => self,
+        };
+        unsynced.sync_logged();
+    }
+
+    fn sync_logged(self) {
+        if let Err(err) = self.sync() {
+            tracing::error!(error = %err, "a kill intent did not reach the disk");
+        }
+    }
+}
+
+/// Syncs what is queued, once per file for everything queued at that moment: a sync covers
+/// every write made before it, so a burst of kills costs a few syncs, not one each.
+fn sync_loop(queue: Receiver<Unsynced>) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        batch.extend(queue.try_iter());
+        let mut synced: Vec<Arc<File>> = Vec::new();
+        for unsynced in batch {
+            if synced.iter().any(|f| Arc::ptr_eq(f, &unsynced.file)) {
+                continue;
+            }
+            synced.push(unsynced.file.clone());
+            unsynced.sync_logged();
+        }
     }
 }
 
