@@ -11,7 +11,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use inplaced::cri::{CriClient, CriConfig};
@@ -71,6 +71,20 @@ fn kill_reactions(log: &str) -> Vec<LoggedKill> {
             })
         })
         .collect()
+}
+
+/// Time the process's threads have spent runnable but not running, summed over its threads
+/// (the second field of each thread's `schedstat`).
+fn run_queue_wait(pid: u32) -> Duration {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Duration::ZERO;
+    };
+    let ns: u64 = tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(ns)
 }
 
 /// Parses Rust's `Debug` of a `Duration` (`812ns`, `3.2µs`, `4.15ms`, `1.2s`).
@@ -248,12 +262,15 @@ async fn main() {
     let mut reaction = Vec::new();
     let mut overhead = Vec::new();
     let mut measured = HashSet::new();
+    // Per CRR, how long the agent's threads (summed) were runnable but waiting for a core.
+    let mut queued = HashMap::new();
     for name in names.iter().take(REACTIONS) {
         let pod = node
             .wait_pod(name, Duration::from_secs(60), all_running)
             .await;
         let old = container_id(&pod, "app");
         let answered_before = node.proxy.upstream_time("ContainerStatus", &old);
+        let waited_before = run_queue_wait(node.agent().pid());
         let crr = node.store_crr(&pod, &["app"]).expect("create CRR");
         let t = Instant::now();
         while node.proxy.stop_count(&old) == 0 {
@@ -267,6 +284,10 @@ async fn main() {
             .saturating_sub(answered_before);
         reaction.push(took.as_secs_f64() * 1e3);
         overhead.push(took.saturating_sub(runtime).as_secs_f64() * 1e3);
+        queued.insert(
+            crr.clone(),
+            run_queue_wait(node.agent().pid()).saturating_sub(waited_before),
+        );
         measured.insert(crr);
     }
     println!(
@@ -312,6 +333,20 @@ async fn main() {
         "    of which the kill journal's write: {}",
         summary(kills.iter().map(|k| ms(k.journal)).collect())
     );
+    println!(
+        "  the agent's threads' wait for a core during each CRR (summed over threads): {}",
+        summary(queued.values().map(|d| ms(*d)).collect())
+    );
+    let mut slowest: Vec<&LoggedKill> = kills.iter().collect();
+    slowest.sort_by_key(|k| std::cmp::Reverse(k.before_pass));
+    for k in slowest.iter().take(3) {
+        println!(
+            "    slow pass start: {} before_pass {:.2} ms, its threads' wait for a core {:.2} ms",
+            k.crr,
+            ms(k.before_pass),
+            queued.get(&k.crr).map_or(f64::NAN, |d| ms(*d))
+        );
+    }
 
     // Raw StopContainer of the same kind of container, straight to containerd.
     let client = support::client();
