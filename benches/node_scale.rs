@@ -337,12 +337,14 @@ async fn main() {
         "  the agent's threads' wait for a core during each CRR (summed over threads): {}",
         summary(queued.values().map(|d| ms(*d)).collect())
     );
+    let own = |k: &LoggedKill| k.reaction.saturating_sub(k.confirm);
     let mut slowest: Vec<&LoggedKill> = kills.iter().collect();
-    slowest.sort_by_key(|k| std::cmp::Reverse(k.before_pass));
+    slowest.sort_by_key(|k| std::cmp::Reverse(own(k)));
     for k in slowest.iter().take(3) {
         println!(
-            "    slow pass start: {} before_pass {:.2} ms, its threads' wait for a core {:.2} ms",
+            "    slowest: {} the agent's own {:.2} ms (before_pass {:.2} ms), its threads' wait for a core during that CRR {:.2} ms",
             k.crr,
+            ms(own(k)),
             ms(k.before_pass),
             queued.get(&k.crr).map_or(f64::NAN, |d| ms(*d))
         );
