@@ -179,11 +179,14 @@ fn init_logging(format: LogFormat, filter: &str) {
     }
 }
 
+/// One runtime thread: the agent's work per event is small, and on one thread every hand-off
+/// on a reaction's path (API watch → controller → CRI connection) is a task switch, where on
+/// several it can wake a parked worker, which on a busy node waits for a core each time.
+/// Blocking work (the journal's fsync, systemd notifications) has threads of its own.
 fn run_async<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(
     future: F,
 ) -> anyhow::Result<ExitCode> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
         .block_on(future)
