@@ -181,6 +181,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     tasks.abort_all();
     let _ = std::fs::remove_file(&config.admin_socket);
+    notifier.flush(Duration::from_secs(2)).await;
     match failure {
         Some(reason) => Err(anyhow::anyhow!(reason)),
         None => Ok(()),

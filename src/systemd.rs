@@ -21,6 +21,8 @@ enum Note {
     Status(String),
     Stopping,
     Watchdog,
+    /// Not a notification: answered once everything queued before it was delivered.
+    Flush(tokio::sync::oneshot::Sender<()>),
 }
 
 /// Sends notifications to the service manager from a thread of its own; failures are logged,
@@ -45,6 +47,7 @@ impl Notifier {
                 Note::Status(text) => NotifyState::Status(text),
                 Note::Stopping => NotifyState::Stopping,
                 Note::Watchdog => NotifyState::Watchdog,
+                Note::Flush(_) => return,
             };
             if let Err(err) = sd_notify::notify(&[state]) {
                 tracing::warn!(error = %err, "cannot notify systemd");
@@ -59,7 +62,12 @@ impl Notifier {
             .name("sd-notify".into())
             .spawn(move || {
                 for note in notes {
-                    deliver(&note);
+                    match note {
+                        Note::Flush(done) => {
+                            let _ = done.send(());
+                        }
+                        note => deliver(&note),
+                    }
                 }
             });
         match spawned {
@@ -85,6 +93,24 @@ impl Notifier {
 
     fn watchdog(&self) {
         self.send(Note::Watchdog);
+    }
+
+    /// Waits, at most `within`, until everything queued so far was handed to the service
+    /// manager: the process is about to exit, and a queued `STOPPING=1` would die with it. A
+    /// manager that does not read costs the exit `within`, never more.
+    pub async fn flush(&self, within: Duration) {
+        let Some(queue) = &self.queue else { return };
+        let (done, delivered) = tokio::sync::oneshot::channel();
+        if queue.try_send(Note::Flush(done)).is_err() {
+            tracing::debug!("notification queue full at exit; not waiting for it");
+            return;
+        }
+        if tokio::time::timeout(within, delivered).await.is_err() {
+            tracing::warn!(
+                ?within,
+                "the service manager did not take the last notifications"
+            );
+        }
     }
 
     fn send(&self, note: Note) {
@@ -185,6 +211,34 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5));
         let first = delivered.recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(first, r#"Status("status 0")"#);
+    }
+
+    /// What was queued before a flush is delivered when it returns (the agent exits right
+    /// after: a `STOPPING=1` still queued would be lost); a manager that never reads costs the
+    /// flush its bound and no more.
+    #[tokio::test]
+    async fn flush_waits_for_what_was_queued_within_its_bound() {
+        let (delivered_tx, delivered) = mpsc::channel::<String>();
+        let notifier = Notifier::start_with(move |note| {
+            std::thread::sleep(Duration::from_millis(100));
+            let _ = delivered_tx.send(format!("{note:?}"));
+        });
+        notifier.status("last");
+        notifier.stopping();
+        notifier.flush(Duration::from_secs(10)).await;
+        let got: Vec<String> = delivered.try_iter().collect();
+        assert_eq!(got, [r#"Status("last")"#, "Stopping"]);
+
+        let (_release, blocked) = mpsc::channel::<()>();
+        let stuck = Notifier::start_with(move |_| {
+            let _ = blocked.recv(); // never answered while the test runs
+        });
+        stuck.stopping();
+        let started = Instant::now();
+        stuck.flush(Duration::from_millis(300)).await;
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
     }
 
     #[test]
