@@ -77,28 +77,23 @@ const fn spaced_power(bytes: &[u8]) -> u32 {
 }
 
 /// A constant byte string with its effect on the hash precomputed: from any state `h` that is
-/// not the start of the slice, feeding it gives `h * p + k[h mod 64]`, whose low 6 bits are
-/// `low[h mod 64]` (so the next step need not wait for the multiply-add).
+/// not the start of the slice, feeding it gives `h * p + k[h mod 64]`.
 pub struct Frag {
     pub bytes: &'static [u8],
     p: u32,
     k: [u32; 64],
-    low: [u8; 64],
 }
 
 impl Frag {
     pub const fn new(bytes: &'static [u8]) -> Frag {
         let p = spaced_power(bytes);
         let mut k = [0u32; 64];
-        let mut low = [0u8; 64];
         let mut l = 0;
         while l < 64 {
-            let g = spaced_steps(l, bytes);
-            k[l as usize] = g.wrapping_sub(l.wrapping_mul(p));
-            low[l as usize] = (g & 63) as u8;
+            k[l as usize] = spaced_steps(l, bytes).wrapping_sub(l.wrapping_mul(p));
             l += 1;
         }
-        Frag { bytes, p, k, low }
+        Frag { bytes, p, k }
     }
 }
 
@@ -152,14 +147,9 @@ static TABLES: Tables = {
 };
 
 /// FNV-1a 32 of the go-spew dump of a `[]byte` fed in pieces (no text is built).
-///
-/// The low 6 bits of the state are kept beside it (`l`, always `h mod 64`): they come from a
-/// table load alone, so the serial chain between pieces is that load rather than the
-/// multiply-add followed by the load.
 #[derive(Debug, Clone, Copy)]
 pub struct SpewFnv {
     h: u32,
-    l: u8,
     empty: bool,
 }
 
@@ -167,7 +157,6 @@ impl Default for SpewFnv {
     fn default() -> Self {
         SpewFnv {
             h: PREFIX_STATE,
-            l: (PREFIX_STATE & 63) as u8,
             empty: true,
         }
     }
@@ -185,13 +174,12 @@ impl SpewFnv {
             // The first byte has no leading space.
             let mut buf = [0u8; 3];
             self.h = steps(self.h, decimal(first, &mut buf));
-            self.l = (self.h & 63) as u8;
             self.empty = false;
             data = rest;
         }
         let (k, low, p) = (&TABLES.k, &TABLES.low, &TABLES.p);
         let mut h = self.h;
-        let mut l = self.l;
+        let mut l = (h & 63) as u8;
         let mut pairs = data.chunks_exact(2);
         for pair in &mut pairs {
             let (a, b) = (usize::from(pair[0]), usize::from(pair[1]));
@@ -208,10 +196,8 @@ impl SpewFnv {
         if let [v] = *pairs.remainder() {
             let v = usize::from(v);
             h = h.wrapping_mul(p[v]).wrapping_add(k[v][usize::from(l) & 63]);
-            l = low[v][usize::from(l)];
         }
         self.h = h;
-        self.l = l;
     }
 
     /// Appends a constant fragment: one multiply-add however long it is.
@@ -220,9 +206,10 @@ impl SpewFnv {
         if self.empty {
             self.write(f.bytes);
         } else {
-            let l = usize::from(self.l) & 63;
-            self.h = self.h.wrapping_mul(f.p).wrapping_add(f.k[l]);
-            self.l = f.low[l];
+            self.h = self
+                .h
+                .wrapping_mul(f.p)
+                .wrapping_add(f.k[(self.h & 63) as usize]);
         }
     }
 
