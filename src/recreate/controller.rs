@@ -149,7 +149,7 @@ pub async fn run(
             .unwrap_or(Duration::from_secs(1))
             .min(Duration::from_secs(1));
         if last_compaction.elapsed() > Duration::from_secs(600) {
-            controller.compact(&objects);
+            controller.compact(&objects).await;
             last_compaction = std::time::Instant::now();
         }
     }
@@ -497,17 +497,27 @@ impl Controller {
 
     /// Drops journal entries and memory of requests no longer watched (completed ones lose
     /// the active label) once their kills are long over.
-    fn compact(&mut self, objects: &[Arc<DynamicObject>]) {
+    async fn compact(&mut self, objects: &[Arc<DynamicObject>]) {
         let live: HashSet<String> = objects
             .iter()
             .filter_map(|o| o.metadata.uid.clone())
             .collect();
         let now_ms = Timestamp::now().as_millisecond();
-        if let Some(journal) = self.journal.as_mut()
-            && let Err(err) =
-                journal.retain(|e| live.contains(&e.crr_uid) || now_ms - e.started_ms < 3_600_000)
-        {
-            tracing::warn!(error = %err, "kill journal compaction failed");
+        if let Some(journal) = self.journal.take() {
+            let journaled_live = live.clone();
+            let keep = move |e: &KillIntent| {
+                journaled_live.contains(&e.crr_uid) || now_ms - e.started_ms < 3_600_000
+            };
+            match journal.retain_off_runtime(keep).await {
+                Some((journal, result)) => {
+                    self.journal = Some(journal);
+                    if let Err(err) = result {
+                        tracing::warn!(error = %err, "kill journal compaction failed");
+                    }
+                }
+                // The next pass reopens it from disk before any kill.
+                None => tracing::error!("kill journal compaction panicked"),
+            }
         }
         self.statuses.retain(&live);
         self.first_seen.retain(&live);

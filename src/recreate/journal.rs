@@ -12,7 +12,8 @@
 //!
 //! Format: one JSON object per line, append-only. A torn last line (a machine crash mid-write)
 //! is skipped and cut off, so the next intent starts a line of its own.
-//! Compaction rewrites the file without the entries of finished requests (write, fsync, rename).
+//! Compaction rewrites the file without the entries of finished requests (write, fsync, rename),
+//! on a blocking thread when it runs periodically ([`KillJournal::retain_off_runtime`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -211,6 +212,21 @@ impl KillJournal {
         self.entries.is_empty()
     }
 
+    /// [`KillJournal::retain`] on a blocking thread, handing the journal back: a rewrite syncs
+    /// a file and its directory, and on a slow disk that must not stall the runtime thread the
+    /// whole agent shares. `None` only if that thread panicked; reopen the journal from disk.
+    pub async fn retain_off_runtime(
+        mut self,
+        keep: impl Fn(&KillIntent) -> bool + Send + 'static,
+    ) -> Option<(KillJournal, Result<(), JournalError>)> {
+        tokio::task::spawn_blocking(move || {
+            let result = self.retain(keep);
+            (self, result)
+        })
+        .await
+        .ok()
+    }
+
     /// Keeps only the entries `keep` accepts, rewriting the file atomically.
     pub fn retain(&mut self, keep: impl Fn(&KillIntent) -> bool) -> Result<(), JournalError> {
         if self.entries.iter().all(&keep) {
@@ -333,6 +349,46 @@ mod tests {
         journal.record(intent("r1", "a")).unwrap().sync().unwrap();
         journal.record(intent("r2", "a")).unwrap().sync().unwrap();
         journal.retain(|e| e.crr_uid == "r2").unwrap();
+        journal.record(intent("r3", "a")).unwrap().sync().unwrap();
+        let reopened = KillJournal::open(dir.path()).unwrap();
+        assert!(reopened.find("r1", "a").is_none());
+        assert!(reopened.find("r2", "a").is_some() && reopened.find("r3", "a").is_some());
+        assert_eq!(reopened.len(), 2);
+    }
+
+    /// Periodic compaction runs beside the agent's one runtime thread, not on it: a task on
+    /// that thread keeps running while the rewrite is under way (here a slow `keep` stands in
+    /// for a slow disk), and the journal comes back compacted and still appending.
+    #[tokio::test(flavor = "current_thread")]
+    async fn compaction_off_the_runtime_thread_leaves_it_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut journal = KillJournal::open(dir.path()).unwrap();
+        journal.record(intent("r1", "a")).unwrap().sync().unwrap();
+        journal.record(intent("r2", "a")).unwrap().sync().unwrap();
+        let ticks = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let ticker = tokio::spawn({
+            let ticks = ticks.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        });
+        let (mut journal, result) = journal
+            .retain_off_runtime(|e| {
+                std::thread::sleep(std::time::Duration::from_millis(150));
+                e.crr_uid == "r2"
+            })
+            .await
+            .expect("the compaction thread ends");
+        ticker.abort();
+        result.unwrap();
+        let ticks = ticks.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            ticks >= 10,
+            "the runtime thread ran {ticks} times in 300 ms"
+        );
         journal.record(intent("r3", "a")).unwrap().sync().unwrap();
         let reopened = KillJournal::open(dir.path()).unwrap();
         assert!(reopened.find("r1", "a").is_none());
