@@ -217,7 +217,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Skips whitespace and returns the first byte of the next value (not consumed).
-    #[inline]
+    #[inline(always)]
     pub fn peek_value(&mut self) -> DResult<u8> {
         self.ws();
         match self.src.get(self.pos) {
@@ -554,6 +554,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Consumes a string and returns its raw bytes between the quotes (escapes not processed).
+    #[inline(always)]
     pub fn string_raw(&mut self) -> DResult<&'a [u8]> {
         let sc = self.scan_string()?;
         Ok(&self.src[sc.start..sc.end])
