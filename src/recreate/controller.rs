@@ -502,11 +502,16 @@ impl Controller {
             .iter()
             .filter_map(|o| o.metadata.uid.clone())
             .collect();
+        self.statuses.retain(&live);
+        self.first_seen.retain(&live);
+        self.working_on.retain(|_, uid| live.contains(uid));
+        self.failures.retain(|uid, _| live.contains(uid));
+        self.in_flight
+            .retain(|uid, containers| live.contains(uid) || !containers.is_empty());
         let now_ms = Timestamp::now().as_millisecond();
         if let Some(journal) = self.journal.take() {
-            let journaled_live = live.clone();
             let keep = move |e: &KillIntent| {
-                journaled_live.contains(&e.crr_uid) || now_ms - e.started_ms < 3_600_000
+                live.contains(&e.crr_uid) || now_ms - e.started_ms < 3_600_000
             };
             match journal.retain_off_runtime(keep).await {
                 Some((journal, result)) => {
@@ -519,12 +524,6 @@ impl Controller {
                 None => tracing::error!("kill journal compaction panicked"),
             }
         }
-        self.statuses.retain(&live);
-        self.first_seen.retain(&live);
-        self.working_on.retain(|_, uid| live.contains(uid));
-        self.failures.retain(|uid, _| live.contains(uid));
-        self.in_flight
-            .retain(|uid, containers| live.contains(uid) || !containers.is_empty());
     }
 }
 
