@@ -54,6 +54,18 @@ static ESCAPE: [bool; 128] = {
     t
 };
 
+/// 1 for the bytes Go's encoder does not always copy as they are: those in [`ESCAPE`] and every
+/// non-ASCII byte (UTF-8 is checked, U+2028 and U+2029 escaped).
+static NOT_PLAIN: [u8; 256] = {
+    let mut t = [1u8; 256];
+    let mut i = 0;
+    while i < 128 {
+        t[i] = ESCAPE[i] as u8;
+        i += 1;
+    }
+    t
+};
+
 const HEX: &[u8; 16] = b"0123456789abcdef";
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
@@ -166,9 +178,28 @@ impl Encoder {
         self.frag(frag!(b"\""));
     }
 
-    /// A string's escaped text without its quotes. Runs that need no escaping go from the
-    /// input straight into the hash.
+    /// A string's escaped text without its quotes.
+    ///
+    /// Optimistic: the string is hashed as it is while each byte is checked on the side (off
+    /// the hash's serial chain, so nearly free); only a string with a byte Go does not copy as
+    /// it is gets hashed again, from the saved state, by [`Encoder::escaped_body`].
+    #[inline]
     pub fn string_body(&mut self, s: &[u8]) {
+        let saved = self.fnv;
+        if self.fnv.write_marked(s, &NOT_PLAIN) == 0 {
+            if let Some(out) = &mut self.out {
+                out.extend_from_slice(s);
+            }
+            return;
+        }
+        self.fnv = saved;
+        self.escaped_body(s);
+    }
+
+    /// [`Encoder::string_body`] for a string that needs escaping or holds non-ASCII bytes. Runs
+    /// that need no escaping go from the input straight into the hash.
+    #[inline(never)]
+    fn escaped_body(&mut self, s: &[u8]) {
         let mut start = 0;
         let mut i = 0;
         while let Some(&c) = s.get(i) {
@@ -276,5 +307,39 @@ mod tests {
         assert_eq!(m(b"a\xffb"), r#""a\ufffdb""#);
         assert_eq!(m("é😀/\"\\".as_bytes()), "\"é😀/\\\"\\\\\"");
         assert_eq!(m(b"abcdefghijklmnopq<"), r#""abcdefghijklmnopq\u003c""#);
+    }
+
+    /// The hash of a string, whether taken on the optimistic path (plain text) or redone by
+    /// the escaping path from the saved state, is the hash of the bytes Go writes.
+    #[test]
+    fn hash_equals_hash_of_written_bytes() {
+        let strings: [&[u8]; 9] = [
+            b"",
+            b"a",
+            b"plain-text:v1.2",
+            b"<",
+            b"abc\"def",
+            b"tab\there",
+            "caf\u{e9}".as_bytes(),
+            b"bad\xff utf-8",
+            b"0123456789abcdef&0123456789",
+        ];
+        for escaping in [GoJsonEscaping::Modern, GoJsonEscaping::Legacy] {
+            for s in strings {
+                let mut e = Encoder::hashing(escaping);
+                e.frag(frag!(b"{"));
+                e.string(s);
+                e.string(s);
+                let mut written = b"{".to_vec();
+                written.extend(go_json_string(s, escaping));
+                written.extend(go_json_string(s, escaping));
+                assert_eq!(
+                    e.hash(),
+                    crate::hashing::spew_fnv32a(&written),
+                    "{:?}",
+                    String::from_utf8_lossy(s)
+                );
+            }
+        }
     }
 }

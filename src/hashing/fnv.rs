@@ -166,15 +166,32 @@ impl SpewFnv {
     /// Appends bytes to the hashed slice.
     #[inline]
     pub fn write(&mut self, data: &[u8]) {
+        self.write_noting::<false>(data, &[0; 256]);
+    }
+
+    /// [`SpewFnv::write`] that also returns the bitwise OR of `marks[b]` over the bytes `b`
+    /// written. The marks are looked up beside the hash's serial chain, where they cost next to
+    /// nothing, so a caller can check its bytes while hashing them instead of before.
+    #[inline]
+    pub fn write_marked(&mut self, data: &[u8], marks: &[u8; 256]) -> u8 {
+        self.write_noting::<true>(data, marks)
+    }
+
+    #[inline(always)]
+    fn write_noting<const MARKS: bool>(&mut self, data: &[u8], marks: &[u8; 256]) -> u8 {
         let mut data = data;
+        let mut seen = 0u8;
         if self.empty {
             let Some((&first, rest)) = data.split_first() else {
-                return;
+                return 0;
             };
             // The first byte has no leading space.
             let mut buf = [0u8; 3];
             self.h = steps(self.h, decimal(first, &mut buf));
             self.empty = false;
+            if MARKS {
+                seen = marks[usize::from(first)];
+            }
             data = rest;
         }
         let (k, low, p) = (&TABLES.k, &TABLES.low, &TABLES.p);
@@ -183,6 +200,9 @@ impl SpewFnv {
         let mut pairs = data.chunks_exact(2);
         for pair in &mut pairs {
             let (a, b) = (usize::from(pair[0]), usize::from(pair[1]));
+            if MARKS {
+                seen |= marks[a] | marks[b];
+            }
             let ka = k[a][usize::from(l) & 63];
             let mid = low[a][usize::from(l)];
             let kb = k[b][usize::from(mid) & 63];
@@ -195,9 +215,13 @@ impl SpewFnv {
         }
         if let [v] = *pairs.remainder() {
             let v = usize::from(v);
+            if MARKS {
+                seen |= marks[v];
+            }
             h = h.wrapping_mul(p[v]).wrapping_add(k[v][usize::from(l) & 63]);
         }
         self.h = h;
+        seen
     }
 
     /// Appends a constant fragment: one multiply-add however long it is.
@@ -283,6 +307,35 @@ mod tests {
             }
             assert_eq!(direct.finish(), fragged.finish(), "{start:?}");
         }
+    }
+
+    #[test]
+    fn marked_write_hashes_alike_and_reports_marks() {
+        let mut marks = [0u8; 256];
+        marks[usize::from(b'<')] = 1;
+        marks[0xff] = 2;
+        for data in [
+            &b""[..],
+            b"x",
+            b"ab",
+            b"a<b",
+            b"<",
+            b"abc\xff",
+            b"\xff<",
+            b"plain text",
+        ] {
+            let mut plain = SpewFnv::default();
+            plain.write(b"{");
+            plain.write(data);
+            let mut marked = SpewFnv::default();
+            marked.write(b"{");
+            let seen = marked.write_marked(data, &marks);
+            assert_eq!(plain.finish(), marked.finish(), "{data:?}");
+            let expected = data.iter().fold(0, |acc, &b| acc | marks[usize::from(b)]);
+            assert_eq!(seen, expected, "{data:?}");
+        }
+        // The very first byte of the slice (written without a leading space) is marked too.
+        assert_eq!(SpewFnv::default().write_marked(b"<", &marks), 1);
     }
 
     #[test]
