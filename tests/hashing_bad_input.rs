@@ -1,0 +1,303 @@
+//! Hostile container JSON (10 MB strings, deep nesting, garbage), through the library and the
+//! `inplaced hash` CLI: every input is hashed or refused with a clear error, nothing panics, and
+//! the heap the hashing adds stays within a small multiple of the input's size.
+//!
+//! The heap is measured by a counting allocator around the system one (this test binary only;
+//! a peak counter is all that is needed, so no heap-profiling crate).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use inplaced::hashing::{
+    HashError, HashOptions, HashedPayload, KubeletVersion, hash_container, hashed_json, spew_fnv32a,
+};
+
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is passed on unchanged to the system allocator; only counters are added.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// The tests of this binary measure one at a time (other threads' allocations would count).
+static MEASURING: Mutex<()> = Mutex::new(());
+
+fn measuring() -> MutexGuard<'static, ()> {
+    MEASURING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `f`'s result and the most heap it held at once beyond what was live before it.
+fn peak_heap<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let before = LIVE.load(Ordering::Relaxed);
+    PEAK.store(before, Ordering::Relaxed);
+    let t = f();
+    (t, PEAK.load(Ordering::Relaxed).saturating_sub(before))
+}
+
+const MIB: usize = 1 << 20;
+const TEN_MB: usize = 10 * 1000 * 1000;
+const RELEASES: [&str; 3] = ["1.26", "1.30", "1.36"];
+
+fn version(v: &str) -> KubeletVersion {
+    KubeletVersion::parse(v).expect("kubelet version")
+}
+
+fn hash(doc: &[u8], v: &str) -> Result<u64, HashError> {
+    hash_container(doc, &version(v), &HashOptions::default()).map(|h| h.hash)
+}
+
+fn container_with_image(image: &str) -> Vec<u8> {
+    format!(r#"{{"name":"big","image":"{image}","tty":true}}"#).into_bytes()
+}
+
+#[test]
+fn ten_megabyte_strings_hash_without_copies() {
+    let _one_at_a_time = measuring();
+    let plain = container_with_image(&"a".repeat(TEN_MB));
+    // Bytes Go's encoder escapes (`<` is written as `\u003c`): the re-encoded JSON is six
+    // times longer than the string.
+    let html = container_with_image(&"<".repeat(TEN_MB));
+    // Escapes in the input: decoding has to build the string.
+    let escaped = container_with_image(&"\\u00e9".repeat(TEN_MB / 6));
+    for v in RELEASES {
+        for doc in [&plain, &html, &escaped] {
+            let (hashed, peak) = peak_heap(|| hash(doc, v));
+            let hashed = hashed.unwrap_or_else(|e| panic!("{v}: {e}"));
+            assert!(
+                peak <= doc.len() + MIB,
+                "{v}: hashing a {} byte container held {peak} heap bytes",
+                doc.len()
+            );
+            if doc == &plain {
+                // Strings without escapes are hashed from the input itself.
+                assert!(peak < MIB, "{v}: {peak} heap bytes for a plain string");
+            }
+            // `--explain` writes out what is hashed: linear in the input, and it hashes alike.
+            let (explained, peak) = peak_heap(|| {
+                hashed_json(
+                    doc,
+                    &version(v),
+                    &HashOptions::default(),
+                    HashedPayload::Hash,
+                )
+            });
+            let explained = explained.unwrap_or_else(|e| panic!("{v}: {e}"));
+            assert!(
+                peak <= 16 * doc.len() + MIB,
+                "{v}: explaining a {} byte container held {peak} heap bytes",
+                doc.len()
+            );
+            assert_eq!(u64::from(spew_fnv32a(&explained)), hashed, "{v}");
+        }
+    }
+}
+
+#[test]
+fn ten_megabyte_strings_with_an_error_at_the_end() {
+    let _one_at_a_time = measuring();
+    let mut doc = container_with_image(&"a".repeat(TEN_MB));
+    // A raw control byte as the string's last character: Go's scanner refuses it there.
+    let at = doc
+        .iter()
+        .rposition(|&b| b == b'a')
+        .expect("the long string");
+    doc[at] = 0x01;
+    for v in RELEASES {
+        let (hashed, peak) = peak_heap(|| hash(&doc, v));
+        match hashed {
+            Err(HashError::InvalidJson { offset, message }) => {
+                assert_eq!(offset, at, "{v}: {message}");
+                assert!(message.contains("in string literal"), "{v}: {message}");
+            }
+            other => panic!("{v}: {other:?}"),
+        }
+        assert!(peak < MIB, "{v}: {peak} heap bytes to refuse it");
+    }
+}
+
+#[test]
+fn nesting_is_limited_like_go() {
+    let _one_at_a_time = measuring();
+    // Go's scanner allows 10,000 levels, the container object being the first.
+    let nested = |levels: usize| {
+        format!(
+            r#"{{"name":"deep","notAField":{}{}}}"#,
+            "[".repeat(levels),
+            "]".repeat(levels)
+        )
+        .into_bytes()
+    };
+    let deepest = nested(9_999);
+    let too_deep = nested(10_000);
+    let unclosed = format!(r#"{{"name":"deep","notAField":{}"#, "[".repeat(MIB)).into_bytes();
+    // In a field that expects objects, a list is a type error at once.
+    let typed = format!(
+        r#"{{"name":"deep","env":{}{}}}"#,
+        "[".repeat(9_000),
+        "]".repeat(9_000)
+    );
+    for v in RELEASES {
+        let (hashed, peak) = peak_heap(|| hash(&deepest, v));
+        // Unknown fields are ignored: the same hash as without the field.
+        assert_eq!(hashed.ok(), hash(br#"{"name":"deep"}"#, v).ok(), "{v}");
+        assert!(peak < MIB, "{v}: {peak} heap bytes");
+        for refused in [&too_deep, &unclosed] {
+            let (hashed, peak) = peak_heap(|| hash(refused, v));
+            match hashed {
+                Err(HashError::InvalidJson { message, .. }) => {
+                    assert!(message.contains("exceeded max depth"), "{v}: {message}")
+                }
+                other => panic!("{v}: {other:?}"),
+            }
+            assert!(peak < MIB, "{v}: {peak} heap bytes to refuse it");
+        }
+        match hash(typed.as_bytes(), v) {
+            Err(HashError::WrongType { path, .. }) => assert_eq!(path, "env[0]", "{v}"),
+            other => panic!("{v}: {other:?}"),
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift64*), so that a failure can be replayed.
+struct Bytes(u64);
+
+impl Bytes {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+#[test]
+fn garbage_is_refused_with_a_reason() {
+    let _one_at_a_time = measuring();
+    let pieces: [&[u8]; 16] = [
+        b"{",
+        b"}",
+        b"[",
+        b"]",
+        b",",
+        b":",
+        b"\"",
+        b"\\",
+        b"null",
+        b"1e999",
+        b"-",
+        b"\"name\"",
+        b"\"resources\"",
+        b"\"limits\"",
+        b"\xff",
+        b" ",
+    ];
+    let mut bytes = Bytes(0x9e37_79b9_7f4a_7c15);
+    let mut refused = 0;
+    for n in 0..3_000 {
+        let mut doc = Vec::new();
+        let len = bytes.below(64);
+        for _ in 0..len {
+            if n % 2 == 0 {
+                doc.push(bytes.next() as u8);
+            } else {
+                doc.extend_from_slice(pieces[bytes.below(pieces.len())]);
+            }
+        }
+        for v in RELEASES {
+            let (hashed, peak) = peak_heap(|| hash(&doc, v));
+            if let Err(e) = hashed {
+                refused += 1;
+                let reason = e.to_string();
+                assert!(
+                    !reason.is_empty() && !reason.contains("panicked"),
+                    "{reason}"
+                );
+            }
+            assert!(
+                peak <= 64 * doc.len() + 64 * 1024,
+                "{v}: {peak} heap bytes for {doc:?}"
+            );
+        }
+    }
+    // Nearly all of it is not a container.
+    assert!(refused > 8_000, "{refused} refused");
+}
+
+#[test]
+fn cli_hashes_the_other_lines_of_a_hostile_file() {
+    // Its 10 MB buffers would count in another test's measurement.
+    let _one_at_a_time = measuring();
+    let big = container_with_image(&"b".repeat(TEN_MB));
+    let mut input = Vec::new();
+    for line in [
+        &br#"{"name":"small","image":"busybox"}"#[..],
+        &big,
+        b"\x00\x01 not json",
+        format!(
+            r#"{{"name":"deep","x":{}{}}}"#,
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        )
+        .as_bytes(),
+        br#"{"name":"last"}"#,
+    ] {
+        input.extend_from_slice(line);
+        input.push(b'\n');
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_inplaced"))
+        .args(["hash", "--kubelet-version", "1.26"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn inplaced");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().expect("inplaced hash");
+    writer.join().expect("writer").expect("write stdin");
+    let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let want = |doc: &[u8]| format!("{:x}", hash(doc, "1.26").expect("hashable"));
+    assert_eq!(
+        lines,
+        [
+            want(br#"{"name":"small","image":"busybox"}"#).as_str(),
+            want(&big).as_str(),
+            "",
+            "",
+            want(br#"{"name":"last"}"#).as_str(),
+        ]
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("error: line 3: invalid JSON"), "{stderr}");
+    assert!(stderr.contains("error: line 4: invalid JSON"), "{stderr}");
+    assert!(stderr.contains("exceeded max depth"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+}
