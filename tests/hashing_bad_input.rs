@@ -74,7 +74,7 @@ fn container_with_image(image: &str) -> Vec<u8> {
 }
 
 #[test]
-fn ten_megabyte_strings_hash_without_copies() {
+fn ten_megabyte_strings_hash_in_memory_bounded_by_the_input() {
     let _one_at_a_time = measuring();
     let plain = container_with_image(&"a".repeat(TEN_MB));
     // Bytes Go's encoder escapes (`<` is written as `\u003c`): the re-encoded JSON is six
