@@ -5,6 +5,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
+use inplaced::hashing::{HashOptions, KubeletVersion, hash_container};
+
 fn golden_dir() -> PathBuf {
     let dir = std::env::var_os("INPLACED_GOLDEN_DIR")
         .map(PathBuf::from)
@@ -210,4 +212,43 @@ fn pod_json_and_yaml() {
         .cloned();
     // Upstream era A vector (TestHashContainer).
     assert_eq!(era_a.expect("era A")["hash"], "3c42280f");
+}
+
+/// A hostile file (a 10 MB line, garbage, a line nested deeper than Go allows): the other lines
+/// are still hashed, in order, as the library hashes them; the bad ones are empty lines with
+/// their reasons on stderr, and the exit code is 1.
+#[test]
+fn hashes_the_other_lines_of_a_hostile_file() {
+    let big = format!(r#"{{"name":"big","image":"{}"}}"#, "b".repeat(10_000_000));
+    let deep = format!(
+        r#"{{"name":"deep","x":{}{}}}"#,
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    let small = r#"{"name":"small","image":"busybox"}"#;
+    let last = r#"{"name":"last"}"#;
+    let input = [small, &big, "\u{0}\u{1} not json", &deep, last].join("\n") + "\n";
+    let out = run(&["--kubelet-version", "1.26"], &input);
+    let version = KubeletVersion::parse("1.26").expect("1.26");
+    let want = |doc: &str| {
+        let hashes = hash_container(doc.as_bytes(), &version, &HashOptions::default());
+        format!("{:x}", hashes.expect("hashable").hash)
+    };
+    let stdout = String::from_utf8(out.stdout).expect("utf-8 stdout");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            want(small).as_str(),
+            want(&big).as_str(),
+            "",
+            "",
+            want(last).as_str()
+        ]
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("error: line 3: invalid JSON"), "{stderr}");
+    assert!(stderr.contains("error: line 4: invalid JSON"), "{stderr}");
+    assert!(stderr.contains("exceeded max depth"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
 }
