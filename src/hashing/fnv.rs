@@ -267,7 +267,7 @@ fn write_scalar<const MARKS: bool>(mut h: u32, data: &[u8], marks: &[u8; 256]) -
 mod vbmi {
     use std::arch::x86_64::*;
 
-    use super::TABLES;
+    use super::{TABLES, write_scalar};
 
     /// Shorter writes stay scalar. Measured over the golden corpus (BENCHMARKS.md): from 6 bytes
     /// up the microbenchmark gains, but the whole era A pass over the small inputs lost 3 %
@@ -275,9 +275,12 @@ mod vbmi {
     /// lower the core's clock); from 24 or 64 bytes up nothing is lost and long strings gain 2x.
     pub const SHORTEST: usize = 64;
 
+    /// Whether the CPU has every feature [`write`] is compiled for.
     #[inline]
     pub fn available() -> bool {
-        std::arch::is_x86_feature_detected!("avx512vbmi")
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vbmi")
     }
 
     /// Hides where a value comes from, so that the optimiser does not refactor
@@ -331,14 +334,9 @@ mod vbmi {
                 .wrapping_mul(opaque(p[a].wrapping_mul(pb)))
                 .wrapping_add(ka.wrapping_mul(pb).wrapping_add(kb));
         }
-        if let [v] = *pairs.remainder() {
-            let v = usize::from(v);
-            if MARKS {
-                seen |= marks[v];
-            }
-            h = h.wrapping_mul(p[v]).wrapping_add(k[v][lane0(lv) & 63]);
-        }
-        (h, seen)
+        // An odd last byte: the scalar step (the low bits are `h`'s own again).
+        let (h, marked) = write_scalar::<MARKS>(h, pairs.remainder(), marks);
+        (h, seen | marked)
     }
 }
 
@@ -460,7 +458,7 @@ mod tests {
         marks[usize::from(b'<')] = 1;
         marks[0xc3] = 4;
         let data: Vec<u8> = (0..400u32).map(|i| (i * 37 + i / 7) as u8).collect();
-        let vector = cfg!(target_arch = "x86_64") && vector_available();
+        let vector = vector_available();
         if !vector {
             eprintln!("no AVX-512 VBMI here: only the scalar path is checked");
         }
