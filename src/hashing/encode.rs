@@ -54,17 +54,23 @@ static ESCAPE: [bool; 128] = {
     t
 };
 
-/// 1 for the bytes Go's encoder does not always copy as they are: those in [`ESCAPE`] and every
-/// non-ASCII byte (UTF-8 is checked, U+2028 and U+2029 escaped).
+/// What [`Encoder::string_body`] must check of a byte before copying it as it is.
 static NOT_PLAIN: [u8; 256] = {
-    let mut t = [1u8; 256];
+    let mut t = [NON_ASCII; 256];
     let mut i = 0;
     while i < 128 {
-        t[i] = ESCAPE[i] as u8;
+        t[i] = if ESCAPE[i] { ESCAPED } else { 0 };
         i += 1;
     }
+    t[0xe2] = NON_ASCII | MAY_SEPARATE;
     t
 };
+/// A byte in [`ESCAPE`].
+const ESCAPED: u8 = 1;
+/// Non-ASCII: copied as it is if the string is valid UTF-8.
+const NON_ASCII: u8 = 2;
+/// The first byte of U+2028 and U+2029 (and of other characters), which Go escapes.
+const MAY_SEPARATE: u8 = 4;
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 const ONES: u64 = 0x0101_0101_0101_0101;
@@ -182,51 +188,61 @@ impl Encoder {
     ///
     /// Optimistic: the string is hashed as it is while each byte is checked on the side (off
     /// the hash's serial chain, so nearly free); only a string with a byte Go does not copy as
-    /// it is gets hashed again, from the saved state, by [`Encoder::escaped_body`].
+    /// it is goes the careful way, [`Encoder::escaped_body`]. Non-ASCII text is copied as it is
+    /// when it is valid UTF-8 without U+2028 or U+2029.
     #[inline]
     pub fn string_body(&mut self, s: &[u8]) {
-        let saved = self.fnv;
-        if self.fnv.write_marked(s, &NOT_PLAIN) == 0 {
-            if let Some(out) = &mut self.out {
-                out.extend_from_slice(s);
+        match self.fnv.write_unless_marked(s, &NOT_PLAIN) {
+            0 => {}
+            seen if seen & ESCAPED == 0 && copies_as_is(s, seen & MAY_SEPARATE != 0) => {
+                self.fnv.write(s)
             }
-            return;
+            _ => return self.escaped_body(s),
         }
-        self.fnv = saved;
-        self.escaped_body(s);
+        if let Some(out) = &mut self.out {
+            out.extend_from_slice(s);
+        }
     }
 
     /// [`Encoder::string_body`] for a string that needs escaping or holds non-ASCII bytes. Runs
     /// that need no escaping go from the input straight into the hash.
     #[inline(never)]
     fn escaped_body(&mut self, s: &[u8]) {
+        // In valid UTF-8 the only non-ASCII text Go changes is U+2028 and U+2029, which start
+        // with 0xe2; other non-ASCII bytes are plain.
+        let valid = simdutf8::basic::from_utf8(s).is_ok();
+        let plain = |c: u8| match ESCAPE.get(usize::from(c)) {
+            Some(&escaped) => !escaped,
+            None => valid && c != 0xe2,
+        };
         let mut start = 0;
         let mut i = 0;
         while let Some(&c) = s.get(i) {
-            if c < 0x80 {
-                if !ESCAPE[c as usize] {
-                    // Plain ASCII: skip the rest of the run eight bytes at a time.
-                    i += 1;
-                    while let Some(chunk) = s.get(i..i + 8) {
-                        let mut a = [0u8; 8];
-                        a.copy_from_slice(chunk);
-                        let w = u64::from_le_bytes(a);
-                        let special = (w & HIGHS)
-                            | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS)
-                            | has_byte(w, b'"')
-                            | has_byte(w, b'\\')
-                            | has_byte(w, b'<')
-                            | has_byte(w, b'>')
-                            | has_byte(w, b'&');
-                        if special != 0 {
-                            // The lowest flagged byte is exact: jump straight to it.
-                            i += (special.trailing_zeros() / 8) as usize;
-                            break;
-                        }
-                        i += 8;
+            if plain(c) {
+                // Skip the rest of the run eight bytes at a time.
+                i += 1;
+                while let Some(chunk) = s.get(i..i + 8) {
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(chunk);
+                    let w = u64::from_le_bytes(a);
+                    let non_ascii = if valid { has_byte(w, 0xe2) } else { w & HIGHS };
+                    let special = non_ascii
+                        | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS)
+                        | has_byte(w, b'"')
+                        | has_byte(w, b'\\')
+                        | has_byte(w, b'<')
+                        | has_byte(w, b'>')
+                        | has_byte(w, b'&');
+                    if special != 0 {
+                        // The lowest flagged byte is exact: jump straight to it.
+                        i += (special.trailing_zeros() / 8) as usize;
+                        break;
                     }
-                    continue;
+                    i += 8;
                 }
+                continue;
+            }
+            if c < 0x80 {
                 self.raw(&s[start..i]);
                 match c {
                     b'"' => self.frag(frag!(b"\\\"")),
@@ -278,6 +294,15 @@ impl Encoder {
     }
 }
 
+/// Whether a string of ASCII and other bytes (no byte of [`ESCAPE`]) is written as it is: valid
+/// UTF-8 without U+2028 or U+2029 (looked for only if `may_separate`).
+fn copies_as_is(s: &[u8], may_separate: bool) -> bool {
+    match simdutf8::basic::from_utf8(s) {
+        Ok(text) => !(may_separate && (text.contains('\u{2028}') || text.contains('\u{2029}'))),
+        Err(_) => false,
+    }
+}
+
 /// Go-escaped JSON string of `s` (convenience for tests and small callers).
 pub fn go_json_string(s: &[u8], escaping: GoJsonEscaping) -> Vec<u8> {
     let mut e = Encoder::recording(escaping, s.len() + 2);
@@ -307,14 +332,38 @@ mod tests {
         assert_eq!(m(b"a\xffb"), r#""a\ufffdb""#);
         assert_eq!(m("é😀/\"\\".as_bytes()), "\"é😀/\\\"\\\\\"");
         assert_eq!(m(b"abcdefghijklmnopq<"), r#""abcdefghijklmnopq\u003c""#);
+        // Long strings (the hash's vector path): non-ASCII copied as it is, U+2028 escaped,
+        // invalid UTF-8 replaced.
+        let quoted = |s: &str| format!("\"{s}\"");
+        assert_eq!(
+            m("a\u{2014}".repeat(40).as_bytes()),
+            quoted(&"a\u{2014}".repeat(40))
+        );
+        assert_eq!(
+            m("\u{e9}\u{1f600}".repeat(20).as_bytes()),
+            quoted(&"\u{e9}\u{1f600}".repeat(20))
+        );
+        assert_eq!(
+            m("b\u{2028}".repeat(30).as_bytes()),
+            quoted(&r"b\u2028".repeat(30))
+        );
+        let mut invalid = b"abc".repeat(30);
+        invalid[70] = 0xc3;
+        let want = format!(
+            "{}\\ufffd{}",
+            "abc".repeat(24).get(..70).unwrap_or_default(),
+            &"abc".repeat(30)[71..]
+        );
+        assert_eq!(m(&invalid), quoted(&want));
     }
 
     /// The hash of a string, whether taken on the optimistic path (plain text) or redone by
     /// the escaping path from the saved state, is the hash of the bytes Go writes.
     #[test]
     fn hash_equals_hash_of_written_bytes() {
-        let strings: [&[u8]; 9] = [
-            b"",
+        let long = |piece: &str| piece.repeat(80 / piece.len() + 1).into_bytes();
+        let mut strings: Vec<Vec<u8>> = [
+            &b""[..],
             b"a",
             b"plain-text:v1.2",
             b"<",
@@ -323,9 +372,31 @@ mod tests {
             "caf\u{e9}".as_bytes(),
             b"bad\xff utf-8",
             b"0123456789abcdef&0123456789",
-        ];
+            // Non-ASCII that is copied as it is, and U+2028 / U+2029 (which start like it).
+            "em\u{2014}dash \u{20ac}".as_bytes(),
+            "line\u{2028}sep".as_bytes(),
+            "\u{2029}".as_bytes(),
+            b"\xe2\x80",
+        ]
+        .iter()
+        .map(|s| s.to_vec())
+        .collect();
+        // Long enough for the hash's vector path.
+        for piece in [
+            "z",
+            "\u{e9}\u{1f600}",
+            "a\u{2014}",
+            "b\u{2028}",
+            "<\u{e9}>",
+            "\u{7f}",
+        ] {
+            strings.push(long(piece));
+        }
+        let mut invalid = long("abc");
+        invalid[70] = 0xc3;
+        strings.push(invalid);
         for escaping in [GoJsonEscaping::Modern, GoJsonEscaping::Legacy] {
-            for s in strings {
+            for s in &strings {
                 let mut e = Encoder::hashing(escaping);
                 e.frag(frag!(b"{"));
                 e.string(s);

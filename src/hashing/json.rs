@@ -571,7 +571,7 @@ impl<'a> Parser<'a> {
     #[inline(always)]
     fn decoded(&self, sc: &StrScan) -> Cow<'a, [u8]> {
         let raw = &self.src[sc.start..sc.end];
-        if !sc.escaped && (!sc.non_ascii || std::str::from_utf8(raw).is_ok()) {
+        if !sc.escaped && (!sc.non_ascii || simdutf8::basic::from_utf8(raw).is_ok()) {
             Cow::Borrowed(raw)
         } else {
             Cow::Owned(unquote(raw))
