@@ -197,20 +197,20 @@ impl Encoder {
             seen if seen & ESCAPED == 0 && copies_as_is(s, seen & MAY_SEPARATE != 0) => {
                 self.fnv.write(s)
             }
-            _ => return self.escaped_body(s),
+            seen => return self.escaped_body(s, seen & NON_ASCII == 0),
         }
         if let Some(out) = &mut self.out {
             out.extend_from_slice(s);
         }
     }
 
-    /// [`Encoder::string_body`] for a string that needs escaping or holds non-ASCII bytes. Runs
-    /// that need no escaping go from the input straight into the hash.
+    /// [`Encoder::string_body`] for a string that needs escaping (`ascii`: it has no byte above
+    /// 0x7f). Runs that need no escaping go from the input straight into the hash.
     #[inline(never)]
-    fn escaped_body(&mut self, s: &[u8]) {
+    fn escaped_body(&mut self, s: &[u8], ascii: bool) {
         // In valid UTF-8 the only non-ASCII text Go changes is U+2028 and U+2029, which start
         // with 0xe2; other non-ASCII bytes are plain.
-        let valid = simdutf8::basic::from_utf8(s).is_ok();
+        let valid = ascii || simdutf8::basic::from_utf8(s).is_ok();
         let plain = |c: u8| match ESCAPE.get(usize::from(c)) {
             Some(&escaped) => !escaped,
             None => valid && c != 0xe2,
