@@ -186,10 +186,11 @@ impl Encoder {
 
     /// A string's escaped text without its quotes.
     ///
-    /// Optimistic: the string is hashed as it is while each byte is checked on the side (off
-    /// the hash's serial chain, so nearly free); only a string with a byte Go does not copy as
-    /// it is goes the careful way, [`Encoder::escaped_body`]. Non-ASCII text is copied as it is
-    /// when it is valid UTF-8 without U+2028 or U+2029.
+    /// The string is hashed as it is unless one of its bytes is one Go does not always copy
+    /// ([`SpewFnv::write_unless_marked`]: short strings are checked beside the hash's serial
+    /// chain, long ones 64 bytes at a time first). Non-ASCII text is copied as it is when it is
+    /// valid UTF-8 without U+2028 or U+2029; anything else goes the careful way,
+    /// [`Encoder::escaped_body`].
     #[inline]
     pub fn string_body(&mut self, s: &[u8]) {
         match self.fnv.write_unless_marked(s, &NOT_PLAIN) {
