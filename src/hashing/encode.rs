@@ -356,10 +356,23 @@ mod tests {
             &"abc".repeat(30)[71..]
         );
         assert_eq!(m(&invalid), quoted(&want));
+        // The escaping path over valid UTF-8: non-ASCII runs (a whole eight-byte word of them
+        // too) beside escapes, a 0xe2 character that is not a separator, and invalid bytes
+        // among valid characters.
+        assert_eq!(m("<\u{2014}".as_bytes()), "\"\\u003c\u{2014}\"");
+        assert_eq!(
+            m(("\u{e9}".repeat(8) + "<").as_bytes()),
+            quoted(&("\u{e9}".repeat(8) + r"\u003c"))
+        );
+        assert_eq!(
+            m("a\u{2014}<b\u{2028}".as_bytes()),
+            quoted("a\u{2014}\\u003cb\\u2028")
+        );
+        assert_eq!(m(b"\xc3\xa9\xff<"), quoted("\u{e9}\\ufffd\\u003c"));
     }
 
-    /// The hash of a string, whether taken on the optimistic path (plain text) or redone by
-    /// the escaping path from the saved state, is the hash of the bytes Go writes.
+    /// The hash of a string, whether it is copied as it is or goes the escaping path, short or
+    /// long, is the hash of the bytes the encoder writes.
     #[test]
     fn hash_equals_hash_of_written_bytes() {
         let long = |piece: &str| piece.repeat(80 / piece.len() + 1).into_bytes();
