@@ -69,7 +69,8 @@ static NOT_PLAIN: [u8; 256] = {
 const ESCAPED: u8 = 1;
 /// Non-ASCII: copied as it is if the string is valid UTF-8.
 const NON_ASCII: u8 = 2;
-/// The first byte of U+2028 and U+2029 (and of other characters), which Go escapes.
+/// The first byte of U+2028 and U+2029, which Go escapes (and of other characters, which it
+/// does not).
 const MAY_SEPARATE: u8 = 4;
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -189,29 +190,30 @@ impl Encoder {
     /// The string is hashed as it is unless one of its bytes is one Go does not always copy
     /// ([`SpewFnv::write_unless_marked`]: short strings are checked beside the hash's serial
     /// chain, long ones 64 bytes at a time first). Non-ASCII text is copied as it is when it is
-    /// valid UTF-8 without U+2028 or U+2029; anything else goes the careful way,
-    /// [`Encoder::escaped_body`].
+    /// valid UTF-8 and has no 0xe2 (the first byte of U+2028 and U+2029); anything else goes
+    /// the careful way, [`Encoder::escaped_body`], with its UTF-8 validity checked once here.
     #[inline]
     pub fn string_body(&mut self, s: &[u8]) {
-        match self.fnv.write_unless_marked(s, &NOT_PLAIN) {
-            0 => {}
-            seen if seen & ESCAPED == 0 && copies_as_is(s, seen & MAY_SEPARATE != 0) => {
-                self.fnv.write(s)
+        let seen = self.fnv.write_unless_marked(s, &NOT_PLAIN);
+        if seen != 0 {
+            let valid = seen & NON_ASCII == 0 || simdutf8::basic::from_utf8(s).is_ok();
+            if seen & (ESCAPED | MAY_SEPARATE) != 0 || !valid {
+                return self.escaped_body(s, valid);
             }
-            seen => return self.escaped_body(s, seen & NON_ASCII == 0),
+            self.fnv.write(s);
         }
         if let Some(out) = &mut self.out {
             out.extend_from_slice(s);
         }
     }
 
-    /// [`Encoder::string_body`] for a string that needs escaping (`ascii`: it has no byte above
-    /// 0x7f). Runs that need no escaping go from the input straight into the hash.
+    /// [`Encoder::string_body`] for a string that needs escaping or holds 0xe2 or invalid
+    /// UTF-8 (`valid`: it is valid UTF-8). Runs that need no escaping go from the input straight
+    /// into the hash.
     #[inline(never)]
-    fn escaped_body(&mut self, s: &[u8], ascii: bool) {
+    fn escaped_body(&mut self, s: &[u8], valid: bool) {
         // In valid UTF-8 the only non-ASCII text Go changes is U+2028 and U+2029, which start
         // with 0xe2; other non-ASCII bytes are plain.
-        let valid = ascii || simdutf8::basic::from_utf8(s).is_ok();
         let plain = |c: u8| match ESCAPE.get(usize::from(c)) {
             Some(&escaped) => !escaped,
             None => valid && c != 0xe2,
@@ -292,15 +294,6 @@ impl Encoder {
             }
         }
         self.raw(&s[start..]);
-    }
-}
-
-/// Whether a string of ASCII and other bytes (no byte of [`ESCAPE`]) is written as it is: valid
-/// UTF-8 without U+2028 or U+2029 (looked for only if `may_separate`).
-fn copies_as_is(s: &[u8], may_separate: bool) -> bool {
-    match simdutf8::basic::from_utf8(s) {
-        Ok(text) => !(may_separate && (text.contains('\u{2028}') || text.contains('\u{2029}'))),
-        Err(_) => false,
     }
 }
 
