@@ -39,6 +39,12 @@ pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}-{}", &uid[..8])
 }
 
+/// How long a stand-in request may wait for the head of its answer. A request sent during an
+/// API outage was seen never to be answered (a pod status patch, in `fault_api_e2e`), which
+/// wedged that pod's worker for good; bounded, it fails and the next sync sends it again, as
+/// kubelet would. Watch streams answer at once and their bodies are not bounded by it.
+pub const ANSWER_DEADLINE: Duration = Duration::from_secs(15);
+
 /// A kube client for a kubeconfig document (YAML or JSON text).
 pub async fn kube_client(kubeconfig: &str) -> anyhow::Result<kube::Client> {
     let kc = Kubeconfig::from_yaml(kubeconfig).context("parsing kubeconfig")?;
@@ -46,7 +52,10 @@ pub async fn kube_client(kubeconfig: &str) -> anyhow::Result<kube::Client> {
         .await
         .context("loading kubeconfig")?;
     cfg.read_timeout = Some(Duration::from_secs(300));
-    kube::Client::try_from(cfg).context("building kube client")
+    let builder = kube::client::ClientBuilder::try_from(cfg).context("building kube client")?;
+    Ok(builder
+        .with_layer(&tower::timeout::TimeoutLayer::new(ANSWER_DEADLINE))
+        .build())
 }
 
 /// RFC 3339 with second precision, as the API server serialises `metav1.Time`.
