@@ -43,7 +43,7 @@ pub fn unique_name(prefix: &str) -> String {
 /// API outage was seen never to be answered (a pod status patch, in `fault_api_e2e`), which
 /// wedged that pod's worker for good; bounded, it fails and the next sync sends it again, as
 /// kubelet would. Watch streams answer at once and their bodies are not bounded by it.
-pub const ANSWER_DEADLINE: Duration = Duration::from_secs(15);
+const ANSWER_DEADLINE: Duration = Duration::from_secs(15);
 
 /// A kube client for a kubeconfig document (YAML or JSON text).
 pub async fn kube_client(kubeconfig: &str) -> anyhow::Result<kube::Client> {
