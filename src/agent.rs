@@ -453,6 +453,7 @@ async fn connect_api(
             metrics.clone(),
             config.api_qps,
             config.api_burst,
+            config.api_answer_timeout,
         )
         .await
         {

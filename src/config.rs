@@ -65,6 +65,10 @@ pub struct Settings {
     /// Requests allowed above api-qps in a burst [default: 100]
     #[arg(long, env = "INPLACED_API_BURST")]
     pub api_burst: Option<u32>,
+    /// How long an API request may wait for its answer to begin before it fails and is retried
+    /// (a watch's answer begins at once), e.g. 30s [default: 30s]
+    #[arg(long, env = "INPLACED_API_ANSWER_TIMEOUT")]
+    pub api_answer_timeout: Option<String>,
     /// Handle ContainerRecreateRequests even while a kruise-daemon pod runs on this node
     /// (both agents would act on the same requests) [default: false]
     #[arg(long, env = "INPLACED_IGNORE_KRUISE_DAEMON", num_args = 0..=1, default_missing_value = "true")]
@@ -102,6 +106,7 @@ impl Settings {
             startup_jitter: self.startup_jitter.or(lower.startup_jitter),
             api_qps: self.api_qps.or(lower.api_qps),
             api_burst: self.api_burst.or(lower.api_burst),
+            api_answer_timeout: self.api_answer_timeout.or(lower.api_answer_timeout),
             ignore_kruise_daemon: self.ignore_kruise_daemon.or(lower.ignore_kruise_daemon),
             resize_actuator: self.resize_actuator.or(lower.resize_actuator),
             kubelet_config: self.kubelet_config.or(lower.kubelet_config),
@@ -126,6 +131,7 @@ pub struct Config {
     pub startup_jitter: Duration,
     pub api_qps: u32,
     pub api_burst: u32,
+    pub api_answer_timeout: Duration,
     pub ignore_kruise_daemon: bool,
     pub resize_actuator: ActuatorSetting,
     pub kubelet_config: PathBuf,
@@ -192,6 +198,14 @@ impl Config {
             return Err(invalid("api-qps", "0", "must be at least 1"));
         }
         let api_burst = s.api_burst.unwrap_or(100).max(api_qps);
+        let api_answer_timeout = duration("api-answer-timeout", s.api_answer_timeout, "30s")?;
+        if api_answer_timeout.is_zero() {
+            return Err(invalid(
+                "api-answer-timeout",
+                "0s",
+                "must be longer than zero",
+            ));
+        }
         Ok(Config {
             node_name,
             kubeconfig,
@@ -205,6 +219,7 @@ impl Config {
             startup_jitter: duration("startup-jitter", s.startup_jitter, "3s")?,
             api_qps,
             api_burst,
+            api_answer_timeout,
             ignore_kruise_daemon: s.ignore_kruise_daemon.unwrap_or(false),
             resize_actuator: s.resize_actuator.unwrap_or_default(),
             kubelet_config: s
@@ -320,6 +335,7 @@ mod tests {
         );
         assert_eq!(config.admin_socket, PathBuf::from(DEFAULT_ADMIN_SOCKET));
         assert_eq!((config.api_qps, config.api_burst), (50, 100));
+        assert_eq!(config.api_answer_timeout, Duration::from_secs(30));
         assert_eq!(config.log_format, LogFormat::Human);
     }
 
@@ -338,6 +354,8 @@ mod tests {
             ("refresh-interval = \"often\"", "refresh-interval"),
             ("node-name = \"Bad_Name\"", "node-name"),
             ("api-qps = 0", "api-qps"),
+            ("api-answer-timeout = \"0s\"", "api-answer-timeout"),
+            ("api-answer-timeout = \"soon\"", "api-answer-timeout"),
         ];
         for (text, key) in cases {
             let mut given = settings(text);

@@ -42,6 +42,7 @@ async fn api_pods(config: &Config) -> anyhow::Result<(Vec<CachedPod>, Option<Str
         Metrics::new(),
         config.api_qps,
         config.api_burst,
+        config.api_answer_timeout,
     )
     .await?;
     let pods: Api<CachedPod> = Api::all(client.clone());

@@ -10,6 +10,9 @@
 //! Invariants: every request ends Succeeded, every targeted container got exactly one
 //! StopContainer (the CRI proxy counts them), no other container got any, the agent never exits
 //! and is ready again at the end.
+//!
+//! A second test holds one of the agent's writes without an answer: the agent's answer deadline
+//! must turn it into an error that is retried.
 
 mod support;
 
@@ -20,7 +23,7 @@ use apiserver_double::{Fault, RequestMatch};
 use rand::RngExt;
 use rand::rngs::StdRng;
 use serde_json::json;
-use support::sandbox::{AGENT_USER, Node};
+use support::sandbox::{AGENT_USER, Node, NodeOptions};
 
 const PODS: usize = 3;
 const LONG: Duration = Duration::from_secs(150);
@@ -109,5 +112,35 @@ async fn api_faults_lose_no_request_and_kill_nothing_twice() {
     node.assert_only_targeted_stopped_once(&targeted);
     node.agent()
         .wait_http("/readyz", 200, Duration::from_secs(30));
+    node.stop().await;
+}
+
+/// A status write the API server holds without an answer (five minutes, far past the agent's
+/// 3 s answer deadline) fails at the deadline and is sent again: the request still ends
+/// Succeeded with one StopContainer, in less time than the held write or kruise-manager's 60 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_status_write_is_sent_again() {
+    let mut node = Node::start_with(
+        NodeOptions::kubelet("v1.30.7").agent_args(&["--api-answer-timeout", "3s"]),
+    )
+    .await;
+    let pods = node.run_quick_stopping_pods("noanswer", 1).await;
+    let held = node.server.faults().add(
+        Fault::delay(Duration::from_secs(300))
+            .on(RequestMatch::any()
+                .user(AGENT_USER)
+                .resource("containerrecreaterequests")
+                .subresource("status"))
+            .once(),
+    );
+    let requests = node.recreate_app_of_each(&pods, LONG).await;
+    node.assert_each_recreated_once(
+        &requests,
+        Duration::from_secs(45),
+        "one status write held for 300 s",
+    )
+    .await;
+    assert_eq!(node.server.faults().fired(held), 1, "the write was held");
+    assert!(node.agent().exit_status().is_none(), "the agent exited");
     node.stop().await;
 }

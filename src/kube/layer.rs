@@ -1,6 +1,10 @@
 //! A tower layer under the kube client: times every API request by verb, resource and status
-//! code, and holds requests to a token-bucket rate (client-go's QPS/burst) so that a busy agent
-//! never floods the API server.
+//! code, holds requests to a token-bucket rate (client-go's QPS/burst) so that a busy agent
+//! never floods the API server, and fails a request whose answer does not begin within the
+//! answer deadline, so that a request lost on the way (a connection that died without a reset,
+//! a proxy that swallowed it) is an error its caller retries instead of a wait without end.
+//! The deadline covers the response's head only: a watch's head comes at once and its stream
+//! may then stay quiet for minutes.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,16 +21,23 @@ use crate::metrics::Metrics;
 pub struct ApiLayer {
     metrics: Metrics,
     bucket: Arc<Mutex<TokenBucket>>,
+    answer_deadline: Duration,
 }
 
 impl ApiLayer {
-    pub fn new(metrics: Metrics, qps: u32, burst: u32) -> Self {
+    pub fn new(metrics: Metrics, qps: u32, burst: u32, answer_deadline: Duration) -> Self {
         Self {
             metrics,
             bucket: Arc::new(Mutex::new(TokenBucket::new(qps.max(1), burst.max(1)))),
+            answer_deadline,
         }
     }
 }
+
+/// A request whose answer did not begin within the answer deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("the API server did not begin to answer within {0:?}")]
+pub struct NoAnswer(pub Duration);
 
 impl<S> Layer<S> for ApiLayer {
     type Service = ApiService<S>;
@@ -35,6 +46,7 @@ impl<S> Layer<S> for ApiLayer {
             inner,
             metrics: self.metrics.clone(),
             bucket: self.bucket.clone(),
+            answer_deadline: self.answer_deadline,
             wait: None,
             admitted: false,
         }
@@ -45,6 +57,7 @@ pub struct ApiService<S> {
     inner: S,
     metrics: Metrics,
     bucket: Arc<Mutex<TokenBucket>>,
+    answer_deadline: Duration,
     wait: Option<Pin<Box<tokio::time::Sleep>>>,
     admitted: bool,
 }
@@ -53,10 +66,11 @@ impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for ApiService<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     S::Future: Send + 'static,
+    S::Error: Into<tower::BoxError>,
 {
     type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+    type Error = tower::BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, tower::BoxError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         while !self.admitted {
@@ -75,7 +89,7 @@ where
                 Some(delay) => self.wait = Some(Box::pin(tokio::time::sleep(delay))),
             }
         }
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
@@ -83,9 +97,21 @@ where
         let (verb, resource) = classify(request.method(), request.uri());
         let metrics = self.metrics.clone();
         let started = Instant::now();
+        let deadline = self.answer_deadline;
         let response = self.inner.call(request);
         Box::pin(async move {
-            let result = response.await;
+            let result = match tokio::time::timeout(deadline, response).await {
+                Ok(answer) => answer.map_err(Into::into),
+                Err(_) => {
+                    tracing::warn!(
+                        verb,
+                        resource,
+                        ?deadline,
+                        "an API request got no answer in time; it fails and is retried"
+                    );
+                    Err(NoAnswer(deadline).into())
+                }
+            };
             let code = result.as_ref().map_or(0, |r| r.status().as_u16());
             metrics.observe_api_request(verb, &resource, code, started.elapsed());
             result
@@ -231,6 +257,47 @@ mod tests {
                 "{method} {uri}"
             );
         }
+    }
+
+    /// A request the server never answers fails at the deadline (recorded with code 0); one
+    /// whose answer begins in time passes, however long its body then takes.
+    #[tokio::test]
+    async fn a_request_without_an_answer_fails_at_the_deadline() {
+        use tower::ServiceExt;
+        let deadline = Duration::from_millis(300);
+        let metrics = Metrics::new();
+        let layer = ApiLayer::new(metrics.clone(), 50, 100, deadline);
+        let request = || {
+            Request::patch("/api/v1/namespaces/ns/pods/p/status")
+                .body(())
+                .unwrap()
+        };
+
+        let silent = tower::service_fn(|_: Request<()>| {
+            std::future::pending::<Result<Response<()>, std::convert::Infallible>>()
+        });
+        let started = Instant::now();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(20),
+            layer.layer(silent).oneshot(request()),
+        )
+        .await
+        .expect("the layer gave up at its deadline, not the test");
+        let error = answer.expect_err("no answer is an error");
+        assert!(error.downcast_ref::<NoAnswer>().is_some(), "{error}");
+        assert!(started.elapsed() >= deadline);
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"inplaced_api_request_duration_seconds_count{verb="patch",resource="pods/status",code="0"} 1"#),
+            "{text}"
+        );
+
+        let prompt = tower::service_fn(|_: Request<()>| async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok::<_, std::convert::Infallible>(Response::new(()))
+        });
+        let answer = layer.layer(prompt).oneshot(request()).await;
+        assert!(answer.is_ok(), "an answer in time passes");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::resize::resources::Resources;
 pub use cached_pod::{
     CachedContainer, CachedContainerStatus, CachedPod, CachedPodSpec, CachedPodStatus,
 };
-pub use layer::ApiLayer;
+pub use layer::{ApiLayer, NoAnswer};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {
@@ -37,12 +37,14 @@ pub enum KubeError {
 }
 
 /// Builds the API client: the kubeconfig at `kubeconfig` when given, else the in-cluster
-/// service account. Every request goes through [`ApiLayer`] (metrics, rate limit).
+/// service account. Every request goes through [`ApiLayer`] (metrics, rate limit, answer
+/// deadline).
 pub async fn client(
     kubeconfig: Option<&Path>,
     metrics: Metrics,
     qps: u32,
     burst: u32,
+    answer_deadline: Duration,
 ) -> Result<Client, KubeError> {
     let config = match kubeconfig {
         Some(path) => {
@@ -67,7 +69,7 @@ pub async fn client(
     let builder = ::kube::client::ClientBuilder::try_from(config)
         .map_err(|e| KubeError::Client(e.to_string()))?;
     Ok(builder
-        .with_layer(&ApiLayer::new(metrics, qps, burst))
+        .with_layer(&ApiLayer::new(metrics, qps, burst, answer_deadline))
         .build())
 }
 
