@@ -17,13 +17,13 @@ use hyper::body::{Frame, Incoming};
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::audit::{AuditEntry, AuditLog, RequestInfo};
 use crate::discovery;
 use crate::error::{ApiError, ApiResult};
-use crate::faults::{Decision, FaultController};
+use crate::faults::{Decision, FaultController, WatchSignal};
 use crate::patch::{self, PatchType};
 use crate::resources::{ResourceDef, SmpSchema};
 use crate::rules::Endpoint;
@@ -580,6 +580,9 @@ fn watch(
         Ok(sub) => {
             let w = WatchTask {
                 store: state.store.clone(),
+                // Subscribed here, not when the task first runs: an outage or drop that begins
+                // between this answer and the task's first poll must still end the stream.
+                signal: state.faults.subscribe(),
                 faults: state.faults.clone(),
                 def: def.clone(),
                 filter,
@@ -612,6 +615,7 @@ fn error_event_stream(e: &ApiError) -> Response<Body> {
 
 struct WatchTask {
     store: Arc<Store>,
+    signal: watch::Receiver<WatchSignal>,
     faults: Arc<FaultController>,
     def: Arc<ResourceDef>,
     filter: Filter,
@@ -631,12 +635,12 @@ enum Flow {
 impl WatchTask {
     async fn run(self, mut sub: Subscription) {
         let id = sub.id;
-        self.stream(&mut sub).await;
+        let signal = self.signal.clone();
+        self.stream(&mut sub, signal).await;
         self.store.unwatch(&self.def, id);
     }
 
-    async fn stream(&self, sub: &mut Subscription) {
-        let mut signal = self.faults.subscribe();
+    async fn stream(&self, sub: &mut Subscription, mut signal: watch::Receiver<WatchSignal>) {
         let start = *signal.borrow_and_update();
         let mut sent = 0usize;
         if self.decision.drop_after == Some(0) {
