@@ -260,7 +260,7 @@ mod tests {
     }
 
     /// A request the server never answers fails at the deadline (recorded with code 0); one
-    /// whose answer begins in time passes, however long its body then takes.
+    /// whose answer begins in time passes.
     #[tokio::test]
     async fn a_request_without_an_answer_fails_at_the_deadline() {
         use tower::ServiceExt;
