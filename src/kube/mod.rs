@@ -24,7 +24,7 @@ use crate::resize::resources::Resources;
 pub use cached_pod::{
     CachedContainer, CachedContainerStatus, CachedPod, CachedPodSpec, CachedPodStatus,
 };
-pub use layer::{ApiLayer, NoAnswer};
+pub use layer::ApiLayer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {

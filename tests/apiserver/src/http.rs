@@ -578,11 +578,11 @@ fn watch(
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     match state.store.watch(def, from) {
         Ok(sub) => {
+            // Subscribed here, not when the task first runs: an outage or drop that begins
+            // between this answer and the task's first poll must still end the stream.
+            let signal = state.faults.subscribe();
             let w = WatchTask {
                 store: state.store.clone(),
-                // Subscribed here, not when the task first runs: an outage or drop that begins
-                // between this answer and the task's first poll must still end the stream.
-                signal: state.faults.subscribe(),
                 faults: state.faults.clone(),
                 def: def.clone(),
                 filter,
@@ -593,7 +593,7 @@ fn watch(
                 decision,
                 tx,
             };
-            tokio::spawn(w.run(sub));
+            tokio::spawn(w.run(sub, signal));
         }
         // A too-old resourceVersion is reported in the stream, as the real server does.
         Err(e) if e.code == 410 => return Ok(error_event_stream(&e)),
@@ -615,7 +615,6 @@ fn error_event_stream(e: &ApiError) -> Response<Body> {
 
 struct WatchTask {
     store: Arc<Store>,
-    signal: watch::Receiver<WatchSignal>,
     faults: Arc<FaultController>,
     def: Arc<ResourceDef>,
     filter: Filter,
@@ -633,9 +632,8 @@ enum Flow {
 }
 
 impl WatchTask {
-    async fn run(self, mut sub: Subscription) {
+    async fn run(self, mut sub: Subscription, signal: watch::Receiver<WatchSignal>) {
         let id = sub.id;
-        let signal = self.signal.clone();
         self.stream(&mut sub, signal).await;
         self.store.unwatch(&self.def, id);
     }
