@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, Throughput, criterion_group};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use inplaced::hashing::{HashOptions, KubeletVersion, hash_container};
 
 fn corpus() -> Vec<(String, Vec<u8>)> {
@@ -55,33 +55,6 @@ fn timed(iters: u64, mut f: impl FnMut()) -> Duration {
     }
 }
 
-/// One pass of `hash_container` over `set`: the loop every group measures.
-fn hash_all(set: &[(String, Vec<u8>)], version: &KubeletVersion, opts: &HashOptions) -> u64 {
-    let mut acc = 0u64;
-    for (_, input) in set {
-        if let Ok(h) = hash_container(black_box(input), version, opts) {
-            acc ^= h.hash;
-        }
-    }
-    acc
-}
-
-/// `packaging/pgo.sh bench` profiles this binary too, so that its own loop is not laid out as
-/// cold code: with `INPLACED_PGO_TRAIN=FILE` it hashes FILE's lines (the generated training
-/// corpus, never the golden one) in each era and exits instead of benchmarking.
-fn train(path: &str) {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("training corpus {path}: {e}"));
-    let set: Vec<(String, Vec<u8>)> = text
-        .lines()
-        .map(|l| (String::new(), l.as_bytes().to_vec()))
-        .collect();
-    for version in ["1.26", "1.28", "1.36"] {
-        let version = KubeletVersion::parse(version).expect("version");
-        black_box(hash_all(&set, &version, &HashOptions::default()));
-    }
-}
-
 fn bench(c: &mut Criterion) {
     let all = corpus();
     let small: Vec<_> = all
@@ -99,7 +72,13 @@ fn bench(c: &mut Criterion) {
             g.bench_function("hash_container", |b| {
                 b.iter_custom(|iters| {
                     timed(iters, || {
-                        black_box(hash_all(set, &version, &opts));
+                        let mut acc = 0u64;
+                        for (_, input) in set.iter() {
+                            if let Ok(h) = hash_container(black_box(input), &version, &opts) {
+                                acc ^= h.hash;
+                            }
+                        }
+                        black_box(acc);
                     })
                 })
             });
@@ -113,12 +92,4 @@ criterion_group! {
     config = Criterion::default().sample_size(30).measurement_time(std::time::Duration::from_secs(4));
     targets = bench
 }
-
-fn main() {
-    if let Some(path) = std::env::var_os("INPLACED_PGO_TRAIN") {
-        train(&path.to_string_lossy());
-        return;
-    }
-    benches();
-    Criterion::default().configure_from_args().final_summary();
-}
+criterion_main!(benches);

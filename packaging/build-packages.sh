@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Builds the .deb and the .rpm of inplaced into target/packages/ — the one command of the README's
 # "Install on a node". Installs cargo-deb and cargo-generate-rpm (cargo install --locked) only when
-# they are missing. Needs a Rust toolchain and llvm-profdata of rustc's LLVM (packaging/pgo.sh
-# installs Debian's when it is root); neither dpkg-deb nor rpmbuild is needed.
+# they are missing. Needs a Rust toolchain; neither dpkg-deb nor rpmbuild is needed.
 #
-#   packaging/build-packages.sh            # PGO release build, then both packages
+#   packaging/build-packages.sh            # release build, then both packages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,9 +18,8 @@ out=target/packages
 mkdir -p "$out"
 rm -f "$out"/inplaced*.deb "$out"/inplaced*.rpm
 
-# One release build for both packages (the assets name target/release/inplaced), optimised with a
-# profile of the container hash (packaging/pgo.sh).
-packaging/pgo.sh build
+# One release build for both packages (the assets name target/release/inplaced).
+cargo build --release --locked -p inplaced --bin inplaced
 # cargo-deb strips the binary it packs; the .rpm carries it as built.
 cargo deb --no-build --locked -p inplaced --output "$out/"
 cargo generate-rpm -p . --output "$out/"

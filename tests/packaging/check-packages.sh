@@ -4,7 +4,7 @@
 #   .deb: installs it with dpkg, checks the files, the conffiles and their flags, the unit
 #         (systemd-analyze verify and an offline security review), the enable symlink the
 #         postinst makes without a running systemd, `inplaced --version` from /usr/bin, that the
-#         installed (PGO-built) binary hashes three golden files exactly, that a
+#         installed binary hashes three golden files exactly, that a
 #         changed conffile survives a reinstall, that remove keeps the conffiles and purge
 #         leaves nothing (files, /var/lib/inplaced, /etc/inplaced, symlinks, d-s-h state);
 #   .rpm: file list, config flags (%config(noreplace)), scriptlets and requirements with
@@ -82,8 +82,8 @@ expect_eq "inplaced --version" "$(/usr/bin/inplaced --version)" "inplaced $versi
 /usr/bin/inplaced agent --config /etc/inplaced/config.toml --node-name check --print-config >/dev/null ||
   fail "the shipped config.toml does not load"
 ok "shipped config.toml loads"
-# The shipped binary is a PGO build (packaging/pgo.sh): it must hash exactly like the tested one.
-# Golden files: every input of three releases (eras A, B with both hashes, C), Go's values.
+# The shipped binary (release profile: fat LTO, one codegen unit) must hash exactly like the tested
+# debug build. Golden files: every input of three releases (eras A, B with both hashes, C).
 golden=${INPLACED_GOLDEN_DIR:-../shared/golden}
 # 1.26 defaults to Go 1.21's escaping, as its kubelet was built: the go1.21.13 file.
 for pair in 1.26.15:kubelet-1.26.15-go1.21.13 1.28.11:kubelet-1.28.11 1.36.3:kubelet-1.36.3; do
