@@ -1,5 +1,8 @@
 //! `inplaced hash` end to end: the built binary on whole golden files (expected values from the
 //! golden files, produced by the real Go code), including rejected lines.
+//!
+//! `INPLACED_HASH_BIN=PATH` runs the same tests against another binary: the packaging check
+//! points it at the installed release build (`tests/packaging/check-packages.sh`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -44,7 +47,9 @@ fn load(file: &str) -> Vec<Case> {
 }
 
 fn run(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_inplaced"))
+    let binary = std::env::var_os("INPLACED_HASH_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_inplaced").into());
+    let mut child = Command::new(binary)
         .arg("hash")
         .args(args)
         .stdin(Stdio::piped())

@@ -4,7 +4,7 @@
 #   .deb: installs it with dpkg, checks the files, the conffiles and their flags, the unit
 #         (systemd-analyze verify and an offline security review), the enable symlink the
 #         postinst makes without a running systemd, `inplaced --version` from /usr/bin, that the
-#         installed binary hashes three golden files exactly, that a
+#         installed binary passes tests/hash_cli.rs (golden hashes), that a
 #         changed conffile survives a reinstall, that remove keeps the conffiles and purge
 #         leaves nothing (files, /var/lib/inplaced, /etc/inplaced, symlinks, d-s-h state);
 #   .rpm: file list, config flags (%config(noreplace)), scriptlets and requirements with
@@ -83,28 +83,12 @@ expect_eq "inplaced --version" "$(/usr/bin/inplaced --version)" "inplaced $versi
   fail "the shipped config.toml does not load"
 ok "shipped config.toml loads"
 # The shipped binary (release profile: fat LTO, one codegen unit) must hash exactly like the tested
-# debug build. Golden files: every input of three releases (eras A, B with both hashes, C).
-golden=${INPLACED_GOLDEN_DIR:-../shared/golden}
-# 1.26 defaults to Go 1.21's escaping, as its kubelet was built: the go1.21.13 file.
-for pair in 1.26.15:kubelet-1.26.15-go1.21.13 1.28.11:kubelet-1.28.11 1.36.3:kubelet-1.36.3; do
-  release=${pair%%:*} file="$golden/${pair#*:}.jsonl"
-  for field in hash hash_without_resources; do
-    flag=()
-    if [ "$field" = hash_without_resources ]; then
-      [ "$release" = 1.28.11 ] || continue
-      flag=(--without-resources)
-    fi
-    expected=$(python3 -c 'import json,sys
-for l in open(sys.argv[1]):
-    if l.strip(): print(json.loads(l)[sys.argv[2]] or "")' "$file" "$field")
-    got=$(python3 -c 'import json,sys
-for l in open(sys.argv[1]):
-    if l.strip(): print(json.loads(l)["input_text"])' "$file" |
-      /usr/bin/inplaced hash --kubelet-version "$release" "${flag[@]}" 2>/dev/null || true)
-    [ "$got" = "$expected" ] || fail "installed inplaced: $field for $release differs from $file"
-    ok "installed inplaced: $field for $release equals $(grep -c . "$file") golden lines"
-  done
-done
+# debug build: the CLI's golden tests, run against /usr/bin/inplaced.
+if ! out=$(INPLACED_HASH_BIN=/usr/bin/inplaced cargo test --locked -q -p inplaced --test hash_cli 2>&1); then
+  echo "$out" >&2
+  fail "installed inplaced: tests/hash_cli.rs fails against it"
+fi
+ok "installed inplaced passes tests/hash_cli.rs (golden files of every era)"
 # shellcheck disable=SC1091
 ( set -a; . /etc/default/inplaced; /usr/bin/inplaced agent --print-config >/dev/null ) ||
   fail "the shipped /etc/default/inplaced does not load"
