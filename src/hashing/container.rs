@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use super::encode::{Encoder, frag};
 use super::json::{DResult, DecodeError, Parser, PathSeg, quantity_error, validate};
 use super::quantity::{self, go_trim_space};
-use super::schema::{self, Field, I32, I64, Kind, Schema};
+use super::schema::{Field, I32, I64, Kind, Schema};
 
 pub type Str<'a> = Cow<'a, [u8]>;
 
@@ -504,7 +504,7 @@ macro_rules! fields {
         { $( $json:literal $( since $since:literal )? : $kind:expr => $body:expr ),* $(,)? }
     ) => {
         const $schema: Schema = Schema::new(&[
-            $( Field { name: $json, since: 0 $( + $since )?, kind: $kind } ),*
+            $( Field::new($json, 0 $( + $since )?, $kind) ),*
         ]);
         #[allow(unused_variables)]
         fn $dispatch<$lt>($p: &mut Parser<$lt>, $t: &mut $T, field: usize, $ctx: &Ctx) -> DResult<()> {
@@ -1047,27 +1047,13 @@ pub fn decode_into<'a>(src: &'a [u8], ctx: &Ctx, c: &mut Container<'a>) -> DResu
     }
 }
 
-/// Era C: the container's name and image as [`decode`] would leave them, validating the rest of
-/// the document without building it ([`schema::check`] rejects exactly what [`decode`] rejects).
-/// On error, run [`decode`] for Go's error message.
-pub fn check_name_image(src: &[u8], minor: u32) -> DResult<(Str<'_>, Str<'_>)> {
+/// Era C: the container's name and image as [`decode`] would leave them, when Go accepts the
+/// container, read without building it ([`super::accept`]); `None` leaves the answer (and Go's
+/// error message) to [`decode`].
+pub fn accept_name_image(src: &[u8], minor: u32) -> Option<(Str<'_>, Str<'_>)> {
     const NAME: usize = CONTAINER.index_of("name");
     const IMAGE: usize = CONTAINER.index_of("image");
-    let mut p = Parser::new(src);
-    let (mut name, mut image) = (Str::default(), Str::default());
-    match p.peek_value()? {
-        b'{' => schema::check_fields(&mut p, &CONTAINER, minor, |p, field| match field {
-            NAME => dec_str(p, &mut name).map(|()| true),
-            IMAGE => dec_str(p, &mut image).map(|()| true),
-            _ => Ok(false),
-        })?,
-        b'n' => {
-            p.literal()?;
-        }
-        _ => return p.type_error("object (v1.Container)"),
-    }
-    p.finish()?;
-    Ok((name, image))
+    super::accept::name_image(src, &CONTAINER, NAME, IMAGE, minor)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -281,17 +281,6 @@ impl<'a> Parser<'a> {
         Ok(Some(t))
     }
 
-    /// [`Parser::next_key`] for keys whose text does not matter (still validated).
-    #[inline]
-    pub fn next_key_raw(&mut self, first: &mut bool) -> DResult<Option<()>> {
-        if !self.key_start(first)? {
-            return Ok(None);
-        }
-        self.scan_string()?;
-        self.colon()?;
-        Ok(Some(()))
-    }
-
     /// Moves past `,` to the opening quote of the next key; false (and consumed) at `}`.
     #[inline(always)]
     fn key_start(&mut self, first: &mut bool) -> DResult<bool> {

@@ -23,6 +23,7 @@
 //! - Releases 1.16–1.25 follow the same rules as 1.26 but are not covered by golden data
 //!   (unverified); releases newer than 1.37 are treated like 1.37.
 
+mod accept;
 pub mod cli;
 mod container;
 mod detect;
@@ -148,10 +149,10 @@ fn encode_era_c(
     version: &KubeletVersion,
 ) -> Result<(), HashError> {
     let ctx = ctx_for(version, false);
-    let (name, image) = match container::check_name_image(container_json, ctx.minor) {
-        Ok(name_image) => name_image,
-        // The full decoder rejects the same inputs and says why as Go would.
-        Err(_) => {
+    let (name, image) = match container::accept_name_image(container_json, ctx.minor) {
+        Some(name_image) => name_image,
+        // Rejected, or left to the decoder: it accepts or rejects as Go does and says why.
+        None => {
             let c = container::decode(container_json, &ctx)?;
             (c.name, c.image)
         }
