@@ -1,8 +1,8 @@
 //! The Go-faithful container decoder must never panic, whatever the bytes: every input is
 //! either hashed or rejected with an error, for every era. Also checks that accepting and
 //! rejecting do not depend on the Go escaping flavour, that `--explain` agrees with hashing, and
-//! that era C's validating walk accepts exactly what the full decoder (`validate_container`)
-//! accepts.
+//! that era C's hash (the accept-only reader, then the decoder for what it leaves) accepts exactly
+//! what the full decoder (`validate_container`) accepts.
 #![no_main]
 
 use inplaced::hashing::{

@@ -9,8 +9,9 @@
 //!   decoded the pod with its own Go structs*, so this module reproduces Go's decoding
 //!   ([`json`], [`container`]) and encoding ([`encode`], [`quantity`]) exactly, per release.
 //!   Era C (1.31+) hashes `{"image":..,"name":..}` but still rejects what Go's decoder rejects
-//!   anywhere in the container: it validates with a schema walk that builds nothing
-//!   ([`schema`]), and runs the decoder only to report an error.
+//!   anywhere in the container: an accept-only reader validates it against the schema without
+//!   building anything ([`accept`], [`schema`]), and the decoder runs only for what that reader
+//!   does not accept (to reject it with Go's reason, or accept what it left aside).
 //! - The digest is FNV-1a 32 over the go-spew dump of the JSON bytes ([`fnv`]), fed by the
 //!   encoder as it writes (no output buffer unless `--explain` wants the bytes).
 //! - Input Go would reject is an error here too ([`HashError`]).

@@ -76,8 +76,8 @@ pub const fn name_words(name: &[u8]) -> [u64; 2] {
 
 /// Slot of a key in [`Schema::word_slots`]: a multiplicative hash of its first word and length.
 #[inline(always)]
-const fn word_slot(words: [u64; 2], len: usize, mult: u64) -> usize {
-    ((words[0] ^ len as u64).wrapping_mul(mult) >> 57) as usize
+const fn word_slot(first_word: u64, len: usize, mult: u64) -> usize {
+    ((first_word ^ len as u64).wrapping_mul(mult) >> 57) as usize
 }
 
 #[derive(Debug)]
@@ -116,7 +116,7 @@ impl Schema {
             let mut ok = true;
             let mut i = 0;
             while ok && i < fields.len() {
-                let s = word_slot(fields[i].words, fields[i].name.len(), mult);
+                let s = word_slot(fields[i].words[0], fields[i].name.len(), mult);
                 ok = table[s] == 0;
                 table[s] = (i + 1) as u8;
                 i += 1;
@@ -147,7 +147,7 @@ impl Schema {
         rest: &[u8],
         minor: u32,
     ) -> Option<Option<usize>> {
-        let i = usize::from(self.word_slots[word_slot(words, len, self.word_mult)]);
+        let i = usize::from(self.word_slots[word_slot(words[0], len, self.word_mult)]);
         let f = self.fields.get(i.wrapping_sub(1))?;
         if f.words != words
             || f.name.len() != len
