@@ -4,7 +4,7 @@
 //!
 //! Decisions:
 //! - Accept-only. Every reason to give up (a syntax or type error, a key with escapes or
-//!   non-ASCII bytes, an unknown field nested deeper than [`SKIP_DEPTH`]) costs nothing on the
+//!   invalid UTF-8, an unknown field nested deeper than [`SKIP_DEPTH`]) costs nothing on the
 //!   usual path, and no error value is built or carried.
 //! - Words, not bytes: strings are scanned eight bytes at a time, and a key's first 16 bytes are
 //!   compared as two words with the field's name ([`Schema::lookup_words`]), so most keys are
@@ -14,21 +14,13 @@
 
 use std::borrow::Cow;
 
-use super::json::unquote;
+use super::json::{HIGHS, string_marks, unquote};
 use super::quantity;
 use super::schema::{Kind, Schema};
 
 /// Nesting allowed inside an unknown field before giving up (Go allows 10000 in all; the
 /// decoder handles deeper input).
 const SKIP_DEPTH: u32 = 64;
-
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGHS: u64 = 0x8080_8080_8080_8080;
-
-#[inline(always)]
-fn has_zero_byte(v: u64) -> u64 {
-    v.wrapping_sub(ONES) & !v & HIGHS
-}
 
 /// Eight bytes from `p`, little-endian; zero beyond the end.
 #[inline(always)]
@@ -65,17 +57,6 @@ fn ws(s: &[u8], mut p: usize) -> usize {
         p += 1;
     }
     p
-}
-
-/// The quote mask and the mask of every byte that ends a plain run (quote, backslash, control
-/// byte) of a word. The lowest flagged byte of either is exact.
-#[inline(always)]
-fn string_marks(w: u64) -> (u64, u64) {
-    let quote = has_zero_byte(w ^ (ONES * u64::from(b'"')));
-    let special = quote
-        | has_zero_byte(w ^ (ONES * u64::from(b'\\')))
-        | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS);
-    (quote, special)
 }
 
 /// True for quantities apimachinery accepts in their usual spelling, without parsing them: an

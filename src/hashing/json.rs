@@ -117,11 +117,23 @@ impl fmt::Display for DecodeError {
 pub type DResult<T> = Result<T, Box<DecodeError>>;
 
 const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGHS: u64 = 0x8080_8080_8080_8080;
+pub const HIGHS: u64 = 0x8080_8080_8080_8080;
 
 #[inline(always)]
 fn has_zero_byte(v: u64) -> u64 {
     v.wrapping_sub(ONES) & !v & HIGHS
+}
+
+/// The quote mask and the mask of every byte that ends a plain run of string text (quote,
+/// backslash, control byte) in eight bytes of input. The lowest flagged byte of either is exact
+/// (borrows only propagate upwards), so when it is in the quote mask it is the closing quote.
+#[inline(always)]
+pub fn string_marks(w: u64) -> (u64, u64) {
+    let quote = has_zero_byte(w ^ (ONES * u64::from(b'"')));
+    let special = quote
+        | has_zero_byte(w ^ (ONES * u64::from(b'\\')))
+        | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS);
+    (quote, special)
 }
 
 pub struct Parser<'a> {
@@ -445,16 +457,12 @@ impl<'a> Parser<'a> {
         let mut p = start;
         let mut high: u64 = 0;
         // Fast path, for strings without escapes: eight bytes at a time until the first quote,
-        // backslash or control byte. The lowest flagged byte of the masks is exact (borrows only
-        // propagate upwards), so when it is in the quote mask it is the closing quote.
+        // backslash or control byte.
         while let Some(chunk) = s.get(p..p + 8) {
             let mut w = [0u8; 8];
             w.copy_from_slice(chunk);
             let w = u64::from_le_bytes(w);
-            let quote = has_zero_byte(w ^ (ONES * u64::from(b'"')));
-            let special = quote
-                | has_zero_byte(w ^ (ONES * u64::from(b'\\')))
-                | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS);
+            let (quote, special) = string_marks(w);
             if special != 0 {
                 let first = special & special.wrapping_neg();
                 if first & quote == 0 {
@@ -487,9 +495,7 @@ impl<'a> Parser<'a> {
                 let mut w = [0u8; 8];
                 w.copy_from_slice(chunk);
                 let w = u64::from_le_bytes(w);
-                let special = has_zero_byte(w ^ (ONES * u64::from(b'"')))
-                    | has_zero_byte(w ^ (ONES * u64::from(b'\\')))
-                    | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS);
+                let special = string_marks(w).1;
                 if special != 0 {
                     let skip = (special.trailing_zeros() / 8) as usize;
                     high |= w & ((1u64 << (skip * 8)) - 1);
