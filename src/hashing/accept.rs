@@ -59,28 +59,6 @@ fn ws(s: &[u8], mut p: usize) -> usize {
     p
 }
 
-/// True for quantities apimachinery accepts in their usual spelling, without parsing them: an
-/// unsigned decimal of at most 15 digits (no leading zero) and at most 6 after a point, and one
-/// of the common suffixes. Anything else is parsed in full.
-fn plain_quantity(t: &[u8]) -> bool {
-    let whole = t.iter().take_while(|c| c.is_ascii_digit()).count();
-    if whole == 0 || whole > 15 || (whole > 1 && t.first() == Some(&b'0')) {
-        return false;
-    }
-    let mut rest = t.get(whole..).unwrap_or_default();
-    if let Some(fraction) = rest.strip_prefix(b".") {
-        let n = fraction.iter().take_while(|c| c.is_ascii_digit()).count();
-        if n == 0 || n > 6 {
-            return false;
-        }
-        rest = fraction.get(n..).unwrap_or_default();
-    }
-    matches!(
-        rest,
-        b"" | b"m" | b"k" | b"M" | b"G" | b"T" | b"P" | b"Ki" | b"Mi" | b"Gi" | b"Ti" | b"Pi"
-    )
-}
-
 /// A scanned string: where its closing quote is, and what it contains.
 struct Scanned {
     end: usize,
@@ -259,9 +237,7 @@ impl<'a> Walk<'a> {
                     b'f' => (self.s.get(p..self.literal(p, b"false")?)?, p + 5),
                     _ => return None,
                 };
-                if !plain_quantity(text) {
-                    quantity::validate(text).ok()?;
-                }
+                quantity::validate(text).ok()?;
                 Some(end)
             }
             (Kind::ResourceList, b'{') => self.members(p, |w, p| {
@@ -348,25 +324,27 @@ impl<'a> Walk<'a> {
     #[inline(always)]
     fn key(&self, p: usize, schema: &Schema) -> Option<(usize, Option<usize>)> {
         let s = self.s;
+        // The key's bytes below its closing quote, if the first mark of `w` is that quote.
+        let below_quote = |w: u64, special: u64, quote: u64| {
+            let first = special & special.wrapping_neg();
+            (first & quote != 0).then(|| {
+                (
+                    (first.trailing_zeros() / 8) as usize,
+                    w & ((first >> 7) - 1),
+                )
+            })
+        };
         let w0 = word(s, p + 1);
         let (q0, sp0) = string_marks(w0);
         let (end, words) = if sp0 != 0 {
-            let first = sp0 & sp0.wrapping_neg();
-            if first & q0 == 0 {
-                return None;
-            }
-            let n = (first.trailing_zeros() / 8) as usize;
-            (p + 1 + n, [w0 & ((first >> 7) - 1), 0])
+            let (n, w0) = below_quote(w0, sp0, q0)?;
+            (p + 1 + n, [w0, 0])
         } else {
             let w1 = word(s, p + 9);
             let (q1, sp1) = string_marks(w1);
             if sp1 != 0 {
-                let first = sp1 & sp1.wrapping_neg();
-                if first & q1 == 0 {
-                    return None;
-                }
-                let n = (first.trailing_zeros() / 8) as usize;
-                (p + 9 + n, [w0, w1 & ((first >> 7) - 1)])
+                let (n, w1) = below_quote(w1, sp1, q1)?;
+                (p + 9 + n, [w0, w1])
             } else {
                 let sc = self.string(p + 17)?;
                 if sc.escaped {
@@ -384,7 +362,7 @@ impl<'a> Walk<'a> {
             };
             match schema.lookup_words(words, len, rest, self.minor) {
                 Some(field) => field,
-                None => schema.lookup(self.s.get(p + 1..end)?, self.minor),
+                None => schema.lookup_folded(self.s.get(p + 1..end)?, self.minor),
             }
         } else {
             let key = self.s.get(p + 1..end)?;

@@ -416,7 +416,32 @@ pub(crate) fn json_text(s: &[u8]) -> Result<Option<String>, QuantityError> {
 
 /// Only checks that apimachinery would accept `s`.
 pub(crate) fn validate(s: &[u8]) -> Result<(), QuantityError> {
+    if plain_quantity(s) {
+        return Ok(());
+    }
     parse_inner(s).map(|_| ())
+}
+
+/// True for quantities apimachinery accepts in their usual spelling, known without parsing: an
+/// unsigned decimal of at most 15 digits (no leading zero) and at most 6 after a point, and one
+/// of the common suffixes. Anything else is parsed in full.
+fn plain_quantity(t: &[u8]) -> bool {
+    let whole = t.iter().take_while(|c| c.is_ascii_digit()).count();
+    if whole == 0 || whole > 15 || (whole > 1 && t.first() == Some(&b'0')) {
+        return false;
+    }
+    let mut rest = t.get(whole..).unwrap_or_default();
+    if let Some(fraction) = rest.strip_prefix(b".") {
+        let n = fraction.iter().take_while(|c| c.is_ascii_digit()).count();
+        if n == 0 || n > 6 {
+            return false;
+        }
+        rest = fraction.get(n..).unwrap_or_default();
+    }
+    matches!(
+        rest,
+        b"" | b"m" | b"k" | b"M" | b"G" | b"T" | b"P" | b"Ki" | b"Mi" | b"Gi" | b"Ti" | b"Pi"
+    )
 }
 
 /// The digits `num` followed by `denom` as one string (apimachinery's `shifted`).
@@ -1027,6 +1052,13 @@ mod proptests {
             // And what json.Marshal prints parses back to the same value too.
             let j = q.to_json_text().unwrap();
             prop_assert_eq!(exact(&Quantity::parse(j.as_bytes()).unwrap()), exact(&q));
+        }
+
+        /// Validating (with its shortcut for the usual spellings) accepts exactly what parsing
+        /// accepts.
+        #[test]
+        fn validate_agrees_with_parse(text in quantity_text()) {
+            prop_assert_eq!(validate(text.as_bytes()).is_ok(), Quantity::parse(text.as_bytes()).is_ok(), "{:?}", text);
         }
 
         /// Never panics on arbitrary bytes.

@@ -5,11 +5,10 @@
 //!
 //! Decisions:
 //! - Field lookup (Go: exact name first, then case-insensitive with Unicode simple folding) goes
-//!   through a small perfect hash on (length, first byte, last byte), built at compile time; a
-//!   collision is a compile error. Folding is the rare path and stays a linear scan.
-//! - A second perfect hash serves keys already read as words ([`Schema::lookup_words`]): a
-//!   multiplier found at compile time spreads each schema's (first word, length) pairs over the
-//!   slots, and the match is two word compares against the field's own copy of its name.
+//!   through a perfect hash on the key's first eight bytes and its length, with a multiplier
+//!   found at compile time; the match is two word compares against the field's own copy of its
+//!   name. A reader that already holds the key as words looks it up as they are
+//!   ([`Schema::lookup_words`]). Folding is the rare path and stays a linear scan.
 
 /// What JSON a field accepts (every kind also accepts `null`).
 #[derive(Debug)]
@@ -74,7 +73,34 @@ pub const fn name_words(name: &[u8]) -> [u64; 2] {
     w
 }
 
-/// Slot of a key in [`Schema::word_slots`]: a multiplicative hash of its first word and length.
+/// The first 16 bytes of a key as [`name_words`] gives them, read without a byte loop for keys
+/// of four bytes or more (overlapping reads agree on the bytes they share).
+#[inline(always)]
+fn key_words(key: &[u8]) -> [u64; 2] {
+    let up_to_8 = |s: &[u8]| -> u64 {
+        let n = s.len();
+        let le32 = |at: usize| {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&s[at..at + 4]);
+            u64::from(u32::from_le_bytes(w))
+        };
+        match n {
+            8.. => {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&s[..8]);
+                u64::from_le_bytes(w)
+            }
+            4..8 => le32(0) | (le32(n - 4) << (8 * (n - 4))),
+            _ => s
+                .iter()
+                .enumerate()
+                .fold(0, |w, (i, &b)| w | (u64::from(b) << (8 * i))),
+        }
+    };
+    [up_to_8(key), up_to_8(key.get(8..).unwrap_or_default())]
+}
+
+/// Slot of a key in [`Schema::slots`]: a multiplicative hash of its first word and length.
 #[inline(always)]
 const fn word_slot(first_word: u64, len: usize, mult: u64) -> usize {
     ((first_word ^ len as u64).wrapping_mul(mult) >> 57) as usize
@@ -83,35 +109,20 @@ const fn word_slot(first_word: u64, len: usize, mult: u64) -> usize {
 #[derive(Debug)]
 pub struct Schema {
     pub fields: &'static [Field],
-    /// Perfect hash slot → field index + 1 (0: empty).
+    /// [`word_slot`] → field index + 1 (0: empty).
     slots: [u8; SLOTS],
-    /// The same by [`word_slot`], with the multiplier found at compile time.
-    word_slots: [u8; SLOTS],
-    word_mult: u64,
+    /// The multiplier of [`word_slot`], found at compile time.
+    mult: u64,
 }
 
 const SLOTS: usize = 128;
 
-#[inline(always)]
-const fn slot(len: usize, first: u8, last: u8) -> usize {
-    (len.wrapping_mul(2) + (last as usize) * 21 + first as usize) % SLOTS
-}
-
 impl Schema {
     pub const fn new(fields: &'static [Field]) -> Schema {
-        let mut slots = [0u8; SLOTS];
-        let mut i = 0;
-        while i < fields.len() {
-            let n = fields[i].name.as_bytes();
-            let s = slot(n.len(), n[0], n[n.len() - 1]);
-            assert!(slots[s] == 0, "field lookup hash collision: change `slot`");
-            slots[s] = (i + 1) as u8;
-            i += 1;
-        }
         // The first odd multiplier of a fixed sequence under which no two fields share a slot.
         let mut mult: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut tries = 0;
-        let word_slots = loop {
+        let slots = loop {
             let mut table = [0u8; SLOTS];
             let mut ok = true;
             let mut i = 0;
@@ -131,14 +142,13 @@ impl Schema {
         Schema {
             fields,
             slots,
-            word_slots,
-            word_mult: mult,
+            mult,
         }
     }
 
     /// Exact-name lookup of a key given as [`name_words`], its length and `rest` (its bytes
     /// after the first 16): `None` when no field is named exactly so (the caller then tries
-    /// [`Schema::lookup`], which folds case), else what [`Schema::lookup`] would answer.
+    /// [`Schema::lookup_folded`]), else what [`Schema::lookup`] would answer.
     #[inline(always)]
     pub fn lookup_words(
         &self,
@@ -147,7 +157,7 @@ impl Schema {
         rest: &[u8],
         minor: u32,
     ) -> Option<Option<usize>> {
-        let i = usize::from(self.word_slots[word_slot(words[0], len, self.word_mult)]);
+        let i = usize::from(self.slots[word_slot(words[0], len, self.mult)]);
         let f = self.fields.get(i.wrapping_sub(1))?;
         if f.words != words
             || f.name.len() != len
@@ -186,20 +196,21 @@ impl Schema {
     /// The field a (decoded) object key selects in release `minor`, as Go's decoder picks it.
     #[inline]
     pub fn lookup(&self, key: &[u8], minor: u32) -> Option<usize> {
-        let (&first, &last) = (key.first()?, key.last()?);
-        let exact = match self.slots[slot(key.len(), first, last)] {
-            0 => None,
-            i => Some(usize::from(i) - 1)
-                .filter(|&i| same_bytes(self.fields[i].name.as_bytes(), key)),
-        };
-        let i = exact.or_else(|| self.fold_lookup(key))?;
+        let rest = key.get(16..).unwrap_or_default();
+        self.lookup_words(key_words(key), key.len(), rest, minor)
+            .unwrap_or_else(|| self.lookup_folded(key, minor))
+    }
+
+    /// [`Schema::lookup`] of a key no field is named exactly.
+    #[cold]
+    pub fn lookup_folded(&self, key: &[u8], minor: u32) -> Option<usize> {
+        let i = self.fold_lookup(key)?;
         (self.fields[i].since <= minor).then_some(i)
     }
 
     /// Case-insensitive match with Go's simple folding. Field names are ASCII letters, and the
     /// only non-ASCII runes that fold onto ASCII letters are U+017F (ſ, to s) and U+212A (Kelvin
     /// sign, to k).
-    #[cold]
     fn fold_lookup(&self, key: &[u8]) -> Option<usize> {
         let mut folded = [0u8; 48];
         let mut n = 0;
