@@ -222,6 +222,12 @@ pub(crate) async fn handle(
             if !decision.delay.is_zero() {
                 sleep(decision.delay).await;
                 entry.fault = Some(format!("delay {:?}", decision.delay));
+                // An outage that began during the delay drops this request too.
+                if state.faults.in_outage() {
+                    entry.fault = Some(format!("delay {:?}, then outage", decision.delay));
+                    state.audit.record(entry);
+                    return Err(io::Error::other("injected outage"));
+                }
             }
             if let Some(e) = &decision.respond {
                 entry.fault = Some(format!("respond {}", e.code));
@@ -578,9 +584,18 @@ fn watch(
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     match state.store.watch(def, from) {
         Ok(sub) => {
-            // Subscribed here, not when the task first runs: an outage or drop that begins
-            // between this answer and the task's first poll must still end the stream.
-            let signal = state.faults.subscribe();
+            // Subscribed here, and the signals seen taken here, not when the task first runs:
+            // a drop or outage that comes after `opened` wakes the task's loop however late it
+            // first runs. An outage that began before is seen by the check just after.
+            let mut signal = state.faults.subscribe();
+            let opened = *signal.borrow_and_update();
+            if state.faults.in_outage() {
+                // Cut like an open watch at an outage: the body fails, hyper drops the
+                // connection.
+                state.store.unwatch(def, sub.id);
+                let _ = tx.try_send(Err(io::Error::other("injected outage")));
+                return Ok(resp);
+            }
             let w = WatchTask {
                 store: state.store.clone(),
                 faults: state.faults.clone(),
@@ -593,7 +608,7 @@ fn watch(
                 decision,
                 tx,
             };
-            tokio::spawn(w.run(sub, signal));
+            tokio::spawn(w.run(sub, signal, opened));
         }
         // A too-old resourceVersion is reported in the stream, as the real server does.
         Err(e) if e.code == 410 => return Ok(error_event_stream(&e)),
@@ -632,14 +647,25 @@ enum Flow {
 }
 
 impl WatchTask {
-    async fn run(self, mut sub: Subscription, signal: watch::Receiver<WatchSignal>) {
+    async fn run(
+        self,
+        mut sub: Subscription,
+        signal: watch::Receiver<WatchSignal>,
+        opened: WatchSignal,
+    ) {
         let id = sub.id;
-        self.stream(&mut sub, signal).await;
+        self.stream(&mut sub, signal, opened).await;
         self.store.unwatch(&self.def, id);
     }
 
-    async fn stream(&self, sub: &mut Subscription, mut signal: watch::Receiver<WatchSignal>) {
-        let start = *signal.borrow_and_update();
+    /// `opened`: the fault signals when the watch was answered; `signal` has not seen any
+    /// change since, so every later drop or outage wakes the loop below.
+    async fn stream(
+        &self,
+        sub: &mut Subscription,
+        mut signal: watch::Receiver<WatchSignal>,
+        start: WatchSignal,
+    ) {
         let mut sent = 0usize;
         if self.decision.drop_after == Some(0) {
             return;

@@ -208,6 +208,62 @@ async fn outage_drops_connections_then_recovers() {
     assert!(!server.faults().in_outage());
 }
 
+/// A request that came before an outage but is still being handled when it begins (here held
+/// by a delay) is dropped too: a GET gets no answer, and a watch is not left open through the
+/// outage (it would see the pod created below).
+#[tokio::test]
+async fn requests_delayed_into_an_outage_are_dropped() {
+    let (server, api) = setup().await;
+    for verb in ["get", "watch"] {
+        server.faults().add(
+            Fault::delay(Duration::from_millis(400))
+                .on(RequestMatch::any().verb(verb))
+                .once(),
+        );
+    }
+    let rv = server.store().resource_version().to_string();
+    let get = tokio::spawn({
+        let api = api.clone();
+        async move { api.get("p").await }
+    });
+    let watch = tokio::spawn({
+        let api = api.clone();
+        async move {
+            let mut s = api.watch(&WatchParams::default(), &rv).await?.boxed();
+            s.try_next().await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    server.faults().outage(Duration::from_secs(3));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.store().create("pods", pod("q", "n")).unwrap();
+    match timeout(Duration::from_secs(5), get).await.unwrap().unwrap() {
+        Err(kube::Error::Api(s)) => panic!("expected a connection failure, got status {s:?}"),
+        Err(_) => {}
+        Ok(_) => panic!("a GET delayed into the outage was answered"),
+    }
+    match timeout(Duration::from_secs(5), watch)
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Err(_) | Ok(None) => {}
+        Ok(Some(event)) => panic!("a watch delayed into the outage stayed open: {event:?}"),
+    }
+    let dropped = server
+        .audit()
+        .resource_entries()
+        .iter()
+        .filter(|e| {
+            e.code == 0
+                && e.fault
+                    .as_deref()
+                    .is_some_and(|f| f.ends_with("then outage"))
+        })
+        .count();
+    assert_eq!(dropped, 2);
+}
+
 #[tokio::test]
 async fn faults_can_target_one_user() {
     let server = server_with(ServerConfig {
