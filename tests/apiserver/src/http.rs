@@ -774,3 +774,73 @@ impl WatchTask {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> State {
+        State {
+            store: Arc::new(Store::new(
+                crate::resources::resources_with(Default::default()),
+                1000,
+                false,
+            )),
+            faults: Arc::new(FaultController::default()),
+            audit: Arc::new(AuditLog::default()),
+            tokens: HashMap::new(),
+            bookmark_interval: Duration::from_secs(60),
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        }
+    }
+
+    /// Opens a pod watch as the handler does and returns its first body frame, if any comes
+    /// within a few seconds. `between` runs after the watch is answered and before its task is
+    /// first polled (this runtime has one thread, and the task runs at the first await).
+    async fn first_frame(
+        state: &State,
+        between: impl FnOnce(&State),
+    ) -> Option<Option<Result<Frame<Bytes>, io::Error>>> {
+        let def = state
+            .store
+            .defs()
+            .iter()
+            .find(|d| d.plural == "pods")
+            .cloned()
+            .expect("pods are served");
+        let resp = watch(
+            state,
+            &def,
+            &HashMap::new(),
+            Filter::default(),
+            Decision::default(),
+        )
+        .expect("the watch is answered");
+        between(state);
+        let mut body = resp.into_body();
+        tokio::time::timeout(Duration::from_secs(3), body.frame())
+            .await
+            .ok()
+    }
+
+    #[tokio::test]
+    async fn an_outage_before_the_watch_task_first_runs_cuts_it() {
+        let frame = first_frame(&state(), |s| s.faults.outage(Duration::from_secs(30))).await;
+        assert!(matches!(frame, Some(Some(Err(_)))), "{frame:?}");
+    }
+
+    /// An outage that began after the request's own outage check but before the watch
+    /// subscribed (here: before the handler reached `watch`).
+    #[tokio::test]
+    async fn an_outage_before_the_watch_subscribes_cuts_it() {
+        let state = state();
+        state.faults.outage(Duration::from_secs(30));
+        let frame = first_frame(&state, |_| {}).await;
+        assert!(matches!(frame, Some(Some(Err(_)))), "{frame:?}");
+    }
+
+    #[tokio::test]
+    async fn a_watch_without_an_outage_stays_open() {
+        assert!(first_frame(&state(), |_| {}).await.is_none());
+    }
+}
