@@ -203,9 +203,7 @@ pub(crate) async fn handle(
         fault: None,
     };
     if state.faults.in_outage() {
-        entry.fault = Some("outage".into());
-        state.audit.record(entry);
-        return Err(io::Error::other("injected outage"));
+        return Err(dropped_by_outage(&state, entry, "outage".into()));
     }
     let user = authenticate(&state, &req);
     info.user = user.as_ref().cloned().unwrap_or_default();
@@ -224,9 +222,8 @@ pub(crate) async fn handle(
                 entry.fault = Some(format!("delay {:?}", decision.delay));
                 // An outage that began during the delay drops this request too.
                 if state.faults.in_outage() {
-                    entry.fault = Some(format!("delay {:?}, then outage", decision.delay));
-                    state.audit.record(entry);
-                    return Err(io::Error::other("injected outage"));
+                    let fault = format!("delay {:?}, then outage", decision.delay);
+                    return Err(dropped_by_outage(&state, entry, fault));
                 }
             }
             if let Some(e) = &decision.respond {
@@ -251,6 +248,19 @@ pub(crate) async fn handle(
     entry.code = resp.status().as_u16();
     state.audit.record(entry);
     Ok(resp)
+}
+
+/// Records a request an outage drops (code 0) and gives the error that makes hyper drop its
+/// connection.
+fn dropped_by_outage(state: &State, mut entry: AuditEntry, fault: String) -> io::Error {
+    entry.fault = Some(fault);
+    state.audit.record(entry);
+    outage_error()
+}
+
+/// The error an outage ends a connection or a watch body with.
+fn outage_error() -> io::Error {
+    io::Error::other("injected outage")
 }
 
 /// Fill the authorization attributes and check the verb is allowed on the path.
@@ -593,7 +603,7 @@ fn watch(
                 // Cut like an open watch at an outage: the body fails, hyper drops the
                 // connection.
                 state.store.unwatch(def, sub.id);
-                let _ = tx.try_send(Err(io::Error::other("injected outage")));
+                let _ = tx.try_send(Err(outage_error()));
                 return Ok(resp);
             }
             let w = WatchTask {
@@ -703,7 +713,7 @@ impl WatchTask {
                         return;
                     }
                     if s.abort_epoch != start.abort_epoch {
-                        let _ = self.tx.send(Err(io::Error::other("injected outage"))).await;
+                        let _ = self.tx.send(Err(outage_error())).await;
                         return;
                     }
                 }
