@@ -124,6 +124,7 @@ func main() {
 	era := flag.String("era", "A", "A (1.16-1.30) or C (1.31+)")
 	seconds := flag.Float64("seconds", 3, "time per round")
 	rounds := flag.Int("rounds", 5, "rounds per workload")
+	dump := flag.String("dump", "", "write each input's tag and hashed JSON here (a JSON line each) and stop")
 	flag.Parse()
 	eraC := *era == "C"
 	text, err := os.ReadFile(*file)
@@ -168,6 +169,10 @@ func main() {
 			differ = append(differ, g.Tag)
 		}
 	}
+	if *dump != "" {
+		writeHashedJSON(*dump, text, eraC)
+		return
+	}
 	fmt.Printf("%s, GOMAXPROCS %d: %d of %d inputs hashed as the golden file says", runtime.Version(), runtime.GOMAXPROCS(0), matched, len(all))
 	if len(differ) > 0 {
 		fmt.Printf("; differ: %s", strings.Join(differ, " "))
@@ -195,5 +200,34 @@ func main() {
 		}
 		sort.Float64s(rates)
 		fmt.Printf("era %s, %s (%d): median %.0f hashes/s, best %.0f (%d rounds of %.0f s)\n", *era, w.label, w.count, rates[len(rates)/2], rates[len(rates)-1], *rounds, *seconds)
+	}
+}
+
+// writeHashedJSON writes, per golden input Go accepts, its tag and the JSON HashContainer
+// hashes, so that where this baseline differs from the golden file can be seen field by field.
+func writeHashedJSON(path string, text []byte, eraC bool) {
+	out, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	defer out.Close()
+	enc := json.NewEncoder(out)
+	for _, line := range strings.Split(string(text), "\n") {
+		var g golden
+		if strings.TrimSpace(line) == "" || json.Unmarshal([]byte(line), &g) != nil {
+			continue
+		}
+		var c Container
+		if json.Unmarshal([]byte(g.InputText), &c) != nil {
+			continue
+		}
+		var j []byte
+		if eraC {
+			j, _ = json.Marshal(map[string]string{"name": c.Name, "image": c.Image})
+		} else {
+			j, _ = json.Marshal(&c)
+		}
+		enc.Encode(map[string]string{"tag": g.Tag, "hashed_json": string(j)})
 	}
 }
