@@ -354,10 +354,14 @@ pub fn quota_to_milli_cpu(quota: i64, period: i64) -> i64 {
 }
 
 /// What kubelet passes to CRI for one container (`calculateLinuxResources`): shares from the
-/// request (from the limit when no request is set), quota from the limit (0 = none), the
-/// memory limit in bytes (0 = none).
+/// request (from the limit when the request is unset or zero, as kubelet checks `IsZero`),
+/// quota from the limit (0 = none), the memory limit in bytes (0 = none).
 pub fn cri_resources(r: &Resources) -> CriResources {
-    let share_basis = r.cpu_request.or(r.cpu_limit).unwrap_or(0);
+    let share_basis = r
+        .cpu_request
+        .filter(|&milli| milli != 0)
+        .or(r.cpu_limit)
+        .unwrap_or(0);
     CriResources {
         cpu_shares: milli_cpu_to_shares(share_basis),
         cpu_quota: milli_cpu_to_quota(r.cpu_limit.unwrap_or(0), QUOTA_PERIOD),
@@ -1133,6 +1137,14 @@ mod tests {
             cri_resources(&req_lim(("", ""), ("5m", ""))).cpu_quota,
             1000
         );
+        // A request of zero counts as none: shares from the limit (kubelet checks
+        // `cpuRequest.IsZero()`, not whether the request is set): 1 cpu → 1024 shares.
+        assert_eq!(
+            cri_resources(&req_lim(("0", ""), ("1", ""))).cpu_shares,
+            1024
+        );
+        // Zero both ways: the minimum shares.
+        assert_eq!(cri_resources(&req_lim(("0", ""), ("0", ""))).cpu_shares, 2);
     }
 
     #[test]
