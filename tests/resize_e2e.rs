@@ -263,6 +263,35 @@ async fn cri_actuator_grows_and_shrinks_a_two_container_pod() {
     node.stop().await;
 }
 
+/// A memory limit that is not a whole number of pages (100M = 100,000,000 bytes) is kept by
+/// the kernel rounded down to pages: 24,414 pages of 4 KiB = 99,999,744 bytes, in the
+/// container's cgroup and in the pod's (one container). The runtime reports the limit as asked.
+/// The resize succeeds: the rounding is the kernel's, not a failed write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cri_resize_to_a_limit_in_decimal_bytes_succeeds() {
+    let mut node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
+    let pod_name = unique("resize-decimal");
+    let pod = node
+        .run_pod(
+            &pod_name,
+            json!({"containers": [busybox("app", POLITE, resources("100m", "32Mi", "200m", "64Mi"))]}),
+        )
+        .await;
+    let app_id = container_id(&pod, "app");
+    let name = create_resize(
+        &node,
+        &pod_name,
+        json!([{"name": "app", "resources": resources("100m", "32Mi", "200m", "100M")}]),
+    )
+    .await;
+    let done = wait_final(&node, &name).await;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
+    assert_eq!(cgroup(&pod, Some("app")).memory, 99_999_744);
+    assert_eq!(cgroup(&pod, None).memory, 99_999_744);
+    assert_eq!(cri_linux(&app_id).await.2, 100_000_000);
+    node.stop().await;
+}
+
 /// Every refusal ends its request with a clear status and changes nothing: no
 /// UpdateContainerResources reaches the runtime and the cgroup files keep their values.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@
 use crate::cri::proto::LinuxContainerResources;
 use crate::cri::{CriClient, CriError};
 
-use super::cgroup::{CgroupError, CgroupValues, Cgroups};
+use super::cgroup::{CgroupError, CgroupValues, Cgroups, applied_memory_limit};
 use super::resources::{self, CriResources, PodCgroupConfig, QosClass, Resources};
 
 /// One container to resize: the runtime container and the resources it must end with.
@@ -320,11 +320,13 @@ fn mismatch(
     }
 }
 
+/// The kernel keeps memory limits in whole pages: a limit reads back rounded down.
 fn verify_pod(read: &CgroupValues, wanted: &PodCgroupConfig) -> Result<(), ResizeError> {
-    if read.memory_limit != wanted.memory_limit {
+    let memory_limit = wanted.memory_limit.map(applied_memory_limit);
+    if read.memory_limit != memory_limit {
         return Err(mismatch(
             "pod memory limit",
-            wanted.memory_limit,
+            memory_limit,
             read.memory_limit,
             "the pod cgroup",
         ));
@@ -367,7 +369,9 @@ async fn verify_container(
         ));
     }
     let files = cgroups.read_container(&c.cgroups_path)?;
-    let limit = (c.wanted.memory_limit_in_bytes > 0).then_some(c.wanted.memory_limit_in_bytes);
+    // Read back in whole pages, as the pod's (see `verify_pod`).
+    let limit = (c.wanted.memory_limit_in_bytes > 0)
+        .then(|| applied_memory_limit(c.wanted.memory_limit_in_bytes));
     if limit.is_some() && files.memory_limit != limit {
         return Err(mismatch(
             name,
@@ -397,6 +401,30 @@ async fn verify_container(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kernel keeps a memory limit in whole pages, so what reads back is the limit rounded
+    /// down: 100 MB (not a page multiple) reads back as 24,414 pages of 4 KiB.
+    #[test]
+    fn a_memory_limit_read_back_in_whole_pages_is_the_one_written() {
+        let wanted = PodCgroupConfig {
+            cpu_shares: 1024,
+            cpu_quota: Some(100_000),
+            cpu_period: 100_000,
+            memory_limit: Some(100_000_000),
+        };
+        let read = CgroupValues {
+            cpu_shares: Some(1024),
+            cpu_quota: Some(100_000),
+            cpu_period: Some(100_000),
+            memory_limit: Some(applied_memory_limit(100_000_000)),
+        };
+        verify_pod(&read, &wanted).expect("the kernel's rounding is no mismatch");
+        let other = CgroupValues {
+            memory_limit: Some(applied_memory_limit(200_000_000)),
+            ..read
+        };
+        assert!(verify_pod(&other, &wanted).is_err());
+    }
 
     #[test]
     fn a_container_restarting_meanwhile_is_tried_again_not_failed() {
