@@ -161,6 +161,7 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
     let mut wake = |after: Duration| requeue = Some(requeue.map_or(after, |r| r.min(after)));
     // orderedRecreate: only the first container not yet final may move.
     let mut earlier_unfinished = false;
+    let mut waiting_for_unready = false;
 
     for container in &spec.containers {
         let previous = previous.get(container.name.as_str());
@@ -281,7 +282,11 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
             states.push(state);
             continue;
         }
-        if let Some(grace) = strategy.unready_grace_period_seconds.filter(|g| *g > 0) {
+        // Any value, 0 included, means "mark the pod unready first" (kruise tests for nil). The
+        // manager marks it only once the request is Recreating, so the request must be
+        // Recreating while it waits.
+        if let Some(grace) = strategy.unready_grace_period_seconds {
+            waiting_for_unready = true;
             match request.unready_acquired_at() {
                 None => {
                     state.phase = ContainerPhase::Pending;
@@ -334,8 +339,9 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
         status.completion_time = Some(facts.now.to_string());
         status.message = any_failed.then(|| "a container failed to be recreated".to_string());
     } else {
-        let pending_only =
-            states.iter().all(|s| s.phase == ContainerPhase::Pending) && kills.is_empty();
+        let pending_only = states.iter().all(|s| s.phase == ContainerPhase::Pending)
+            && kills.is_empty()
+            && !waiting_for_unready;
         status.phase = if pending_only {
             CrrPhase::Pending
         } else {
@@ -678,6 +684,24 @@ mod tests {
             &[],
         );
         assert!(waiting.kills.is_empty());
+        // Recreating while it waits: kruise-manager marks the pod unready only then.
+        assert_eq!(waiting.status.phase, CrrPhase::Recreating);
+        assert_eq!(
+            waiting.status.container_recreate_states[0].phase,
+            ContainerPhase::Pending
+        );
+        // Zero still waits for the mark (kruise tests for nil, not for a positive value).
+        let zero = decide_with(
+            &crr(
+                one_container(json!({"unreadyGracePeriodSeconds": 0})),
+                json!({}),
+                json!({}),
+            ),
+            Some(&running),
+            &[],
+        );
+        assert!(zero.kills.is_empty());
+        assert_eq!(zero.status.phase, CrrPhase::Recreating);
         let acquired = json!({ANNOTATION_UNREADY_ACQUIRED: "2026-11-22T09:59:50Z"});
         let early = decide_with(
             &crr(one_container(strategy.clone()), json!({}), acquired),

@@ -12,8 +12,8 @@
 //!   not responded for a long time") — completion is phase Completed + completionTime + message,
 //!   the container states are left as they are (as kruise does); writes the
 //!   `sync-container-statuses` annotation while Recreating; the `unready-acquired` annotation and
-//!   finalizer when `unreadyGracePeriodSeconds` is set (the pod readiness gate kruise also flips is
-//!   not modelled); removes the `active` label and the finalizer once completed; deletes completed
+//!   finalizer when `unreadyGracePeriodSeconds` is set, also only while Recreating (the pod
+//!   readiness gate kruise also flips is not modelled); removes the `active` label and the finalizer once completed; deletes completed
 //!   CRRs after `ttlSecondsAfterFinished`.
 
 use std::time::{Duration, SystemTime};
@@ -432,6 +432,27 @@ async fn reconcile(
     if phase.is_empty() && age(&crr, now) >= config.response_timeout {
         return Ok(complete(MSG_NO_RESPONSE).await?);
     }
+    // Like kruise-manager, nothing more until the daemon has moved the request to Recreating:
+    // neither the status sync nor the unready acquisition (a daemon that waits for the
+    // acquisition before it moves to Recreating waits forever).
+    if phase != "Recreating" {
+        return Ok(());
+    }
+    if let Some(pod) = &pod {
+        let value = sync_container_statuses(&crr, pod);
+        if meta_str(&crr, "annotations", ANNOTATION_SYNC_STATUSES).as_deref()
+            != Some(value.as_str())
+        {
+            api.patch(
+                &name,
+                &pp,
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {ANNOTATION_SYNC_STATUSES: value}}}),
+                ),
+            )
+            .await?;
+        }
+    }
     if crr
         .pointer("/spec/strategy/unreadyGracePeriodSeconds")
         .is_some()
@@ -450,23 +471,6 @@ async fn reconcile(
             }})),
         )
         .await?;
-    }
-    if phase == "Recreating"
-        && let Some(pod) = &pod
-    {
-        let value = sync_container_statuses(&crr, pod);
-        if meta_str(&crr, "annotations", ANNOTATION_SYNC_STATUSES).as_deref()
-            != Some(value.as_str())
-        {
-            api.patch(
-                &name,
-                &pp,
-                &Patch::Merge(
-                    json!({"metadata": {"annotations": {ANNOTATION_SYNC_STATUSES: value}}}),
-                ),
-            )
-            .await?;
-        }
     }
     Ok(())
 }
