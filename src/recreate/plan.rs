@@ -177,9 +177,11 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
             continue;
         }
         let intent = facts.intents.get(container.name.as_str()).copied();
-        // Written only after a stop succeeded, so it means the kill really happened.
+        let in_flight = facts.in_flight.contains(&container.name);
+        // A kill this request recorded, not under way any more (it ended, or an agent restart
+        // abandoned it: see the resume below).
         let kill_confirmed = state.is_killed;
-        state.is_killed |= intent.is_some();
+        state.is_killed |= intent.is_some() && !in_flight;
         let blocked = strategy.ordered_recreate && earlier_unfinished;
         earlier_unfinished = true;
 
@@ -199,12 +201,20 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
         let restarted = (!context.container_id.is_empty()
             && runtime.container_id != context.container_id)
             || runtime.restart_count > context.restart_count;
-        let in_flight = facts.in_flight.contains(&container.name);
 
         // The container this request killed has been replaced.
         let killed_and_replaced = intent.is_some_and(|i| i.container_id != runtime.id);
+        // Still the container a recorded kill was aimed at (without the record, the journal
+        // gone: the one the request was made for). However `isKilled` reads, that one running
+        // means the kill is under way or was abandoned, never that it was recreated.
+        let still_the_killed_one = match intent {
+            Some(i) => i.container_id == runtime.id,
+            None => {
+                !context.container_id.is_empty() && runtime.container_id == context.container_id
+            }
+        };
         let recreated = if strategy.force_recreate {
-            kill_confirmed || killed_and_replaced
+            killed_and_replaced || (kill_confirmed && !still_the_killed_one)
         } else {
             restarted || killed_and_replaced
         };
@@ -587,6 +597,49 @@ mod tests {
         );
         let decision = decide_with(&killed, Some(&pod(&[("app", "new", true, 1)])), &[]);
         assert!(decision.kills.is_empty(), "isKilled: never twice");
+    }
+
+    /// forceRecreate with a slow stop: while the kill of the old container runs, and after an
+    /// agent restart left it abandoned, the old container (still running, ready in the pod's
+    /// status, started before the request) is not the recreated one, whatever `isKilled` says.
+    #[test]
+    fn force_recreate_is_not_done_while_the_killed_container_still_runs() {
+        let request = crr(
+            one_container(json!({"forceRecreate": true})),
+            json!({"phase": "Recreating", "containerRecreateStates": [{"name": "app", "phase": "Recreating", "isKilled": true}]}),
+            json!({}),
+        );
+        let mut old = pod(&[("app", "old", true, 0)]);
+        let app = old.containers.get_mut("app").unwrap();
+        app.started_at = Some("2026-11-22T09:58:30Z".parse().unwrap());
+        app.ready_in_pod_status = true;
+        let intent = KillIntent {
+            crr_uid: "crr-1".into(),
+            container: "app".into(),
+            container_id: "old".into(),
+            started_ms: now().as_millisecond() - 1000,
+            grace_ms: 30_000,
+        };
+        let stopping = decide_at(&request, &old, std::slice::from_ref(&intent), &["app"], 0);
+        assert!(stopping.kills.is_empty(), "one kill at a time");
+        assert_eq!(stopping.status.phase, CrrPhase::Recreating);
+        let state = &stopping.status.container_recreate_states[0];
+        assert_eq!(state.phase, ContainerPhase::Recreating);
+        // Abandoned (no kill under way) and past its grace: the kill is finished, not reported done.
+        let abandoned = decide_at(&request, &old, std::slice::from_ref(&intent), &[], 60);
+        assert_eq!(abandoned.status.phase, CrrPhase::Recreating);
+        assert_eq!(abandoned.kills.len(), 1);
+        assert!(abandoned.kills[0].resumed);
+        // Replaced by kubelet, and ready as the manager synced it: done.
+        let synced = crr(
+            one_container(json!({"forceRecreate": true})),
+            json!({"phase": "Recreating", "containerRecreateStates": [{"name": "app", "phase": "Recreating", "isKilled": true}]}),
+            json!({ANNOTATION_SYNC_CONTAINER_STATUSES:
+                   r#"[{"name":"app","ready":true,"restartCount":1,"containerID":"containerd://new"}]"#}),
+        );
+        let replaced = pod(&[("app", "new", true, 1)]);
+        let done = decide_at(&synced, &replaced, std::slice::from_ref(&intent), &[], 0);
+        assert_eq!(done.status.phase, CrrPhase::Completed, "{:?}", done.status);
     }
 
     #[test]
