@@ -320,6 +320,15 @@ fn validate(spec: CrrSpec) -> Result<CrrSpec, String> {
                 c.name
             ));
         }
+        if c.status_context
+            .as_ref()
+            .is_some_and(|s| s.restart_count < 0)
+        {
+            return Err(format!(
+                "container {:?} has a negative statusContext.restartCount",
+                c.name
+            ));
+        }
     }
     if let Some(strategy) = &spec.strategy {
         if strategy
@@ -431,6 +440,10 @@ mod tests {
             (
                 json!({"podName": "p", "containers": [{"name": "a"}], "strategy": {"failurePolicy": "Retry"}}),
                 "Retry",
+            ),
+            (
+                json!({"podName": "p", "containers": [{"name": "a", "statusContext": {"containerID": "containerd://x", "restartCount": -1}}]}),
+                "negative statusContext.restartCount",
             ),
             (json!({"podName": "p", "containers": "a"}), "invalid spec"),
             (

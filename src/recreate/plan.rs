@@ -127,13 +127,19 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
         }
         return unchanged(status);
     };
-    if let Some(wanted) = request.labels.get(LABEL_POD_UID)
-        && *wanted != pod.uid
-    {
-        status.message = Some(format!(
-            "pod {} has UID {}, the request was made for UID {wanted}: not acting",
-            spec.pod_name, pod.uid
-        ));
+    // Without the label (a request made past kruise's webhook) the pod it was made for is
+    // unknown: kruise-daemon then finds no container, and kills nothing.
+    let wanted = request.labels.get(LABEL_POD_UID);
+    if wanted != Some(&pod.uid) {
+        status.message = Some(match wanted {
+            Some(wanted) => format!(
+                "pod {} has UID {}, the request was made for UID {wanted}: not acting",
+                spec.pod_name, pod.uid
+            ),
+            None => format!(
+                "the request has no {LABEL_POD_UID} label, so the pod it was made for is unknown: not acting"
+            ),
+        });
         if status.phase == CrrPhase::None {
             status.phase = CrrPhase::Pending;
         }
@@ -198,9 +204,12 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
             continue;
         };
         let context = container.status_context.clone().unwrap_or_default();
-        let restarted = (!context.container_id.is_empty()
-            && runtime.container_id != context.container_id)
-            || runtime.restart_count > context.restart_count;
+        // Only a statusContext is evidence of a restart since the request. Without one (a
+        // request made past kruise's webhook, which fills it in) the container running now is
+        // the one to recreate, as kruise-daemon takes it.
+        let restarted = container.status_context.is_some()
+            && ((!context.container_id.is_empty() && runtime.container_id != context.container_id)
+                || runtime.restart_count > context.restart_count);
 
         // The container this request killed has been replaced.
         let killed_and_replaced = intent.is_some_and(|i| i.container_id != runtime.id);
@@ -640,6 +649,38 @@ mod tests {
         let replaced = pod(&[("app", "new", true, 1)]);
         let done = decide_at(&synced, &replaced, std::slice::from_ref(&intent), &[], 0);
         assert_eq!(done.status.phase, CrrPhase::Completed, "{:?}", done.status);
+    }
+
+    /// Past kruise's webhook: no pod-uid label means the pod is unknown (no kill); no
+    /// statusContext means the running container is the one to recreate, never that it was
+    /// recreated already because it restarted some time before.
+    #[test]
+    fn requests_made_past_the_webhook() {
+        let unlabelled = Crr::from_object(&json!({
+            "metadata": {"name": "r", "namespace": "ns", "uid": "crr-1", "creationTimestamp": "2026-11-22T09:59:00Z"},
+            "spec": one_container(json!({})), "status": {}
+        }))
+        .unwrap();
+        let decision = decide_with(&unlabelled, Some(&pod(&[("app", "old", true, 0)])), &[]);
+        assert!(decision.kills.is_empty());
+        assert!(decision.status.message.unwrap().contains("label"));
+
+        let no_context = crr(
+            json!({"podName": "p", "containers": [{"name": "app"}]}),
+            json!({}),
+            json!({}),
+        );
+        let mut restarted_before = pod(&[("app", "c2", true, 2)]);
+        let app = restarted_before.containers.get_mut("app").unwrap();
+        app.started_at = Some("2026-11-22T09:58:30Z".parse().unwrap());
+        app.ready_in_pod_status = true;
+        let decision = decide_with(&no_context, Some(&restarted_before), &[]);
+        assert_eq!(decision.kills.len(), 1, "{:?}", decision.status);
+        assert_eq!(decision.kills[0].container_id, "c2");
+        assert_eq!(
+            decision.status.container_recreate_states[0].phase,
+            ContainerPhase::Recreating
+        );
     }
 
     #[test]
