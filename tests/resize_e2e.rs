@@ -269,7 +269,7 @@ async fn cri_actuator_grows_and_shrinks_a_two_container_pod() {
 /// The resize succeeds: the rounding is the kernel's, not a failed write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cri_resize_to_a_limit_in_decimal_bytes_succeeds() {
-    let mut node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
+    let node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
     let pod_name = unique("resize-decimal");
     let pod = node
         .run_pod(
@@ -289,6 +289,50 @@ async fn cri_resize_to_a_limit_in_decimal_bytes_succeeds() {
     assert_eq!(cgroup(&pod, Some("app")).memory, 99_999_744);
     assert_eq!(cgroup(&pod, None).memory, 99_999_744);
     assert_eq!(cri_linux(&app_id).await.2, 100_000_000);
+    node.stop().await;
+}
+
+/// A sidecar (an init container with `restartPolicy: Always`) runs beside the app, so the pod
+/// cgroup holds its share too, before and after a resize of the app: side 50m/16Mi requests,
+/// 100m/32Mi limits; app 100m/32Mi, 200m/64Mi, grown to 200m/48Mi, 400m/96Mi. Pod cgroup
+/// before: 150m → 153 shares, 300m → quota 30000, 96Mi; after: 250m → 256 shares, 500m →
+/// quota 50000, 128Mi.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cri_resize_counts_a_sidecar_in_the_pod_cgroup() {
+    let node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
+    let pod_name = unique("resize-sidecar");
+    let mut side = busybox("side", POLITE, resources("50m", "16Mi", "100m", "32Mi"));
+    side["restartPolicy"] = json!("Always");
+    let pod = node
+        .run_pod(
+            &pod_name,
+            json!({"initContainers": [side],
+                   "containers": [busybox("app", POLITE, resources("100m", "32Mi", "200m", "64Mi"))]}),
+        )
+        .await;
+    let before = Limits {
+        shares: 153,
+        quota: 30_000,
+        memory: 96 * MI,
+    };
+    assert_eq!(cgroup(&pod, None), before);
+    let name = create_resize(
+        &node,
+        &pod_name,
+        json!([{"name": "app", "resources": resources("200m", "48Mi", "400m", "96Mi")}]),
+    )
+    .await;
+    let done = wait_final(&node, &name).await;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
+    assert_eq!(cgroup(&pod, Some("app")), GROWN_APP);
+    assert_eq!(
+        cgroup(&pod, None),
+        Limits {
+            shares: 256,
+            quota: 50_000,
+            memory: 128 * MI,
+        }
+    );
     node.stop().await;
 }
 

@@ -21,7 +21,7 @@ use super::cgroup::Cgroups;
 use super::request::{
     self, Actuator, ContainerPhase, ContainerResult, ResizePhase, ResizeRequest, ResizeStatus,
 };
-use super::resources::{self, Refusal, Resources};
+use super::resources::{self, InitContainer, Refusal, Resources};
 use super::through_cri::{self, ContainerTarget, PodTarget, ResizeError};
 use super::through_kubelet::{self, ActuatorSetting, KubeletResizeApi, Progress};
 use crate::cri::CriClient;
@@ -205,6 +205,34 @@ fn spec_resources(pod: &PodView) -> Vec<(String, Resources)> {
                 .resources
                 .unwrap_or_else(|| Value::Object(Default::default()));
             Some((c.name.clone(), Resources::from_requirements(&value).ok()?))
+        })
+        .collect()
+}
+
+/// The two fields of an init container spec the pod totals read.
+#[derive(serde::Deserialize)]
+struct InitSpec {
+    #[serde(default)]
+    resources: Option<Value>,
+    #[serde(default, rename = "restartPolicy")]
+    restart_policy: Option<String>,
+}
+
+/// A pod's init containers in order, sidecars marked: they count in the pod's totals, its QoS
+/// class and its cgroup, as kubelet counts them.
+fn init_containers(pod: &PodView) -> Vec<InitContainer> {
+    pod.containers
+        .iter()
+        .filter(|c| c.kind == crate::nodeview::ContainerKind::Init)
+        .filter_map(|c| {
+            let spec: InitSpec = pod.spec_of(c)?.decode().ok()?;
+            let value = spec
+                .resources
+                .unwrap_or_else(|| Value::Object(Default::default()));
+            Some(InitContainer {
+                resources: Resources::from_requirements(&value).ok()?,
+                sidecar: spec.restart_policy.as_deref() == Some("Always"),
+            })
         })
         .collect()
 }
@@ -506,9 +534,13 @@ impl Controller {
                 }
             };
             let allocatable = node_allocatable(view);
-            if let Err(refusal) =
-                resources::check_resize(&before, &after, &allocatable, &limit_ranges)
-            {
+            if let Err(refusal) = resources::check_resize_with_init(
+                &before,
+                &after,
+                &init_containers(pod),
+                &allocatable,
+                &limit_ranges,
+            ) {
                 let phase = match refusal {
                     Refusal::ExceedsAllocatable { .. } => ResizePhase::Infeasible,
                     _ => ResizePhase::Failed,
@@ -599,7 +631,7 @@ impl Controller {
         if self.pod_busy(group) {
             return;
         }
-        let this_pod = pod_requests(after);
+        let this_pod = pod_requests(after, &init_containers(pod));
         if !resources::fits_node(
             &other_pods_requests(view, pod),
             &this_pod,
@@ -893,10 +925,17 @@ fn pod_target(pod: &PodView, after: &[(String, Resources)], named: &[String]) ->
         });
     }
     let all: Vec<Resources> = after.iter().map(|(_, r)| *r).collect();
+    let init = init_containers(pod);
+    let every: Vec<Resources> = all
+        .iter()
+        .copied()
+        .chain(init.iter().map(|c| c.resources))
+        .collect();
     Some(PodTarget {
         containers,
-        qos: resources::qos_class(&all),
+        qos: resources::qos_class(&every),
         all,
+        init,
     })
 }
 
@@ -904,9 +943,9 @@ fn node_allocatable(view: &NodeView) -> Resources {
     view.node_allocatable.unwrap_or_default()
 }
 
-fn pod_requests(containers: &[(String, Resources)]) -> Resources {
+fn pod_requests(containers: &[(String, Resources)], init: &[InitContainer]) -> Resources {
     let app: Vec<Resources> = containers.iter().map(|(_, r)| *r).collect();
-    resources::pod_totals(&app, &[])
+    resources::pod_totals(&app, init)
 }
 
 /// The requests of the node's other pods that still hold resources, one total per pod.
@@ -914,6 +953,6 @@ fn other_pods_requests(view: &NodeView, pod: &PodView) -> Vec<Resources> {
     view.pods
         .iter()
         .filter(|p| p.uid != pod.uid && !p.terminating)
-        .map(|p| pod_requests(&spec_resources(p)))
+        .map(|p| pod_requests(&spec_resources(p), &init_containers(p)))
         .collect()
 }

@@ -8,8 +8,9 @@
 //! Decisions:
 //! - The cfs period is kubelet's default 100 ms (the `CPUCFSQuotaPeriod` gate is off by default)
 //!   and cfs quota enforcement is on (kubelet's `cpuCFSQuota` default).
-//! - Init containers are classic ones (run to completion before the app containers); sidecars
-//!   (`restartPolicy: Always` init containers) belong with the app containers here.
+//! - Init containers come in the pod's order as [`InitContainer`]s, sidecars (`restartPolicy:
+//!   Always`) marked: kubelet's pod totals add each sidecar to the app containers' sum and to
+//!   every classic init container after it.
 //! - Pod overhead and pod-level resources are not modelled.
 
 use std::fmt;
@@ -396,6 +397,14 @@ pub struct PodCgroupConfig {
     pub memory_limit: Option<i64>,
 }
 
+/// One of the pod's `initContainers`, in order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InitContainer {
+    pub resources: Resources,
+    /// A sidecar: `restartPolicy: Always`, running beside the app containers.
+    pub sidecar: bool,
+}
+
 /// [`pod_cgroup_config_with_init`] for a pod without init containers.
 pub fn pod_cgroup_config(containers: &[Resources], qos: QosClass) -> PodCgroupConfig {
     pod_cgroup_config_with_init(containers, &[], qos)
@@ -406,13 +415,13 @@ pub fn pod_cgroup_config(containers: &[Resources], qos: QosClass) -> PodCgroupCo
 /// BestEffort pods get the minimum shares and nothing else.
 pub fn pod_cgroup_config_with_init(
     app: &[Resources],
-    init: &[Resources],
+    init: &[InitContainer],
     qos: QosClass,
 ) -> PodCgroupConfig {
     let totals = pod_totals(app, init);
     let every = |field: fn(&Resources) -> Option<i64>| {
         app.iter()
-            .chain(init)
+            .chain(init.iter().map(|c| &c.resources))
             .all(|c| field(c).is_some_and(|v| v > 0))
     };
     let quota = || milli_cpu_to_quota(totals.cpu_limit.unwrap_or(0), QUOTA_PERIOD);
@@ -436,17 +445,30 @@ pub fn pod_cgroup_config_with_init(
 }
 
 /// The pod's effective requests and limits (`PodRequests` / `PodLimits`): the sum over the app
-/// containers, raised to the largest init container where that is bigger. A value is `None`
+/// containers and the sidecars, raised to what any classic init container needs while it runs
+/// (its own value plus the sidecars started before it) where that is bigger. A value is `None`
 /// when no container sets it.
-pub fn pod_totals(app: &[Resources], init: &[Resources]) -> Resources {
+pub fn pod_totals(app: &[Resources], init: &[InitContainer]) -> Resources {
     let total = |field: fn(&Resources) -> Option<i64>| {
-        let sum = app
-            .iter()
-            .filter_map(field)
-            .map(i128::from)
-            .reduce(|a, b| a + b);
-        let max_init = init.iter().filter_map(field).map(i128::from).max();
-        let effective = match (sum, max_init) {
+        let add = |a: Option<i128>, b: Option<i64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a + i128::from(b)),
+            (a, b) => a.or(b.map(i128::from)),
+        };
+        let mut sum = app.iter().map(field).fold(None, add);
+        let mut sidecars: Option<i128> = None;
+        let mut while_init: Option<i128> = None;
+        for c in init {
+            let own = field(&c.resources);
+            let running = if c.sidecar {
+                sum = add(sum, own);
+                sidecars = add(sidecars, own);
+                sidecars
+            } else {
+                add(sidecars, own)
+            };
+            while_init = while_init.max(running);
+        }
+        let effective = match (sum, while_init) {
             (Some(s), Some(m)) => Some(s.max(m)),
             (s, m) => s.or(m),
         };
@@ -519,7 +541,7 @@ pub fn check_resize(
 pub fn check_resize_with_init(
     old: &[(String, Resources)],
     new: &[(String, Resources)],
-    init: &[Resources],
+    init: &[InitContainer],
     allocatable: &Resources,
     limit_ranges: &[Value],
 ) -> Result<(), Refusal> {
@@ -557,7 +579,7 @@ pub fn check_resize_with_init(
         containers
             .iter()
             .map(|(_, r)| *r)
-            .chain(init.iter().copied())
+            .chain(init.iter().map(|c| c.resources))
             .collect()
     };
     let from = qos_class(&with_init(old));
@@ -1241,6 +1263,7 @@ mod tests {
         for (name, app, init, want) in cases {
             let all: Vec<Resources> = app.iter().chain(&init).copied().collect();
             let qos = qos_class(&all);
+            let init: Vec<InitContainer> = init.into_iter().map(classic).collect();
             assert_eq!(
                 pod_cgroup_config_with_init(&app, &init, qos),
                 want,
@@ -1259,12 +1282,64 @@ mod tests {
             res(Some(100), None, Some(MI), None),
             res(Some(200), None, None, None),
         ];
-        let init = [res(Some(500), None, Some(MI / 2), None)];
+        let init = [classic(res(Some(500), None, Some(MI / 2), None))];
         assert_eq!(
             pod_totals(&app, &init),
             res(Some(500), None, Some(MI), None)
         );
         assert_eq!(pod_totals(&app, &[]), res(Some(300), None, Some(MI), None));
+    }
+
+    fn classic(resources: Resources) -> InitContainer {
+        InitContainer {
+            resources,
+            sidecar: false,
+        }
+    }
+
+    fn sidecar(resources: Resources) -> InitContainer {
+        InitContainer {
+            resources,
+            sidecar: true,
+        }
+    }
+
+    /// kubelet's sidecar arithmetic (`AggregateContainerRequests` / `Limits`), worked by hand:
+    /// sidecars add to the app containers' sum, and a classic init container needs its own
+    /// value plus the sidecars started before it.
+    #[test]
+    fn pod_totals_count_sidecars_beside_the_app_containers() {
+        let app = [res(Some(500), Some(500), Some(256 * MI), Some(256 * MI))];
+        let side = res(Some(100), Some(100), Some(128 * MI), Some(128 * MI));
+        // App 500m/256Mi + sidecar 100m/128Mi = 600m/384Mi.
+        assert_eq!(
+            pod_totals(&app, &[sidecar(side)]),
+            res(Some(600), Some(600), Some(384 * MI), Some(384 * MI))
+        );
+        // A classic init container of 550m/300Mi after the sidecar needs 650m/428Mi while it
+        // runs (550 + 100, 300 + 128), more than the 600m/384Mi after it.
+        let big_init = res(Some(550), Some(550), Some(300 * MI), Some(300 * MI));
+        assert_eq!(
+            pod_totals(&app, &[sidecar(side), classic(big_init)]),
+            res(Some(650), Some(650), Some(428 * MI), Some(428 * MI))
+        );
+        // The same init container before the sidecar runs alone: 550m/300Mi, below 600m/384Mi.
+        assert_eq!(
+            pod_totals(&app, &[classic(big_init), sidecar(side)]),
+            res(Some(600), Some(600), Some(384 * MI), Some(384 * MI))
+        );
+        // The pod cgroup of the Guaranteed app + sidecar pod: quota 60000, 384Mi, 614 shares.
+        let all = [app[0], side];
+        let config = pod_cgroup_config_with_init(&app, &[sidecar(side)], qos_class(&all));
+        assert_eq!(
+            config,
+            PodCgroupConfig {
+                cpu_shares: 614,
+                cpu_quota: Some(60_000),
+                cpu_period: 100_000,
+                memory_limit: Some(384 * MI),
+            }
+        );
     }
 
     fn pod(containers: &[(&str, Resources)]) -> Vec<(String, Resources)> {
@@ -1298,7 +1373,7 @@ mod tests {
         // Burstable, so app containers reaching requests == limits change nothing.
         let old = pod(&[("app", req_lim(("100m", "100Mi"), ("200m", "100Mi")))]);
         let new = pod(&[("app", req_lim(("200m", "100Mi"), ("200m", "100Mi")))]);
-        let init = [req_lim(("100m", ""), ("", ""))];
+        let init = [classic(req_lim(("100m", ""), ("", "")))];
         assert!(check_resize_with_init(&old, &new, &init, &Resources::default(), &[]).is_ok());
         assert_eq!(
             check_resize(&old, &new, &Resources::default(), &[]),

@@ -8,7 +8,7 @@ use crate::cri::proto::LinuxContainerResources;
 use crate::cri::{CriClient, CriError};
 
 use super::cgroup::{CgroupError, CgroupValues, Cgroups, applied_memory_limit};
-use super::resources::{self, CriResources, PodCgroupConfig, QosClass, Resources};
+use super::resources::{self, CriResources, InitContainer, PodCgroupConfig, QosClass, Resources};
 
 /// One container to resize: the runtime container and the resources it must end with.
 #[derive(Clone, Debug)]
@@ -24,9 +24,11 @@ pub struct ContainerTarget {
 pub struct PodTarget {
     /// The containers to change.
     pub containers: Vec<ContainerTarget>,
-    /// Every container of the pod with the resources it will have (the resized ones with their
-    /// targets): the pod cgroup is sized from all of them.
+    /// Every app container of the pod with the resources it will have (the resized ones with
+    /// their targets): the pod cgroup is sized from all of them and the init containers.
     pub all: Vec<Resources>,
+    pub init: Vec<InitContainer>,
+    /// Over the app and the init containers.
     pub qos: QosClass,
 }
 
@@ -145,7 +147,7 @@ async fn apply_once(
         return Ok(Vec::new());
     };
     let pod_now = cgroups.read_pod(&parent)?;
-    let pod_new = resources::pod_cgroup_config(&pod.all, pod.qos);
+    let pod_new = resources::pod_cgroup_config_with_init(&pod.all, &pod.init, pod.qos);
 
     // Every memory limit that goes down is checked against the usage before anything changes,
     // so a refusal leaves the pod as it was.

@@ -4,9 +4,9 @@
 //! the containers; container decreases before increases), and what the pod status reports.
 //!
 //! Simplified: only regular containers are resized (sidecars and init containers keep their
-//! admitted resources); feasibility counts the sum of the regular containers' requests (no
-//! overhead, no init-container maximum, no pod count); a resize restarts nothing, whatever
-//! `resizePolicy` says; no resize events.
+//! admitted resources, and the pod cgroup counts them as at creation); feasibility counts the
+//! sum of the regular containers' requests (no overhead, no init-container maximum, no pod
+//! count); a resize restarts nothing, whatever `resizePolicy` says; no resize events.
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -186,8 +186,11 @@ pub fn linux_resources(c: &Value, qos: Qos, node_memory: i64) -> LinuxContainerR
     }
 }
 
-/// What the pod cgroup gets: shares from the sum of requests, quota and memory limit only
-/// when every container has that limit (pkg/kubelet/cm/helpers_linux.go).
+/// What the pod cgroup gets: shares from the pod's requests, quota and memory limit from its
+/// limits only when every container, init ones included, has that limit
+/// (pkg/kubelet/cm/helpers_linux.go). The pod's value of a resource is kubelet's aggregate:
+/// the app containers and sidecars summed, or what a classic init container needs while it
+/// runs (its own value and the sidecars started before it) where that is more.
 pub struct PodCgroupLimits {
     pub cpu_shares: i64,
     pub cpu_quota: Option<i64>,
@@ -195,21 +198,45 @@ pub struct PodCgroupLimits {
 }
 
 pub fn pod_cgroup_limits(pod: &Value) -> PodCgroupLimits {
-    let cs = containers(pod, "containers");
-    let mut cpu_req = 0;
-    let mut cpu_lim = Some(0);
-    let mut mem_lim = Some(0);
-    for c in &cs {
-        cpu_req += request(c, "cpu").and_then(|q| milli(&q)).unwrap_or(0);
-        let cl = resource(c, "limits", "cpu").and_then(|q| milli(&q));
-        cpu_lim = cpu_lim.zip(cl).map(|(a, b)| a + b);
-        let ml = resource(c, "limits", "memory").and_then(|q| bytes(&q));
-        mem_lim = mem_lim.zip(ml).map(|(a, b)| a + b);
-    }
+    let app = containers(pod, "containers");
+    let init = containers(pod, "initContainers");
+    let aggregate = |value: &dyn Fn(&Value) -> i64| {
+        let mut sum: i64 = app.iter().map(value).sum();
+        let (mut sidecars, mut while_init) = (0, 0);
+        for c in &init {
+            let running = if c["restartPolicy"] == "Always" {
+                sum += value(c);
+                sidecars += value(c);
+                sidecars
+            } else {
+                value(c) + sidecars
+            };
+            while_init = while_init.max(running);
+        }
+        sum.max(while_init)
+    };
+    let every_has = |name: &str| {
+        !app.is_empty()
+            && app
+                .iter()
+                .chain(&init)
+                .all(|c| resource(c, "limits", name).is_some())
+    };
+    let cpu_req = aggregate(&|c| request(c, "cpu").and_then(|q| milli(&q)).unwrap_or(0));
+    let cpu_lim = aggregate(&|c| {
+        resource(c, "limits", "cpu")
+            .and_then(|q| milli(&q))
+            .unwrap_or(0)
+    });
+    let mem_lim = aggregate(&|c| {
+        resource(c, "limits", "memory")
+            .and_then(|q| bytes(&q))
+            .unwrap_or(0)
+    });
     PodCgroupLimits {
         cpu_shares: milli_cpu_to_shares(cpu_req),
-        cpu_quota: cpu_lim.filter(|_| !cs.is_empty()).map(milli_cpu_to_quota),
-        memory_limit: mem_lim.filter(|m| *m > 0 && !cs.is_empty()),
+        cpu_quota: every_has("cpu").then(|| milli_cpu_to_quota(cpu_lim)),
+        memory_limit: (every_has("memory") && mem_lim > 0).then_some(mem_lim),
     }
 }
 
