@@ -427,7 +427,7 @@ impl Controller {
         // A stale view must never direct a kill at a replaced container.
         match self
             .cri
-            .still_running(&r.id, &pod.runtime_uid, &container.name)
+            .still_running(&r.id, pod.runtime_labels(), &container.name)
             .await
         {
             Ok(true) => {}

@@ -61,6 +61,15 @@ enum Idempotent {
     No,
 }
 
+/// The pod a container must belong to, as kubelet labels its containers.
+#[derive(Clone, Copy, Debug)]
+pub struct PodLabels<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// The runtime UID (a static pod's own, not its mirror's).
+    pub uid: &'a str,
+}
+
 /// A CRI v1 client. Cheap to clone; clones share the connection.
 #[derive(Clone)]
 pub struct CriClient {
@@ -306,8 +315,8 @@ impl CriClient {
         .await
     }
 
-    /// Whether the container `id` runs now as `container` of the pod with runtime UID
-    /// `pod_uid`. Asked of the runtime: callers check their target with it right before a
+    /// Whether the container `id` runs now as `container` of the pod `namespace`/`pod_name`
+    /// with runtime UID `pod_uid` (all three as kubelet labels them). Asked of the runtime: callers check their target with it right before a
     /// kill, so a stale view never directs one (a replaced container has exited first: kubelet
     /// starts a container's successor only after it ended). `ContainerStatus` looks up one
     /// container; a filtered `ListContainers` would make the runtime build every container's
@@ -315,7 +324,7 @@ impl CriClient {
     pub async fn still_running(
         &self,
         id: &str,
-        pod_uid: &str,
+        pod: PodLabels<'_>,
         container: &str,
     ) -> Result<bool, CriError> {
         let status = match self.container_status(id, false).await {
@@ -324,8 +333,11 @@ impl CriClient {
             Err(err) => return Err(err),
         };
         Ok(status.is_some_and(|s| {
+            let label = |key: &str| s.labels.get(key).map(String::as_str);
             s.state == ContainerState::ContainerRunning as i32
-                && s.labels.get(super::labels::POD_UID).map(String::as_str) == Some(pod_uid)
+                && label(super::labels::POD_UID) == Some(pod.uid)
+                && label(super::labels::POD_NAMESPACE) == Some(pod.namespace)
+                && label(super::labels::POD_NAME) == Some(pod.name)
                 && s.labels
                     .get(super::labels::CONTAINER_NAME)
                     .map(String::as_str)

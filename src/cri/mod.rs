@@ -7,7 +7,7 @@ mod client;
 mod endpoint;
 pub mod labels;
 
-pub use client::{CriClient, CriConfig, RuntimeInfo};
+pub use client::{CriClient, CriConfig, PodLabels, RuntimeInfo};
 pub use endpoint::{CriEndpoint, DISCOVERY_ORDER};
 
 /// Generated CRI v1 protocol types and gRPC stubs (`runtime.v1`).

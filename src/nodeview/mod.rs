@@ -121,6 +121,15 @@ impl PodView {
     }
 
     /// The pod as events refer to it.
+    /// The labels kubelet gives this pod's containers, to check a container against.
+    pub fn runtime_labels(&self) -> crate::cri::PodLabels<'_> {
+        crate::cri::PodLabels {
+            namespace: &self.namespace,
+            name: &self.name,
+            uid: &self.runtime_uid,
+        }
+    }
+
     pub fn event_ref(&self) -> crate::kube::events::PodRef {
         crate::kube::events::PodRef {
             namespace: self.namespace.clone(),
@@ -227,13 +236,40 @@ pub fn join(
                     .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
                     .is_some_and(|source| source != "api");
             matched_uids.insert(runtime_uid.clone());
+            let (namespace, name) = (
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default(),
+            );
+            // A mirror pod's runtime UID comes from its annotation, which whoever creates a
+            // pod may set: its runtime objects must also carry its namespace and name, as the
+            // static pod's do, or any pod could claim another's containers.
+            let ours = |ns: Option<&str>, n: Option<&str>| {
+                mirror_uid.is_none() || (ns == Some(namespace) && n == Some(name))
+            };
             let sandbox = sandboxes_by_uid
                 .get(runtime_uid.as_str())
-                .and_then(|list| list.iter().max_by_key(|s| s.created_at));
-            let runtime_containers = containers_by_uid
+                .into_iter()
+                .flatten()
+                .filter(|s| {
+                    let meta = s.metadata.as_ref();
+                    ours(
+                        meta.map(|m| m.namespace.as_str()),
+                        meta.map(|m| m.name.as_str()),
+                    )
+                })
+                .max_by_key(|s| s.created_at);
+            let runtime_containers: Vec<&Container> = containers_by_uid
                 .get(runtime_uid.as_str())
-                .map(Vec::as_slice)
-                .unwrap_or_default();
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|c| {
+                    ours(
+                        c.labels.get(labels::POD_NAMESPACE).map(String::as_str),
+                        c.labels.get(labels::POD_NAME).map(String::as_str),
+                    )
+                })
+                .collect();
             PodView {
                 namespace: meta.namespace.clone().unwrap_or_default(),
                 name: meta.name.clone().unwrap_or_default(),
@@ -246,7 +282,7 @@ pub fn join(
                 sandbox_ready: sandbox
                     .is_some_and(|s| s.state == PodSandboxState::SandboxReady as i32),
                 ready_since: ready_since(pod),
-                containers: container_views(pod, runtime_containers, snapshot),
+                containers: container_views(pod, &runtime_containers, snapshot),
                 api_pod: Some(shared.clone()),
             }
         })
@@ -374,5 +410,85 @@ fn runtime_container(
             .map(|i| i.image.clone())
             .unwrap_or_default(),
         times,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::cri::proto::{ContainerMetadata, PodSandboxMetadata};
+
+    fn pod(namespace: &str, name: &str, uid: &str, mirror_of: Option<&str>) -> Arc<CachedPod> {
+        let annotations = match mirror_of {
+            Some(runtime_uid) => serde_json::json!({MIRROR_ANNOTATION: runtime_uid}),
+            None => serde_json::json!({}),
+        };
+        let pod = serde_json::json!({
+            "metadata": {"namespace": namespace, "name": name, "uid": uid, "annotations": annotations},
+            "spec": {"nodeName": "n", "containers": [{"name": "app", "image": "i"}]},
+        });
+        Arc::new(serde_json::from_value(pod).expect("a pod"))
+    }
+
+    /// A running `app` container and its sandbox, labelled as kubelet labels them.
+    fn runtime_of(namespace: &str, name: &str, uid: &str, id: &str) -> (PodSandbox, Container) {
+        let pod_labels = [
+            (labels::POD_UID.to_owned(), uid.to_owned()),
+            (labels::POD_NAMESPACE.to_owned(), namespace.to_owned()),
+            (labels::POD_NAME.to_owned(), name.to_owned()),
+        ];
+        let sandbox = PodSandbox {
+            id: format!("sandbox-{id}"),
+            created_at: 1,
+            metadata: Some(PodSandboxMetadata {
+                name: name.into(),
+                uid: uid.into(),
+                namespace: namespace.into(),
+                attempt: 0,
+            }),
+            labels: pod_labels.clone().into(),
+            ..Default::default()
+        };
+        let mut container_labels: HashMap<String, String> = pod_labels.into();
+        container_labels.insert(labels::CONTAINER_NAME.into(), "app".into());
+        let container = Container {
+            id: id.into(),
+            pod_sandbox_id: sandbox.id.clone(),
+            created_at: 2,
+            metadata: Some(ContainerMetadata {
+                name: "app".into(),
+                attempt: 0,
+            }),
+            labels: container_labels,
+            ..Default::default()
+        };
+        (sandbox, container)
+    }
+
+    fn app_runtime_id(view: &NodeView, name: &str) -> Option<String> {
+        let pod = view.pods.iter().find(|p| p.name == name)?;
+        let app = pod.containers.iter().find(|c| c.name == "app")?;
+        app.runtime.as_ref().map(|r| r.id.clone())
+    }
+
+    /// A real mirror pod has its static pod's namespace and name, so it gets the static pod's
+    /// containers; a pod elsewhere whose mirror annotation names that UID gets nothing.
+    #[test]
+    fn a_mirror_annotation_claims_only_the_containers_of_its_own_pod() {
+        let (sandbox, container) = runtime_of("kube-system", "etcd-n", "static-hash", "c1");
+        let snapshot = RuntimeSnapshot {
+            sandboxes: vec![Arc::new(sandbox)],
+            containers: vec![Arc::new(container)],
+            ..Default::default()
+        };
+        let mirror = pod("kube-system", "etcd-n", "api-uid-1", Some("static-hash"));
+        let impostor = pod("team-a", "x", "api-uid-2", Some("static-hash"));
+        let view = join("n", &[mirror, impostor], &snapshot);
+        assert_eq!(app_runtime_id(&view, "etcd-n").as_deref(), Some("c1"));
+        assert_eq!(app_runtime_id(&view, "x"), None);
+        let impostor_view = view.pods.iter().find(|p| p.name == "x").expect("listed");
+        assert_eq!(impostor_view.sandbox_id, None);
     }
 }

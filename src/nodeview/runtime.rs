@@ -250,7 +250,12 @@ runtime_object!(Container => trim_container, PodSandbox => trim_sandbox);
 fn trim_container(container: &mut Container) {
     retain_keys(
         &mut container.labels,
-        &[labels::POD_UID, labels::CONTAINER_NAME],
+        &[
+            labels::POD_UID,
+            labels::POD_NAMESPACE,
+            labels::POD_NAME,
+            labels::CONTAINER_NAME,
+        ],
     );
     retain_keys(
         &mut container.annotations,
@@ -342,6 +347,7 @@ mod tests {
                 (labels::POD_UID.to_owned(), uid.to_owned()),
                 (labels::CONTAINER_NAME.to_owned(), "app".to_owned()),
                 (labels::POD_NAME.to_owned(), "p".to_owned()),
+                ("app.kubernetes.io/name".to_owned(), "web".to_owned()),
             ]
             .into(),
             annotations: [
@@ -362,7 +368,8 @@ mod tests {
         // A garbage answer (labels and times mangled) is cached as listed, trimmed...
         let garbage = relisted(&mut cache, vec![container("a", "garbage", -1)]);
         assert_eq!(garbage[0].labels.get(labels::POD_UID).unwrap(), "garbage");
-        assert!(!garbage[0].labels.contains_key(labels::POD_NAME));
+        assert!(!garbage[0].labels.contains_key("app.kubernetes.io/name"));
+        assert_eq!(garbage[0].labels.get(labels::POD_NAME).unwrap(), "p");
         assert!(
             !garbage[0]
                 .annotations

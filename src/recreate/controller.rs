@@ -388,7 +388,7 @@ impl Controller {
         let confirming = std::time::Instant::now();
         match self
             .cri
-            .still_running(&order.container_id, &pod.runtime_uid, &order.container)
+            .still_running(&order.container_id, pod.runtime_labels(), &order.container)
             .await
         {
             Ok(true) => {}
