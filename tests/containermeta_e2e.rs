@@ -489,3 +489,35 @@ async fn a_terminating_pod_is_left_alone() {
     }));
     node.stop().await;
 }
+
+/// kubelet would not start a stopped container of a `restartPolicy: Never` pod again: a change
+/// of the metadata its env comes from must not stop it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_kubelet_would_not_restart_is_left_alone() {
+    let mut node = Node::start().await;
+    let name = unique("never");
+    let mut app = busybox("app", POLITE);
+    app["env"] = json!([env_from("V", "metadata.annotations['v']")]);
+    let pod = node
+        .run_pod_with_meta(
+            &name,
+            json!({"annotations": {"v": "1", OPT_IN: "true"}}),
+            json!({"containers": [app], "restartPolicy": "Never"}),
+        )
+        .await;
+    let id = container_id(&pod, "app");
+    node.patch_pod_metadata(&name, json!({"annotations": {"v": "2"}}))
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        node.proxy.stop_count(&id),
+        0,
+        "the agent stopped a container kubelet would not start again"
+    );
+    let (_, metrics) = node.agent().get("/metrics").unwrap();
+    assert!(
+        metrics.contains("inplaced_env_restarts_total{result=\"not_restartable\"} 1"),
+        "{metrics}"
+    );
+    node.stop().await;
+}

@@ -90,7 +90,7 @@ struct Controller {
     journal: Option<KillJournal>,
     started: HashMap<String, Started>,
     /// (pod uid, container, expected hash) → when the mismatch was first seen.
-    first_seen: HashMap<(String, String, u64), Instant>,
+    first_seen: HashMap<(String, String), (u64, Instant)>,
     /// Journal keys of unmatchable changes already reported.
     reported: HashSet<String>,
     /// (pod uid, container) whose env could not be decoded, already reported.
@@ -189,7 +189,7 @@ impl Controller {
         self.started.retain(|id, _| live.contains(id.as_str()));
         let pod_uids: HashSet<&str> = view.pods.iter().map(|p| p.uid.as_str()).collect();
         self.first_seen
-            .retain(|(uid, _, _), _| pod_uids.contains(uid.as_str()));
+            .retain(|(uid, _), _| pod_uids.contains(uid.as_str()));
         self.undecodable
             .retain(|(uid, _)| pod_uids.contains(uid.as_str()));
         self.written
@@ -210,6 +210,22 @@ impl Controller {
             return;
         }
         let restarts = plan::restarts_enabled(&api_pod, eligibility);
+        // kubelet starts a stopped container again only under `restartPolicy: Always`; and a
+        // static pod's env comes from its manifest, not from its mirror pod's metadata.
+        let not_restartable = if pod.static_pod {
+            Some("it is a static pod, whose env kubelet takes from its manifest")
+        } else {
+            match api_pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.restart_policy.as_deref())
+            {
+                None | Some("Always") => None,
+                Some(_) => Some(
+                    "the pod's restartPolicy is not Always, so kubelet would not start it again",
+                ),
+            }
+        };
         let mut runtime = HashMap::new();
         for container in &pod.containers {
             let (Some(spec), Some(r)) = (pod.spec_of(container), container.runtime.as_ref()) else {
@@ -242,8 +258,19 @@ impl Controller {
                     .as_ref()
                     .and_then(|env| plan::current_env_hash(spec, &refs, env));
                 if restarts && let Some(env) = started.env.clone() {
-                    self.consider_restart(pod, &api_pod, container, &refs, &env, &started, done)
-                        .await;
+                    self.consider_restart(
+                        pod,
+                        &api_pod,
+                        container,
+                        Change {
+                            refs: &refs,
+                            env: &env,
+                            not_restartable,
+                        },
+                        &started,
+                        done,
+                    )
+                    .await;
                 }
             }
             runtime.insert(
@@ -332,20 +359,31 @@ impl Controller {
         pod: &PodView,
         api_pod: &CachedPod,
         container: &crate::nodeview::ContainerView,
-        refs: &[plan::MetadataRef],
-        env: &BTreeMap<String, String>,
+        change: Change<'_>,
         started: &Started,
         done: &mpsc::Sender<String>,
     ) {
         let Some(r) = container.runtime.as_ref() else {
             return;
         };
-        let expected = plan::expected_values(api_pod, refs);
-        let differs = plan::env_differences(&expected, env);
+        let expected = plan::expected_values(api_pod, change.refs);
+        let differs = plan::env_differences(&expected, change.env);
         let expected_hash = fnv_of(&expected);
-        let seen_key = (pod.uid.clone(), container.name.clone(), expected_hash);
+        let seen_key = (pod.uid.clone(), container.name.clone());
         if differs.is_empty() {
             self.first_seen.remove(&seen_key);
+            return;
+        }
+        if let Some(why) = change.not_restartable {
+            if self.reported.insert(format!(
+                "not-restartable:{}:{}:{expected_hash:x}",
+                pod.uid, container.name
+            )) {
+                self.metrics.count_env_restart("not_restartable");
+                tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %container.name,
+                    differs = %differs.join(", "), reason = why,
+                    "the container's env differs from the pod's labels/annotations; not restarting it");
+            }
             return;
         }
         let restart_count = r.restart_count.unwrap_or(0);
@@ -411,8 +449,16 @@ impl Controller {
         if self.in_flight.contains(&r.id) {
             return;
         }
-        let first = *self.first_seen.entry(seen_key).or_insert_with(Instant::now);
-        if first.elapsed() < self.config.settle {
+        // The settle time runs from when this change (these expected values) was first seen,
+        // not from an older change to values the pod has since left and come back to.
+        let seen = self
+            .first_seen
+            .entry(seen_key)
+            .or_insert((expected_hash, Instant::now()));
+        if seen.0 != expected_hash {
+            *seen = (expected_hash, Instant::now());
+        }
+        if seen.1.elapsed() < self.config.settle {
             return;
         }
         let Some(claim) = self.config.stops.claim(&r.id) else {
@@ -586,6 +632,14 @@ impl Controller {
 }
 
 /// A stable key for a set of expected values (FNV-1a 64 over `name=value\0`).
+/// What a container's env is compared with, and whether a restart is ours to do.
+struct Change<'a> {
+    refs: &'a [plan::MetadataRef],
+    env: &'a BTreeMap<String, String>,
+    /// Why kubelet would not bring the container back as wanted after a stop, if so.
+    not_restartable: Option<&'static str>,
+}
+
 fn fnv_of(values: &BTreeMap<String, String>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for (k, v) in values {

@@ -274,7 +274,15 @@ pub fn desired_meta(pod: &CachedPod, runtime: &HashMap<String, RuntimeFacts>) ->
         .annotations
         .as_ref()
         .and_then(|a| a.get(META_ANNOTATION))
-        .and_then(|v| serde_json::from_str(v).ok());
+        .and_then(|v| {
+            serde_json::from_str(v)
+                .inspect_err(|err| {
+                    // Rewritten whole below, as kruise-daemon does; said, as it says it.
+                    tracing::warn!(namespace = ?pod.metadata.namespace, pod = ?pod.metadata.name,
+                        error = %err, "the pod's {META_ANNOTATION} annotation cannot be read; writing it anew");
+                })
+                .ok()
+        });
     let spec = pod.spec.as_ref()?;
     let mut entries = Vec::new();
     for status in pod

@@ -33,6 +33,9 @@ pub struct CachedPodSpec {
     pub init_containers: Option<Vec<CachedContainer>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ephemeral_containers: Option<Vec<CachedContainer>>,
+    /// `Always` when absent (the API's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<String>,
 }
 
 /// One container's spec: its name, and the spec as JSON (the API's fields, keys in any order).

@@ -151,7 +151,7 @@ impl Metrics {
         let env_restarts = Family::<ResultLabels, Counter>::default();
         registry.register(
             "env_restarts",
-            "Env-from-metadata restarts by result (success, error, unmatched: the restarted container still did not match and is left alone)",
+            "Env-from-metadata restarts by result (success, error, unmatched: the restarted container still did not match and is left alone, not_restartable: the pod's restartPolicy is not Always or it is a static pod)",
             env_restarts.clone(),
         );
         let runtime_meta_patches = Family::<ResultLabels, Counter>::default();
