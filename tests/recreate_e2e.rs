@@ -640,3 +640,62 @@ async fn a_slow_kubelet_is_waited_for_without_a_second_kill() {
     assert_eq!(container_id(&node.pod(&pod_name).unwrap(), "app"), new_app);
     node.stop().await;
 }
+
+/// kruise-manager writes a request's status too: here it completes one whose pod is gone. A
+/// status the agent decided from the version before that must not land and undo it; the same
+/// write without a version does land (so this test sees a write that lands).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_decided_from_an_older_version_does_not_undo_a_newer_one() {
+    use inplaced::kube::status::{ObjectRef, StatusWriter};
+
+    let node = Node::start().await;
+    let name = unique("stale");
+    // Without the node-name label the agent does not watch it; the manager does.
+    let created = node
+        .server
+        .store()
+        .create(
+            "containerrecreaterequests",
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+                   "metadata": {"name": name, "namespace": NS},
+                   "spec": {"podName": "gone", "containers": [{"name": "app"}]}}),
+        )
+        .unwrap();
+    let older = created["metadata"]["resourceVersion"]
+        .as_str()
+        .map(str::to_owned);
+    node.wait_crr(&name, LONG, |c| c["status"]["phase"] == "Completed")
+        .await;
+
+    let mut writer = StatusWriter::<Value>::new(
+        node.client.clone(),
+        inplaced::recreate::crr_resource(),
+        "ContainerRecreateRequest",
+        &["message", "completionTime"],
+    );
+    let object = |resource_version: Option<String>| ObjectRef {
+        namespace: NS.to_owned(),
+        name: name.clone(),
+        uid: created["metadata"]["uid"].as_str().unwrap().to_owned(),
+        resource_version,
+    };
+    let recreating = json!({"phase": "Recreating"});
+    writer.write(&object(older), &json!({}), recreating.clone());
+    tokio::time::timeout(Duration::from_secs(10), writer.finished())
+        .await
+        .expect("the write was sent");
+    let crr = node.crr(&name);
+    assert_eq!(crr["status"]["phase"], "Completed", "{crr:#}");
+    assert!(crr.pointer("/status/completionTime").is_some(), "{crr:#}");
+
+    // Past the writer's backoff after that refused write (200 ms).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    writer.write(&object(None), &json!({}), recreating);
+    tokio::time::timeout(Duration::from_secs(10), writer.finished())
+        .await
+        .expect("the write was sent");
+    let crr = node.crr(&name);
+    assert_eq!(crr["status"]["phase"], "Recreating", "{crr:#}");
+    assert!(crr["status"]["completionTime"].is_null(), "{crr:#}");
+    node.stop().await;
+}

@@ -18,6 +18,10 @@ pub struct ObjectRef {
     pub namespace: String,
     pub name: String,
     pub uid: String,
+    /// When set, the write applies to this version of the object only: where another writer
+    /// shares the status, a status decided from an older version fails with a conflict
+    /// instead of undoing a newer one, and the next pass decides again from the newer version.
+    pub resource_version: Option<String>,
 }
 
 pub struct StatusWriter<S> {
@@ -100,6 +104,9 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
             return;
         }
         let mut patch = serde_json::json!({ "status": &status });
+        if let Some(version) = &object.resource_version {
+            patch["metadata"] = serde_json::json!({ "resourceVersion": version });
+        }
         for key in self.clear {
             if patch["status"].get(key).is_none() {
                 patch["status"][key] = serde_json::Value::Null;
@@ -117,6 +124,10 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
                 .patch_status(&object.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await;
             match &result {
+                // Decided from a version that is no longer current: the next pass decides again.
+                Err(::kube::Error::Api(status)) if status.code == 409 => {
+                    tracing::debug!(kind, name = %object.name, "status decided from an older version; deciding again")
+                }
                 // The first failure in a row is a warning; the retries that follow are debug.
                 Err(err) if failures == 0 => {
                     tracing::warn!(kind, name = %object.name, namespace = %object.namespace, error = %err, "cannot write status; retrying with backoff")

@@ -487,10 +487,13 @@ impl Controller {
     }
 
     fn write_status(&mut self, request: &Crr, status: CrrStatus) {
+        // kruise-manager writes this status too (completing a request past its deadline or
+        // whose pod is gone): a write decided from an older version must not undo that.
         let object = ObjectRef {
             namespace: request.namespace.clone(),
             name: request.name.clone(),
             uid: request.uid.clone(),
+            resource_version: request.resource_version.clone(),
         };
         self.statuses.write(&object, &request.status, status);
     }

@@ -237,6 +237,8 @@ pub struct Crr {
     pub namespace: String,
     pub name: String,
     pub uid: String,
+    /// The version the controller decided from: its status writes apply to this one only.
+    pub resource_version: Option<String>,
     pub created_at: Option<Timestamp>,
     pub deleting: bool,
     pub labels: BTreeMap<String, String>,
@@ -277,6 +279,7 @@ impl Crr {
             .and_then(|s| serde_json::from_value::<CrrStatus>(s.clone()).ok())
             .unwrap_or_default();
         Ok(Crr {
+            resource_version: text(meta, "resourceVersion"),
             created_at: text(meta, "creationTimestamp").and_then(|t| t.parse().ok()),
             deleting: meta.get("deletionTimestamp").is_some_and(|t| !t.is_null()),
             labels: map("labels"),

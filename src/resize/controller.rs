@@ -905,6 +905,8 @@ fn object_ref(request: &ResizeRequest) -> ObjectRef {
         namespace: request.namespace.clone(),
         name: request.name.clone(),
         uid: request.uid.clone(),
+        // This agent is the status's only writer.
+        resource_version: None,
     }
 }
 
