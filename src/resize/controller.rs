@@ -29,7 +29,7 @@ use crate::http::Health;
 use crate::kube::events::PodEvents;
 use crate::kube::status::{ObjectRef, StatusWriter};
 use crate::metrics::Metrics;
-use crate::nodeview::{NodeView, PodView, RuntimeState};
+use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 
 #[derive(Clone, Debug)]
 pub struct ResizeConfig {
@@ -186,54 +186,49 @@ struct Controller {
 /// How long a namespace's listed LimitRanges are used before listing again.
 const LIMIT_RANGES_TTL: Duration = Duration::from_secs(10);
 
-/// The one field of a container spec the resource checks read.
+/// The fields of a container spec the resource checks read.
 #[derive(serde::Deserialize)]
 struct ResourcesOnly {
     #[serde(default)]
     resources: Option<Value>,
+    /// `Always` marks a sidecar among the init containers.
+    #[serde(default, rename = "restartPolicy")]
+    restart_policy: Option<String>,
 }
 
-/// A pod's containers with the resources the API gives them. Runs for every pod of the node
-/// when a request is checked against the node's allocatable: only `resources` is decoded.
-fn spec_resources(pod: &PodView) -> Vec<(String, Resources)> {
+/// The pod's containers of `kind`, in the spec's order, with the resources the API gives them
+/// and whether each is a sidecar. Runs for every pod of the node when a request is checked
+/// against the node's allocatable: only these two fields are decoded.
+fn containers_of(
+    pod: &PodView,
+    kind: ContainerKind,
+) -> impl Iterator<Item = (&str, Resources, bool)> {
     pod.containers
         .iter()
-        .filter(|c| c.kind == crate::nodeview::ContainerKind::Regular)
+        .filter(move |c| c.kind == kind)
         .filter_map(|c| {
             let spec: ResourcesOnly = pod.spec_of(c)?.decode().ok()?;
             let value = spec
                 .resources
                 .unwrap_or_else(|| Value::Object(Default::default()));
-            Some((c.name.clone(), Resources::from_requirements(&value).ok()?))
+            let resources = Resources::from_requirements(&value).ok()?;
+            let sidecar = spec.restart_policy.as_deref() == Some("Always");
+            Some((c.name.as_str(), resources, sidecar))
         })
-        .collect()
 }
 
-/// The two fields of an init container spec the pod totals read.
-#[derive(serde::Deserialize)]
-struct InitSpec {
-    #[serde(default)]
-    resources: Option<Value>,
-    #[serde(default, rename = "restartPolicy")]
-    restart_policy: Option<String>,
+/// A pod's app containers with the resources the API gives them.
+fn spec_resources(pod: &PodView) -> Vec<(String, Resources)> {
+    containers_of(pod, ContainerKind::Regular)
+        .map(|(name, resources, _)| (name.to_owned(), resources))
+        .collect()
 }
 
 /// A pod's init containers in order, sidecars marked: they count in the pod's totals, its QoS
 /// class and its cgroup, as kubelet counts them.
 fn init_containers(pod: &PodView) -> Vec<InitContainer> {
-    pod.containers
-        .iter()
-        .filter(|c| c.kind == crate::nodeview::ContainerKind::Init)
-        .filter_map(|c| {
-            let spec: InitSpec = pod.spec_of(c)?.decode().ok()?;
-            let value = spec
-                .resources
-                .unwrap_or_else(|| Value::Object(Default::default()));
-            Some(InitContainer {
-                resources: Resources::from_requirements(&value).ok()?,
-                sidecar: spec.restart_policy.as_deref() == Some("Always"),
-            })
-        })
+    containers_of(pod, ContainerKind::Init)
+        .map(|(_, resources, sidecar)| InitContainer { resources, sidecar })
         .collect()
 }
 
@@ -534,7 +529,7 @@ impl Controller {
                 }
             };
             let allocatable = node_allocatable(view);
-            if let Err(refusal) = resources::check_resize_with_init(
+            if let Err(refusal) = resources::check_resize(
                 &before,
                 &after,
                 &init_containers(pod),

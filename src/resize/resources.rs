@@ -405,15 +405,10 @@ pub struct InitContainer {
     pub sidecar: bool,
 }
 
-/// [`pod_cgroup_config_with_init`] for a pod without init containers.
-pub fn pod_cgroup_config(containers: &[Resources], qos: QosClass) -> PodCgroupConfig {
-    pod_cgroup_config_with_init(containers, &[], qos)
-}
-
 /// `ResourceConfigForPod`: shares from the pod's requests, quota and memory limit from its
 /// limits — for Burstable pods only when every container (init ones too) has that limit;
 /// BestEffort pods get the minimum shares and nothing else.
-pub fn pod_cgroup_config_with_init(
+pub fn pod_cgroup_config(
     app: &[Resources],
     init: &[InitContainer],
     qos: QosClass,
@@ -522,23 +517,13 @@ pub enum Refusal {
     LimitRange { name: String, message: String },
 }
 
-/// [`check_resize_with_init`] for a pod without init containers.
-pub fn check_resize(
-    old: &[(String, Resources)],
-    new: &[(String, Resources)],
-    allocatable: &Resources,
-    limit_ranges: &[Value],
-) -> Result<(), Refusal> {
-    check_resize_with_init(old, new, &[], allocatable, limit_ranges)
-}
-
 /// The checks before actuating a resize of the app containers `old` → `new` (every app
 /// container of the pod, by name, in both): a container keeps the set of values it has (none
 /// added, none removed); requests stay within limits; the QoS class (over app and init
 /// containers) stays; the pod's requests fit the node's allocatable cpu / memory (given in
 /// `allocatable`'s request fields; unset = not checked); and the `LimitRange` objects (v1 JSON)
 /// of the namespace accept the containers that change and the pod as a whole.
-pub fn check_resize_with_init(
+pub fn check_resize(
     old: &[(String, Resources)],
     new: &[(String, Resources)],
     init: &[InitContainer],
@@ -1264,14 +1249,7 @@ mod tests {
             let all: Vec<Resources> = app.iter().chain(&init).copied().collect();
             let qos = qos_class(&all);
             let init: Vec<InitContainer> = init.into_iter().map(classic).collect();
-            assert_eq!(
-                pod_cgroup_config_with_init(&app, &init, qos),
-                want,
-                "{name}"
-            );
-            if init.is_empty() {
-                assert_eq!(pod_cgroup_config(&app, qos), want, "{name}");
-            }
+            assert_eq!(pod_cgroup_config(&app, &init, qos), want, "{name}");
         }
     }
 
@@ -1330,7 +1308,7 @@ mod tests {
         );
         // The pod cgroup of the Guaranteed app + sidecar pod: quota 60000, 384Mi, 614 shares.
         let all = [app[0], side];
-        let config = pod_cgroup_config_with_init(&app, &[sidecar(side)], qos_class(&all));
+        let config = pod_cgroup_config(&app, &[sidecar(side)], qos_class(&all));
         assert_eq!(
             config,
             PodCgroupConfig {
@@ -1357,7 +1335,8 @@ mod tests {
     fn refuses_a_qos_change() {
         let old = pod(&[("app", req_lim(("100m", "100Mi"), ("100m", "100Mi")))]);
         let new = pod(&[("app", req_lim(("100m", "100Mi"), ("200m", "100Mi")))]);
-        let refusal = check_resize(&old, &new, &node(4000, 1 << 34), &[]).expect_err("qos change");
+        let refusal =
+            check_resize(&old, &new, &[], &node(4000, 1 << 34), &[]).expect_err("qos change");
         assert_eq!(
             refusal,
             Refusal::QosChange {
@@ -1374,9 +1353,9 @@ mod tests {
         let old = pod(&[("app", req_lim(("100m", "100Mi"), ("200m", "100Mi")))]);
         let new = pod(&[("app", req_lim(("200m", "100Mi"), ("200m", "100Mi")))]);
         let init = [classic(req_lim(("100m", ""), ("", "")))];
-        assert!(check_resize_with_init(&old, &new, &init, &Resources::default(), &[]).is_ok());
+        assert!(check_resize(&old, &new, &init, &Resources::default(), &[]).is_ok());
         assert_eq!(
-            check_resize(&old, &new, &Resources::default(), &[]),
+            check_resize(&old, &new, &[], &Resources::default(), &[]),
             Err(Refusal::QosChange {
                 from: QosClass::Burstable,
                 to: QosClass::Guaranteed
@@ -1388,7 +1367,7 @@ mod tests {
     fn refuses_adding_or_removing_a_resource() {
         let old = pod(&[("app", req_lim(("100m", ""), ("", "")))]);
         let new = pod(&[("app", req_lim(("100m", ""), ("200m", "")))]);
-        let refusal = check_resize(&old, &new, &Resources::default(), &[]).expect_err("adds");
+        let refusal = check_resize(&old, &new, &[], &Resources::default(), &[]).expect_err("adds");
         assert_eq!(
             refusal,
             Refusal::AddsResource {
@@ -1402,7 +1381,8 @@ mod tests {
         );
         let old = pod(&[("app", req_lim(("100m", "64Mi"), ("", "")))]);
         let new = pod(&[("app", req_lim(("100m", ""), ("", "")))]);
-        let refusal = check_resize(&old, &new, &Resources::default(), &[]).expect_err("removes");
+        let refusal =
+            check_resize(&old, &new, &[], &Resources::default(), &[]).expect_err("removes");
         assert_eq!(
             refusal,
             Refusal::RemovesResource {
@@ -1420,7 +1400,8 @@ mod tests {
     fn refuses_unknown_containers_and_requests_above_limits() {
         let old = pod(&[("app", req_lim(("100m", ""), ("", "")))]);
         let new = pod(&[("sidecar", req_lim(("100m", ""), ("", "")))]);
-        let refusal = check_resize(&old, &new, &Resources::default(), &[]).expect_err("unknown");
+        let refusal =
+            check_resize(&old, &new, &[], &Resources::default(), &[]).expect_err("unknown");
         assert_eq!(
             refusal.to_string(),
             "the pod has no container named sidecar"
@@ -1429,7 +1410,7 @@ mod tests {
         let old = pod(&[("app", req_lim(("100m", "64Mi"), ("200m", "128Mi")))]);
         let new = pod(&[("app", req_lim(("100m", "256Mi"), ("200m", "128Mi")))]);
         let refusal =
-            check_resize(&old, &new, &Resources::default(), &[]).expect_err("above limit");
+            check_resize(&old, &new, &[], &Resources::default(), &[]).expect_err("above limit");
         assert_eq!(
             refusal.to_string(),
             "container app: memory request 256Mi is above its limit 128Mi"
@@ -1446,7 +1427,7 @@ mod tests {
             ("a", req_lim(("2", "1Gi"), ("", ""))),
             ("b", req_lim(("500m", "1Gi"), ("", ""))),
         ]);
-        let refusal = check_resize(&old, &new, &node(2000, 8 << 30), &[]).expect_err("cpu");
+        let refusal = check_resize(&old, &new, &[], &node(2000, 8 << 30), &[]).expect_err("cpu");
         assert_eq!(
             refusal,
             Refusal::ExceedsAllocatable {
@@ -1459,14 +1440,14 @@ mod tests {
             refusal.to_string(),
             "Infeasible: the pod would request 2500m cpu but the node has only 2 allocatable"
         );
-        let refusal = check_resize(&old, &old, &node(4000, 1 << 30), &[]).expect_err("memory");
+        let refusal = check_resize(&old, &old, &[], &node(4000, 1 << 30), &[]).expect_err("memory");
         assert_eq!(
             refusal.to_string(),
             "Infeasible: the pod would request 2Gi memory but the node has only 1Gi allocatable"
         );
         // Exactly full fits; unknown allocatable is not checked.
-        assert!(check_resize(&old, &new, &node(2500, 2 << 30), &[]).is_ok());
-        assert!(check_resize(&old, &new, &Resources::default(), &[]).is_ok());
+        assert!(check_resize(&old, &new, &[], &node(2500, 2 << 30), &[]).is_ok());
+        assert!(check_resize(&old, &new, &[], &Resources::default(), &[]).is_ok());
     }
 
     #[test]
@@ -1506,6 +1487,7 @@ mod tests {
         check_resize(
             &named(before),
             &named(r),
+            &[],
             &Resources::default(),
             std::slice::from_ref(lr),
         )
@@ -1682,10 +1664,20 @@ mod tests {
             ("small", req_lim(("10m", ""), ("", ""))),
             ("app", req_lim(("200m", ""), ("", ""))),
         ]);
-        assert!(check_resize(&old, &new, &Resources::default(), std::slice::from_ref(&lr)).is_ok());
+        assert!(
+            check_resize(
+                &old,
+                &new,
+                &[],
+                &Resources::default(),
+                std::slice::from_ref(&lr)
+            )
+            .is_ok()
+        );
         // A malformed LimitRange is reported rather than ignored.
         let bad = limit_range("Container", json!({"cpu": "lots"}), json!({}), json!({}));
-        let refusal = check_resize(&old, &new, &Resources::default(), &[bad]).expect_err("bad");
+        let refusal =
+            check_resize(&old, &new, &[], &Resources::default(), &[bad]).expect_err("bad");
         assert!(
             refusal
                 .to_string()

@@ -147,7 +147,7 @@ async fn apply_once(
         return Ok(Vec::new());
     };
     let pod_now = cgroups.read_pod(&parent)?;
-    let pod_new = resources::pod_cgroup_config_with_init(&pod.all, &pod.init, pod.qos);
+    let pod_new = resources::pod_cgroup_config(&pod.all, &pod.init, pod.qos);
 
     // Every memory limit that goes down is checked against the usage before anything changes,
     // so a refusal leaves the pod as it was.
