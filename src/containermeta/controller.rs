@@ -89,7 +89,7 @@ struct Controller {
     metrics: Metrics,
     journal: Option<KillJournal>,
     started: HashMap<String, Started>,
-    /// (pod uid, container, expected hash) → when the mismatch was first seen.
+    /// (pod uid, container) → the expected values' hash and when that mismatch was first seen.
     first_seen: HashMap<(String, String), (u64, Instant)>,
     /// Journal keys of unmatchable changes already reported.
     reported: HashSet<String>,
@@ -631,7 +631,6 @@ impl Controller {
     }
 }
 
-/// A stable key for a set of expected values (FNV-1a 64 over `name=value\0`).
 /// What a container's env is compared with, and whether a restart is ours to do.
 struct Change<'a> {
     refs: &'a [plan::MetadataRef],
@@ -640,6 +639,7 @@ struct Change<'a> {
     not_restartable: Option<&'static str>,
 }
 
+/// A stable key for a set of expected values (FNV-1a 64 over `name=value\0`).
 fn fnv_of(values: &BTreeMap<String, String>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for (k, v) in values {

@@ -315,12 +315,13 @@ impl CriClient {
         .await
     }
 
-    /// Whether the container `id` runs now as `container` of the pod `namespace`/`pod_name`
-    /// with runtime UID `pod_uid` (all three as kubelet labels them). Asked of the runtime: callers check their target with it right before a
-    /// kill, so a stale view never directs one (a replaced container has exited first: kubelet
-    /// starts a container's successor only after it ended). `ContainerStatus` looks up one
-    /// container; a filtered `ListContainers` would make the runtime build every container's
-    /// answer first, slow on a busy node right when a kill should be quick.
+    /// Whether the container `id` runs now as `container` of `pod` (its namespace, name and
+    /// runtime UID, as kubelet labels them). Asked of the runtime: callers check their target
+    /// with it right before a kill, so a stale view never directs one (a replaced container has
+    /// exited first: kubelet starts a container's successor only after it ended).
+    /// `ContainerStatus` looks up one container; a filtered `ListContainers` would make the
+    /// runtime build every container's answer first, slow on a busy node right when a kill
+    /// should be quick.
     pub async fn still_running(
         &self,
         id: &str,

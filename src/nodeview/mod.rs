@@ -120,7 +120,6 @@ impl PodView {
         container.spec_in(self.api_pod.as_deref())
     }
 
-    /// The pod as events refer to it.
     /// The labels kubelet gives this pod's containers, to check a container against.
     pub fn runtime_labels(&self) -> crate::cri::PodLabels<'_> {
         crate::cri::PodLabels {
@@ -130,6 +129,7 @@ impl PodView {
         }
     }
 
+    /// The pod as events refer to it.
     pub fn event_ref(&self) -> crate::kube::events::PodRef {
         crate::kube::events::PodRef {
             namespace: self.namespace.clone(),

@@ -13,8 +13,8 @@
 //!   the container states are left as they are (as kruise does); writes the
 //!   `sync-container-statuses` annotation while Recreating; the `unready-acquired` annotation and
 //!   finalizer when `unreadyGracePeriodSeconds` is set, also only while Recreating (the pod
-//!   readiness gate kruise also flips is not modelled); removes the `active` label and the finalizer once completed; deletes completed
-//!   CRRs after `ttlSecondsAfterFinished`.
+//!   readiness gate kruise also flips is not modelled); removes the `active` label and the
+//!   finalizer once completed; deletes completed CRRs after `ttlSecondsAfterFinished`.
 
 use std::time::{Duration, SystemTime};
 
