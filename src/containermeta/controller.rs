@@ -602,17 +602,17 @@ impl Controller {
         self.writing.insert(pod.uid.clone());
         tracing::debug!(pod = %pod.name, namespace = %pod.namespace, %value, "writing runtime-containers-meta");
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let patch =
-            serde_json::json!({"metadata": {"annotations": {plan::META_ANNOTATION: value}}});
         let (uid, name) = (pod.uid.clone(), pod.name.clone());
         let written = self.written_tx.clone();
         let metrics = self.metrics.clone();
         tokio::spawn(async move {
-            let ok = match api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => true,
+            let ok = match patch_meta_annotation(&api, &name, &uid, &value).await {
+                Ok(()) => true,
+                // 422 on the UID: the pod was replaced under the same name; its own pass writes.
+                Err(::kube::Error::Api(status)) if status.code == 422 => {
+                    tracing::debug!(pod = %name, %uid, message = %status.message, "pod replaced; runtime-containers-meta not written");
+                    false
+                }
                 Err(err) => {
                     tracing::warn!(pod = %name, error = %err, "cannot write the runtime-containers-meta annotation; retrying");
                     false
@@ -629,6 +629,23 @@ impl Controller {
             self.written.insert(uid, (value, Instant::now()));
         }
     }
+}
+
+/// Merge patch of the annotation through `pods/status`, for the pod with this UID only: the API
+/// server refuses a UID other than the stored one (422), so a successor under the same name
+/// (a StatefulSet's) never receives its predecessor's containers.
+async fn patch_meta_annotation(
+    api: &Api<Pod>,
+    name: &str,
+    uid: &str,
+    value: &str,
+) -> Result<(), ::kube::Error> {
+    let patch = serde_json::json!({
+        "metadata": {"uid": uid, "annotations": {plan::META_ANNOTATION: value}}
+    });
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
 }
 
 /// What a container's env is compared with, and whether a restart is ours to do.
@@ -654,6 +671,62 @@ fn fnv_of(values: &BTreeMap<String, String>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_annotation_is_written_only_to_the_pod_it_was_made_for() {
+        let server = apiserver_double::ApiServer::start(apiserver_double::ServerConfig::default())
+            .await
+            .expect("api server starts");
+        let kubeconfig = ::kube::config::Kubeconfig::from_yaml(&server.kubeconfig(None))
+            .expect("kubeconfig parses");
+        let config = ::kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("client config");
+        let client = ::kube::Client::try_from(config).expect("client builds");
+        let pods: Api<Pod> = Api::namespaced(client, "default");
+        let spec: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-0", "namespace": "default"},
+            "spec": {"nodeName": "n", "containers": [{"name": "app", "image": "busybox:1"}]}
+        }))
+        .expect("pod");
+        let uid_of = |p: Pod| p.metadata.uid.expect("server sets the uid");
+        let old_uid = uid_of(
+            pods.create(&Default::default(), &spec)
+                .await
+                .expect("create"),
+        );
+        pods.delete(
+            "web-0",
+            &::kube::api::DeleteParams::default().grace_period(0),
+        )
+        .await
+        .expect("delete");
+        let new_uid = uid_of(
+            pods.create(&Default::default(), &spec)
+                .await
+                .expect("recreate"),
+        );
+        let annotation = |p: Pod| {
+            p.metadata
+                .annotations
+                .and_then(|a| a.get(plan::META_ANNOTATION).cloned())
+        };
+
+        let stale = patch_meta_annotation(&pods, "web-0", &old_uid, "{\"old\":1}").await;
+        assert!(
+            matches!(&stale, Err(::kube::Error::Api(s)) if s.code == 422),
+            "{stale:?}"
+        );
+        assert_eq!(annotation(pods.get("web-0").await.expect("get")), None);
+
+        patch_meta_annotation(&pods, "web-0", &new_uid, "{\"new\":1}")
+            .await
+            .expect("written to its own pod");
+        assert_eq!(
+            annotation(pods.get("web-0").await.expect("get")).as_deref(),
+            Some("{\"new\":1}")
+        );
+    }
 
     #[test]
     fn expected_value_keys_differ_per_change() {

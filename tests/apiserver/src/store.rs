@@ -453,6 +453,20 @@ impl Store {
             rv if rv != rv_of(&old) => return Err(ApiError::stale(def, name)),
             _ => {}
         }
+        // As `rest.BeforeUpdate`: a blank UID takes the stored one, another one is refused
+        // (clients use it as a precondition: "this object, not a successor of the same name").
+        let stored_uid = get_path(&old, "metadata.uid").and_then(Value::as_str);
+        match get_path(&proposed, "metadata.uid").and_then(Value::as_str) {
+            Some(uid) if !uid.is_empty() && Some(uid) != stored_uid => {
+                return Err(ApiError::invalid(
+                    def,
+                    name,
+                    "metadata.uid",
+                    &format!("Invalid value: \"{uid}\": field is immutable"),
+                ));
+            }
+            _ => {}
+        }
 
         let mut new = if mode.privileged {
             proposed

@@ -117,6 +117,66 @@ async fn update_with_stale_resource_version_conflicts() {
 }
 
 #[tokio::test]
+async fn a_write_naming_another_uid_is_refused_and_a_blank_uid_keeps_the_stored_one() {
+    let server = server().await;
+    let api: Api<Pod> = Api::namespaced(client(&server).await, "default");
+    let first = api
+        .create(&PostParams::default(), &typed(pod("web-0", "n")))
+        .await
+        .unwrap();
+    let first_uid = first.metadata.uid.clone().unwrap();
+    api.delete("web-0", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let second = api
+        .create(&PostParams::default(), &typed(pod("web-0", "n")))
+        .await
+        .unwrap();
+    assert_ne!(second.metadata.uid.as_deref(), Some(first_uid.as_str()));
+
+    // A status patch meant for the predecessor (its UID as a precondition) changes nothing.
+    let for_first = json!({"metadata": {"uid": first_uid, "annotations": {"a": "1"}}});
+    let (code, reason) = api_code(
+        api.patch_status("web-0", &PatchParams::default(), &Patch::Merge(&for_first))
+            .await,
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    let now = api.get("web-0").await.unwrap();
+    assert_eq!(
+        now.metadata.resource_version,
+        second.metadata.resource_version
+    );
+    assert!(
+        !now.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("a")
+    );
+
+    // The right UID applies, and so does a body without one.
+    let for_second = json!({"metadata": {"uid": second.metadata.uid, "annotations": {"a": "2"}}});
+    api.patch_status("web-0", &PatchParams::default(), &Patch::Merge(&for_second))
+        .await
+        .unwrap();
+    let mut blank = api.get("web-0").await.unwrap();
+    blank.metadata.uid = None;
+    let replaced = api
+        .replace("web-0", &PostParams::default(), &blank)
+        .await
+        .unwrap();
+    assert_eq!(replaced.metadata.uid, second.metadata.uid);
+    assert_eq!(
+        replaced
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("a")
+            .map(String::as_str),
+        Some("2")
+    );
+}
+
+#[tokio::test]
 async fn custom_resource_update_requires_resource_version_and_bumps_generation() {
     let server = server().await;
     let ar = resize_request_resource();
