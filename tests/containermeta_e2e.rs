@@ -350,15 +350,15 @@ async fn restart_trigger_works_in_an_image_without_env() {
     node.stop().await;
 }
 
-/// A value the kubelet can never give the container (a later plain `value` of the same name
-/// wins): one restart, then a warning and a metric, never a loop.
+/// A value the kubelet does not give the container (its copy of the pod keeps the old
+/// annotation, long past the settle delay): one restart, then a warning and a metric, never a
+/// loop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unmatchable_value_is_reported_once_and_left_alone() {
     let mut node = Node::start().await;
     let name = unique("unmatchable");
     let mut app = busybox("app", POLITE);
-    app["env"] =
-        json!([env_from("V", "metadata.annotations['v']"), {"name": "V", "value": "fixed"}]);
+    app["env"] = json!([env_from("V", "metadata.annotations['v']")]);
     let pod = node
         .run_pod_with_meta(
             &name,
@@ -367,6 +367,10 @@ async fn an_unmatchable_value_is_reported_once_and_left_alone() {
         )
         .await;
     let first = container_id(&pod, "app");
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
+    node.kubelet.as_ref().unwrap().keep_stale_metadata(&uid);
+    node.patch_pod_metadata(&name, json!({"annotations": {"v": "2"}}))
+        .await;
     let pod = node.wait_replaced(&name, "app", &first).await;
     let second = container_id(&pod, "app");
     let deadline = Instant::now() + LONG;

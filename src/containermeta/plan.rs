@@ -126,6 +126,9 @@ pub struct MetadataRef {
     pub env: String,
     pub source: MetadataSource,
     pub key: String,
+    /// A later entry of `env` defines the same name: kubelet keeps the last definition, so the
+    /// container never gets this reference's value. kruise still counts it in its hash.
+    pub shadowed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,8 +147,9 @@ pub fn metadata_refs(container: &CachedContainer) -> Result<Vec<MetadataRef>, se
         env: Option<Vec<EnvVar>>,
     }
     let spec: EnvOnly = container.decode()?;
+    let envs = spec.env.unwrap_or_default();
     let mut refs = Vec::new();
-    for env in spec.env.iter().flatten() {
+    for (index, env) in envs.iter().enumerate() {
         if env.value.as_deref().is_some_and(|v| !v.is_empty())
             || SIDECARSET_EXCLUDED_ENVS.contains(&env.name.as_str())
         {
@@ -175,17 +179,20 @@ pub fn metadata_refs(container: &CachedContainer) -> Result<Vec<MetadataRef>, se
             env: env.name.clone(),
             source,
             key: key.to_owned(),
+            shadowed: envs[index + 1..].iter().any(|later| later.name == env.name),
         });
     }
     Ok(refs)
 }
 
-/// What the pod's labels and annotations give each env var now.
+/// What the pod's labels and annotations give each env var now; a shadowed reference gives the
+/// container nothing, so nothing is expected of it.
 pub fn expected_values(pod: &CachedPod, refs: &[MetadataRef]) -> BTreeMap<String, String> {
     let empty = BTreeMap::new();
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
     let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
     refs.iter()
+        .filter(|r| !r.shadowed)
         .map(|r| {
             let map = match r.source {
                 MetadataSource::Labels => labels,
@@ -485,6 +492,34 @@ mod tests {
             {"type": IN_PLACE_UPDATE_READY, "status": "False"}]}}));
         assert!(restarts_enabled(&updating, Eligibility::Kruise));
         assert!(!restarts_enabled(&deployment, Eligibility::Kruise));
+    }
+
+    #[test]
+    fn a_reference_a_later_entry_of_its_name_overrides_expects_nothing() {
+        let p = pod(json!({
+            "metadata": {"name": "p", "annotations": {"v": "1", "w": "2"}},
+            "spec": {"containers": [{"name": "a", "image": "i", "env": [
+                {"name": "V", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['v']"}}},
+                {"name": "V", "value": "fixed"},
+                {"name": "W", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['v']"}}},
+                {"name": "W", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['w']"}}}]}]}
+        }));
+        let container = &p.spec.as_ref().unwrap().containers[0];
+        let refs = metadata_refs(container).unwrap();
+        // kruise counts every reference in its hash, shadowed or not.
+        assert_eq!(
+            refs.iter()
+                .map(|r| (r.env.as_str(), r.shadowed))
+                .collect::<Vec<_>>(),
+            [("V", true), ("W", true), ("W", false)]
+        );
+        // What kubelet gives the container (the last definition of each name) matches.
+        let started = parse_env(["V=fixed", "W=2"]);
+        let expected = expected_values(&p, &refs);
+        assert_eq!(expected, BTreeMap::from([("W".to_owned(), "2".to_owned())]));
+        assert!(env_differences(&expected, &started).is_empty());
+        let stale = parse_env(["V=fixed", "W=1"]);
+        assert_eq!(env_differences(&expected, &stale), ["W"]);
     }
 
     #[test]

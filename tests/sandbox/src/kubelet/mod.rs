@@ -140,6 +140,9 @@ struct Shared {
     allocations: Mutex<HashMap<String, resize::Allocation>>,
     /// The node's pods by UID, as last seen on the watch.
     pods: Mutex<HashMap<String, Value>>,
+    /// Pods whose labels and annotations this stand-in keeps as they were (by UID): see
+    /// [`KubeletStandIn::keep_stale_metadata`].
+    stale_metadata: Mutex<HashMap<String, (Value, Value)>>,
     pods_changed: Notify,
     workers: Mutex<HashMap<String, Worker>>,
     /// Sandboxes this instance made (or adopted for a pod of its node), by pod UID: the only
@@ -188,6 +191,7 @@ impl KubeletStandIn {
             allocatable,
             allocations: Mutex::default(),
             pods: Mutex::default(),
+            stale_metadata: Mutex::default(),
             pods_changed: Notify::new(),
             workers: Mutex::default(),
             sandboxes: Mutex::default(),
@@ -215,6 +219,22 @@ impl KubeletStandIn {
         lock(&self.shared.sandboxes)
             .get(pod_uid)
             .map(|s| s.id.clone())
+    }
+
+    /// From now on this stand-in keeps the pod's labels and annotations as they are and does
+    /// not take the API's later ones: a kubelet whose copy of the pod lags behind the API (the
+    /// race of node-runtime.md, drawn out), so that it starts containers with the old
+    /// downward-API values. Spec and deletion still arrive.
+    pub fn keep_stale_metadata(&self, pod_uid: &str) {
+        let Some(pod) = lock(&self.shared.pods).get(pod_uid).cloned() else {
+            return;
+        };
+        let field = |name: &str| pod.pointer(&format!("/metadata/{name}")).cloned();
+        let kept = (
+            field("labels").unwrap_or(Value::Null),
+            field("annotations").unwrap_or(Value::Null),
+        );
+        lock(&self.shared.stale_metadata).insert(pod_uid.to_owned(), kept);
     }
 
     /// Whether this kubelet resizes in place (1.27+ with the gate).
@@ -517,10 +537,20 @@ async fn watch_pods(shared: Arc<Shared>) {
         };
         match event {
             watcher::Event::Apply(obj) => {
-                let Ok(v) = serde_json::to_value(&obj) else {
+                let Ok(mut v) = serde_json::to_value(&obj) else {
                     continue;
                 };
                 let Some(uid) = uid_of(&v) else { continue };
+                if let Some((labels, annotations)) = lock(&shared.stale_metadata).get(&uid)
+                    && let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut)
+                {
+                    for (name, kept) in [("labels", labels), ("annotations", annotations)] {
+                        match kept {
+                            Value::Null => meta.remove(name),
+                            kept => meta.insert(name.into(), kept.clone()),
+                        };
+                    }
+                }
                 lock(&shared.pods).insert(uid.clone(), v);
                 wake(&uid);
             }
