@@ -9,9 +9,11 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
+use node_sandbox::{Fault, FaultRule};
 use serde_json::{Value, json};
 use support::sandbox::{NS, Node, NodeOptions, container_id, container_status};
 use support::{cgroup_root, unique};
+use tonic::Code;
 
 const WAIT: Duration = Duration::from_secs(60);
 const MI: i64 = 1 << 20;
@@ -435,6 +437,46 @@ async fn refusals_change_nothing() {
             "inplaced_resizes_total{actuator=\"cri\",result=\"Infeasible\"}"
         ),
         1.0
+    );
+    node.stop().await;
+}
+
+/// A resize the runtime refuses midway fails with the pod as it was: side's memory shrinks
+/// and the pod cgroup's grows before app's update is refused, and both are put back (on each
+/// of the two attempts the agent makes before failing the request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resize_refused_midway_is_undone() {
+    let node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
+    let pod_name = unique("resize-undone");
+    let pod = node.run_pod(&pod_name, two_containers()).await;
+    let (app_id, side_id) = (container_id(&pod, "app"), container_id(&pod, "side"));
+    let refused = node.proxy.add(
+        FaultRule::new(
+            "UpdateContainerResources",
+            Fault::error(Code::InvalidArgument),
+        )
+        .for_container(&app_id),
+    );
+    let name = create_resize(
+        &node,
+        &pod_name,
+        json!([
+            {"name": "app", "resources": resources("200m", "48Mi", "400m", "96Mi")},
+            {"name": "side", "resources": {"limits": {"cpu": "50m", "memory": "24Mi"}}},
+        ]),
+    )
+    .await;
+    let done = wait_final(&node, &name).await;
+    assert_eq!(done["status"]["phase"], "Failed", "{done:#}");
+    assert_eq!(node.proxy.fired(refused), 2, "two attempts");
+    assert_eq!(cgroup(&pod, None), BEFORE_POD);
+    assert_eq!(cgroup(&pod, Some("app")), BEFORE_APP);
+    assert_eq!(cgroup(&pod, Some("side")), BEFORE_SIDE);
+    assert_eq!(cri_linux(&side_id).await, (51, 10_000, 32 * MI));
+    assert_eq!(cri_linux(&app_id).await, (102, 20_000, 64 * MI));
+    assert!(
+        message(&done).contains("the changes already made were undone"),
+        "{done:#}"
     );
     node.stop().await;
 }

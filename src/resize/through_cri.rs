@@ -67,6 +67,17 @@ pub enum ResizeError {
         actual: String,
         source_name: &'static str,
     },
+    /// Failed midway; the steps already taken were put back, so the pod is as it was.
+    #[error("{0}; the changes already made were undone")]
+    Undone(Box<ResizeError>),
+    /// Failed midway, and putting back the steps already taken failed too.
+    #[error(
+        "{error}; undoing the changes already made failed ({undo}): the pod is left partly resized"
+    )]
+    PartlyApplied {
+        error: Box<ResizeError>,
+        undo: Box<ResizeError>,
+    },
 }
 
 impl ResizeError {
@@ -76,6 +87,9 @@ impl ResizeError {
         match self {
             ResizeError::Runtime(err) => err.is_transient(),
             ResizeError::NotRunning(_) => true,
+            ResizeError::Undone(error) | ResizeError::PartlyApplied { error, .. } => {
+                error.is_transient()
+            }
             _ => false,
         }
     }
@@ -83,8 +97,28 @@ impl ResizeError {
     /// Not a refusal: a failed call, a cgroup file or a read-back that a container stopping
     /// at that very moment can explain. One more attempt from a fresh view tells.
     pub fn may_be_a_race(&self) -> bool {
-        !matches!(self, ResizeError::MemoryInUse { .. })
+        match self {
+            ResizeError::MemoryInUse { .. } => false,
+            ResizeError::Undone(error) | ResizeError::PartlyApplied { error, .. } => {
+                error.may_be_a_race()
+            }
+            _ => true,
+        }
     }
+}
+
+/// A change made to the pod, with what puts it back.
+enum Undo {
+    PodMemory(Option<i64>),
+    PodCpu {
+        shares: u64,
+        quota: Option<i64>,
+        period: u64,
+    },
+    Container {
+        index: usize,
+        before: LinuxContainerResources,
+    },
 }
 
 /// A container as found before changing it.
@@ -160,14 +194,57 @@ async fn apply_once(
             check_usage(&c.target.name, usage, wanted)?;
         }
     }
-    let memory_grows = grows(pod_now.memory_limit, pod_new.memory_limit);
-    if !memory_grows && let Some(limit) = pod_new.memory_limit {
+    if !grows(pod_now.memory_limit, pod_new.memory_limit)
+        && let Some(limit) = pod_new.memory_limit
+    {
         check_usage("the pod", cgroups.pod_memory_usage(&parent)?, limit)?;
     }
 
+    // A step that fails leaves the pod as it was: the steps before it are put back in reverse
+    // order, which passes through the same states as going forward (kubelet instead retries
+    // towards the spec, which a request that has failed no longer stands for).
+    let mut undo = Vec::new();
+    let result = match change(
+        cri,
+        cgroups,
+        &parent,
+        &pod_now,
+        &pod_new,
+        &mut current,
+        &mut undo,
+    )
+    .await
+    {
+        Ok(()) => verify(cri, cgroups, &parent, &pod_new, &current).await,
+        Err(err) => Err(err),
+    };
+    match result {
+        Ok(applied) => Ok(applied),
+        Err(err) => Err(roll_back(cri, cgroups, &parent, &current, undo, err).await),
+    }
+}
+
+/// The writes, memory then cpu, each recorded in `undo` once made.
+async fn change(
+    cri: &CriClient,
+    cgroups: &Cgroups,
+    parent: &str,
+    pod_now: &CgroupValues,
+    pod_new: &PodCgroupConfig,
+    current: &mut [Current],
+    undo: &mut Vec<Undo>,
+) -> Result<(), ResizeError> {
     // Memory.
-    if memory_grows && pod_now.memory_limit != pod_new.memory_limit {
-        cgroups.write_pod_memory(&parent, pod_new.memory_limit)?;
+    let memory_grows = grows(pod_now.memory_limit, pod_new.memory_limit);
+    let write_pod_memory = |undo: &mut Vec<Undo>| -> Result<(), ResizeError> {
+        if pod_now.memory_limit != pod_new.memory_limit {
+            cgroups.write_pod_memory(parent, pod_new.memory_limit)?;
+            undo.push(Undo::PodMemory(pod_now.memory_limit));
+        }
+        Ok(())
+    };
+    if memory_grows {
+        write_pod_memory(undo)?;
     }
     let mut order: Vec<usize> = (0..current.len()).collect();
     // Decreases first, so that the pod never holds more than it had or will have.
@@ -179,6 +256,7 @@ async fn apply_once(
         if c.wanted.memory_limit_in_bytes == c.linux.memory_limit_in_bytes {
             continue;
         }
+        let before = c.linux.clone();
         // Without swap (kubelet's NoSwap) the memory+swap limit equals the memory limit, and
         // cgroup v1 refuses a memory limit above it: move both.
         let old = c.linux.memory_limit_in_bytes;
@@ -188,15 +266,33 @@ async fn apply_once(
         c.linux.memory_limit_in_bytes = c.wanted.memory_limit_in_bytes;
         cri.update_container_resources(&c.target.container_id, c.linux.clone())
             .await?;
+        undo.push(Undo::Container { index: i, before });
     }
     if !memory_grows {
-        cgroups.write_pod_memory(&parent, pod_new.memory_limit)?;
+        write_pod_memory(undo)?;
     }
 
     // CPU: the quota is hierarchical (a child may not exceed its parent), shares are not.
     let cpu_grows = grows(pod_now.cpu_quota, pod_new.cpu_quota);
+    let write_pod_cpu = |undo: &mut Vec<Undo>| -> Result<(), ResizeError> {
+        cgroups.write_pod_cpu(
+            parent,
+            pod_new.cpu_shares,
+            pod_new.cpu_quota,
+            pod_new.cpu_period,
+        )?;
+        // A value the kernel did not show cannot be put back; the read would have failed.
+        if let (Some(shares), Some(period)) = (pod_now.cpu_shares, pod_now.cpu_period) {
+            undo.push(Undo::PodCpu {
+                shares,
+                quota: pod_now.cpu_quota,
+                period,
+            });
+        }
+        Ok(())
+    };
     if cpu_grows {
-        write_pod_cpu(cgroups, &parent, &pod_new)?;
+        write_pod_cpu(undo)?;
     }
     order.sort_by_key(|&i| current[i].wanted.cpu_quota - current[i].linux.cpu_quota);
     for &i in &order {
@@ -207,22 +303,77 @@ async fn apply_once(
         {
             continue;
         }
+        let before = c.linux.clone();
         c.linux.cpu_shares = wanted.cpu_shares;
         c.linux.cpu_quota = wanted.cpu_quota;
         c.linux.cpu_period = wanted.cpu_period;
         cri.update_container_resources(&c.target.container_id, c.linux.clone())
             .await?;
+        undo.push(Undo::Container { index: i, before });
     }
     if !cpu_grows {
-        write_pod_cpu(cgroups, &parent, &pod_new)?;
+        write_pod_cpu(undo)?;
     }
+    Ok(())
+}
 
-    verify_pod(&cgroups.read_pod(&parent)?, &pod_new)?;
+async fn verify(
+    cri: &CriClient,
+    cgroups: &Cgroups,
+    parent: &str,
+    pod_new: &PodCgroupConfig,
+    current: &[Current],
+) -> Result<Vec<Applied>, ResizeError> {
+    verify_pod(&cgroups.read_pod(parent)?, pod_new)?;
     let mut applied = Vec::new();
-    for c in &current {
+    for c in current {
         applied.push(verify_container(cri, cgroups, c).await?);
     }
     Ok(applied)
+}
+
+/// Puts back the steps taken, newest first; stops at the first that fails (the ones before it
+/// would break the order that makes each write valid).
+async fn roll_back(
+    cri: &CriClient,
+    cgroups: &Cgroups,
+    parent: &str,
+    current: &[Current],
+    undo: Vec<Undo>,
+    error: ResizeError,
+) -> ResizeError {
+    if undo.is_empty() {
+        return error;
+    }
+    for step in undo.into_iter().rev() {
+        let result = match step {
+            Undo::PodMemory(limit) => cgroups
+                .write_pod_memory(parent, limit)
+                .map(drop)
+                .map_err(ResizeError::from),
+            Undo::PodCpu {
+                shares,
+                quota,
+                period,
+            } => cgroups
+                .write_pod_cpu(parent, shares, quota, period)
+                .map_err(ResizeError::from),
+            Undo::Container { index, before } => match current.get(index) {
+                Some(c) => cri
+                    .update_container_resources(&c.target.container_id, before)
+                    .await
+                    .map_err(ResizeError::from),
+                None => Ok(()),
+            },
+        };
+        if let Err(undo) = result {
+            return ResizeError::PartlyApplied {
+                error: Box::new(error),
+                undo: Box::new(undo),
+            };
+        }
+    }
+    ResizeError::Undone(Box::new(error))
 }
 
 async fn inspect(cri: &CriClient, target: &ContainerTarget) -> Result<Current, ResizeError> {
@@ -291,20 +442,6 @@ fn check_usage(what: &str, usage: u64, limit: i64) -> Result<(), ResizeError> {
             limit,
         });
     }
-    Ok(())
-}
-
-fn write_pod_cpu(
-    cgroups: &Cgroups,
-    parent: &str,
-    config: &PodCgroupConfig,
-) -> Result<(), ResizeError> {
-    cgroups.write_pod_cpu(
-        parent,
-        config.cpu_shares,
-        config.cpu_quota,
-        config.cpu_period,
-    )?;
     Ok(())
 }
 
