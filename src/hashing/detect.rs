@@ -213,7 +213,9 @@ mod tests {
             hash_without_resources: None,
         };
         assert!(!would_restart(&stored, spec, &v("1.28")).unwrap());
-        assert!(would_restart(&stored, spec, &v("1.28.11")).unwrap());
+        // A patch built with Go 1.22 (1.28.12) writes `\b`: it restarts; 1.28.11 (Go 1.21) not.
+        assert!(would_restart(&stored, spec, &v("1.28.12")).unwrap());
+        assert!(!would_restart(&stored, spec, &v("1.28.11")).unwrap());
         let found = detect_writers(&stored, spec).unwrap();
         assert!(
             found

@@ -118,15 +118,18 @@ impl KubeletVersion {
 
     /// The Go JSON escaping this release's kubelet binaries most likely used.
     ///
-    /// Assumption (not verifiable from the sources alone): Go 1.22 (Feb 2024) reached the
-    /// kubelet patch releases of mid-2024, i.e. 1.27.14+, 1.28.10+, 1.29.5+ and all of 1.30+;
-    /// 1.26 and older never used it. With no patch given, the newest patch is assumed.
+    /// From the release branches' history: 1.30 was released with Go 1.22; release-1.27 to
+    /// 1.29 stayed on Go 1.21 through the June 2024 patches (bumped to Go 1.21.11 on 2024-06-06
+    /// to unblock them, kubernetes/kubernetes#125367) and moved to Go 1.22 once its build
+    /// images existed (kubernetes/release#3652, 2024-06-24), so from the July 2024 patches:
+    /// 1.27.16, 1.28.12, 1.29.7. 1.26 and older never used it. With no patch given, the newest
+    /// patch is assumed.
     pub fn default_escaping(&self) -> GoJsonEscaping {
         let first_modern_patch = match self.minor {
             0..=26 => return GoJsonEscaping::Legacy,
-            27 => 14,
-            28 => 10,
-            29 => 5,
+            27 => 16,
+            28 => 12,
+            29 => 7,
             _ => return GoJsonEscaping::Modern,
         };
         match self.patch {
@@ -200,10 +203,13 @@ mod tests {
     fn escaping_defaults() {
         let esc = |s: &str| KubeletVersion::parse(s).map(|v| v.default_escaping()).ok();
         assert_eq!(esc("1.26.15"), Some(GoJsonEscaping::Legacy));
-        assert_eq!(esc("1.27.13"), Some(GoJsonEscaping::Legacy));
-        assert_eq!(esc("1.27.14"), Some(GoJsonEscaping::Modern));
+        assert_eq!(esc("1.27.15"), Some(GoJsonEscaping::Legacy));
+        assert_eq!(esc("1.27.16"), Some(GoJsonEscaping::Modern));
+        assert_eq!(esc("1.28.11"), Some(GoJsonEscaping::Legacy));
+        assert_eq!(esc("1.28.12"), Some(GoJsonEscaping::Modern));
         assert_eq!(esc("1.28"), Some(GoJsonEscaping::Modern));
-        assert_eq!(esc("1.29.4"), Some(GoJsonEscaping::Legacy));
+        assert_eq!(esc("1.29.6"), Some(GoJsonEscaping::Legacy));
+        assert_eq!(esc("1.29.7"), Some(GoJsonEscaping::Modern));
         assert_eq!(esc("1.30.0"), Some(GoJsonEscaping::Modern));
     }
 }
