@@ -1,8 +1,9 @@
 //! The local admin socket: `inplaced pods` and `inplaced upgrade-check` ask the running agent
-//! here instead of listing the runtime and the API again. Root-only: the socket is mode 0600 in
-//! a 0700 directory. One JSON request line in, one JSON answer out.
+//! here instead of listing the runtime and the API again. Root-only: the socket is mode 0600,
+//! in a 0700 directory when the agent creates it (an existing directory, which may be shared
+//! like `/run`, keeps its mode). One JSON request line in, one JSON answer out.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,18 +40,31 @@ pub enum AdminError {
 
 pub type Handler = Arc<dyn Fn(AdminRequest) -> Result<serde_json::Value, String> + Send + Sync>;
 
-/// Binds the socket (replacing a stale one) with root-only permissions.
+/// Binds the socket (replacing a stale one, never another kind of file) with root-only
+/// permissions.
 pub fn bind(path: &Path) -> Result<UnixListener, AdminError> {
     let error = |source| AdminError::Bind {
         path: path.display().to_string(),
         source,
     };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(error)?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(error)?;
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+        && !dir.exists()
+    {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(error)?;
     }
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path).map_err(error)?,
+        Ok(_) => {
+            return Err(error(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "a file that is not a socket is in the way; not removing it",
+            )));
+        }
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
         Err(err) => return Err(error(err)),
     }
@@ -131,6 +145,30 @@ pub async fn request(path: &Path, request: &AdminRequest) -> Result<serde_json::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_existing_directory_keeps_its_mode_and_other_files_are_not_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _guard = runtime.enter();
+        let path = shared.join("admin.sock");
+        drop(bind(&path).unwrap());
+        let mode = std::fs::metadata(&shared).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o1777, "a shared directory keeps its mode");
+        // A stale socket is replaced; a regular file is refused and kept.
+        drop(bind(&path).unwrap());
+        let file = shared.join("notes.txt");
+        std::fs::write(&file, "keep").unwrap();
+        let err = bind(&file).unwrap_err();
+        assert!(err.to_string().contains("not a socket"), "{err}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+    }
 
     #[tokio::test]
     async fn round_trip_and_root_only_permissions() {

@@ -136,7 +136,7 @@ pub fn table(view: &NodeView) -> String {
                 s.namespace,
                 s.name,
                 s.uid,
-                &s.id[..s.id.len().min(13)]
+                s.id.chars().take(13).collect::<String>()
             );
         }
     }
@@ -177,4 +177,27 @@ pub fn upgrade_table(report: &UpgradeReport) -> String {
         report.to, report.restart, report.keep, report.unknown
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nodeview::UnmatchedSandbox;
+
+    #[test]
+    fn sandbox_ids_are_cut_by_characters_not_bytes() {
+        let view = NodeView {
+            node_name: "n".into(),
+            unmatched_sandboxes: vec![UnmatchedSandbox {
+                // A runtime's id is not checked to be hex: 13 bytes would cut `é` in two.
+                id: "abcdefghijklé-rest".into(),
+                namespace: "ns".into(),
+                name: "p".into(),
+                uid: "u".into(),
+                ready: true,
+            }],
+            ..Default::default()
+        };
+        assert!(table(&view).contains("sandbox abcdefghijklé\n"));
+    }
 }
