@@ -348,8 +348,7 @@ async fn refresh_runtime(
     let base = config.refresh_interval;
     let mut interval = base;
     let mut tracker: Option<RuntimeTracker> = None;
-    let mut events: Option<tonic::Streaming<crate::cri::proto::ContainerEventResponse>> = None;
-    let mut events_supported = true;
+    let mut events = EventStream::Closed;
     let mut last_error = String::new();
     loop {
         if tracker.is_none() {
@@ -364,18 +363,11 @@ async fn refresh_runtime(
             }
         }
         if let Some(tracker) = tracker.as_mut() {
-            if events.is_none() && events_supported {
-                match tracker.client().container_events().await {
-                    Ok(stream) => events = Some(stream),
-                    Err(err) if err.code() == tonic::Code::Unimplemented => {
-                        tracing::info!(
-                            interval = ?config.refresh_interval,
-                            "the runtime has no container event stream; polling"
-                        );
-                        events_supported = false;
-                    }
-                    Err(err) => tracing::debug!(error = %err, "container event stream not open"),
-                }
+            if matches!(events, EventStream::Closed) {
+                // Opened beside the listing, not before it: the open may wait for an event.
+                let client = tracker.client().clone();
+                events =
+                    EventStream::Opening(Box::pin(async move { client.container_events().await }));
             }
             let result = tracker.refresh().await;
             metrics.count_node_view_refresh(result.is_ok());
@@ -400,7 +392,9 @@ async fn refresh_runtime(
                     };
                 }
                 Err(err) => {
-                    events = None;
+                    if !matches!(events, EventStream::Unsupported) {
+                        events = EventStream::Closed;
+                    }
                     report(&health, &mut last_error, err.to_string());
                 }
             }
@@ -414,18 +408,62 @@ async fn refresh_runtime(
                     interval = base;
                     deadline = deadline.min(listed + base);
                 }
-                event = async {
-                    match events.as_mut() {
-                        Some(stream) => stream.message().await,
-                        None => std::future::pending().await,
+                list_now = events.next(config.refresh_interval) => {
+                    if list_now {
+                        break;
                     }
-                } => {
-                    if !matches!(event, Ok(Some(_))) {
-                        events = None;
-                    }
-                    break;
                 }
             }
+        }
+    }
+}
+
+type Events = tonic::Streaming<crate::cri::proto::ContainerEventResponse>;
+
+/// The runtime's container event stream, as far as it goes: any event means "list now".
+enum EventStream {
+    Closed,
+    Opening(std::pin::Pin<Box<dyn Future<Output = Result<Events, crate::cri::CriError>> + Send>>),
+    Open(Box<Events>),
+    /// The runtime has none (containerd 1.6): listing on the interval only.
+    Unsupported,
+}
+
+impl EventStream {
+    /// Waits for the stream to open or for its next event (never returns while closed or
+    /// unsupported); true when the runtime should be listed now.
+    async fn next(&mut self, interval: Duration) -> bool {
+        match self {
+            EventStream::Opening(open) => {
+                let opened = open.await;
+                match opened {
+                    // containerd 1.7+ opens with its first event.
+                    Ok(stream) => {
+                        *self = EventStream::Open(Box::new(stream));
+                        true
+                    }
+                    Err(err) if err.code() == tonic::Code::Unimplemented => {
+                        tracing::info!(
+                            ?interval,
+                            "the runtime has no container event stream; polling"
+                        );
+                        *self = EventStream::Unsupported;
+                        false
+                    }
+                    Err(err) => {
+                        tracing::debug!(error = %err, "container event stream not open");
+                        *self = EventStream::Closed;
+                        false
+                    }
+                }
+            }
+            EventStream::Open(stream) => {
+                if !matches!(stream.message().await, Ok(Some(_))) {
+                    *self = EventStream::Closed;
+                }
+                true
+            }
+            EventStream::Closed | EventStream::Unsupported => std::future::pending().await,
         }
     }
 }

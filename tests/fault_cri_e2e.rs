@@ -115,3 +115,44 @@ async fn cri_faults_kill_nothing_wrongly_and_lose_no_request() {
         .wait_http("/readyz", 200, Duration::from_secs(30));
     node.stop().await;
 }
+
+/// containerd 1.7+ sends `GetContainerEvents`' answer headers with the first event, so on a quiet
+/// node opening the stream waits. The proxy holds the open the same way; the agent must go on
+/// listing the runtime meanwhile, open the stream once, and not count the wait as a failed call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_that_opens_with_its_first_event_does_not_hold_up_listing() {
+    let mut node = Node::start().await;
+    drop(node.agent.take());
+    node.proxy.add(FaultRule::new(
+        "GetContainerEvents",
+        Fault::Hang(Duration::from_secs(120)),
+    ));
+    node.proxy.reset_counters();
+    node.start_agent();
+    let metric = |node: &mut Node, series: &str| -> f64 {
+        let (_, text) = node.agent().get("/metrics").unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let refreshes = "inplaced_node_view_refreshes_total{result=\"success\"}";
+    let before = metric(&mut node, refreshes);
+    // Longer than the agent's 10 s call deadline, which the open used to run into.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let listed = metric(&mut node, refreshes) - before;
+    // At 300 ms, backing off to 2.4 s on a quiet node: at least five listings in 12 s.
+    assert!(listed >= 5.0, "{listed} listings in 12 s");
+    assert_eq!(
+        node.proxy.calls("GetContainerEvents"),
+        1,
+        "opened once, still waiting"
+    );
+    assert_eq!(
+        metric(
+            &mut node,
+            "inplaced_cri_request_duration_seconds_count{method=\"GetContainerEvents\",code=\"DeadlineExceeded\"}"
+        ),
+        0.0
+    );
+    node.stop().await;
+}

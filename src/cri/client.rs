@@ -527,17 +527,21 @@ impl CriClient {
 
     /// The runtime's container event stream (`GetContainerEvents`), where it has one;
     /// `Unimplemented` (containerd 1.6) means: poll `ListContainers` instead.
+    ///
+    /// No deadline, and not a timed call: containerd 1.7+ (grpc-go) sends the answer's headers
+    /// with the first event, so on a quiet node this returns only when something happens.
     pub async fn container_events(
         &self,
     ) -> Result<tonic::Streaming<ContainerEventResponse>, CriError> {
-        self.timed(
-            "GetContainerEvents",
-            self.config.call_timeout,
-            self.runtime
-                .clone()
-                .get_container_events(GetEventsRequest {}),
-        )
-        .await
+        match self
+            .runtime
+            .clone()
+            .get_container_events(GetEventsRequest {})
+            .await
+        {
+            Ok(response) => Ok(response.into_inner()),
+            Err(status) => Err(self.classify("GetContainerEvents", status)),
+        }
     }
 
     pub async fn image_status(&self, image: &str) -> Result<Option<Image>, CriError> {
