@@ -222,6 +222,36 @@ fn pod_json_and_yaml() {
     assert_eq!(era_a.expect("era A")["hash"], "3c42280f");
 }
 
+/// YAML that starts with `{` (a flow mapping) is still YAML; a pod whose YAML aliases would
+/// expand it a thousandfold is refused with a reason instead of eating the machine's memory.
+#[test]
+fn pod_yaml_flow_mapping_and_alias_bomb() {
+    let flow = "{metadata: {name: web}, spec: {containers: [{name: foo, image: bar}]}}\n";
+    let out = run(&["--pod", "-"], flow);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    let era_c = line["releases"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["era"] == "C"))
+        .cloned();
+    assert_eq!(era_c.expect("era C")["hash"], "11a6d6d6");
+
+    let list = vec!["x"; 20_000].join(",");
+    let refs = vec!["*a"; 20_000].join(",");
+    let bomb = format!(
+        "metadata: {{name: web}}\nspec:\n  containers: [{{name: foo, image: bar}}]\na: &a [{list}]\nb: [{refs}]\n"
+    );
+    let out = run(&["--pod", "-"], &bomb);
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("aliases expand it"), "{stderr}");
+}
+
 /// A hostile file (a 10 MB line, garbage, a line nested deeper than Go allows): the other lines
 /// are still hashed, in order, as the library hashes them; the bad ones are empty lines with
 /// their reasons on stderr, and the exit code is 1.

@@ -360,15 +360,28 @@ fn run_pod(path: &str, forced: Option<GoJsonEscaping>) -> anyhow::Result<ExitCod
     } else {
         data = std::fs::read(path).with_context(|| format!("reading {path}"))?;
     }
+    // JSON is read as it is, with Go's decoder (its exact text matters to the hashes); what
+    // is not JSON, a YAML flow mapping `{a: b}` included, as YAML.
     let first = data.iter().find(|b| !b.is_ascii_whitespace()).copied();
-    let json = if first == Some(b'{') {
-        data
-    } else {
-        let value: serde_json::Value =
-            serde_yaml_ng::from_slice(&data).context("parsing the pod as YAML")?;
-        serde_json::to_vec(&value)?
+    let as_json = (first == Some(b'{')).then(|| pod_containers(&data));
+    let from_yaml: Vec<u8>;
+    let (pod, containers) = match as_json {
+        Some(Ok(found)) => found,
+        as_json => {
+            from_yaml = match yaml_to_json(&data) {
+                Ok(value) => serde_json::to_vec(&value)?,
+                // It looked like JSON: its error says more than YAML's.
+                Err(yaml_error) => {
+                    return Err(match as_json {
+                        Some(Err(json_error)) => json_error,
+                        _ => yaml_error.context("parsing the pod as YAML"),
+                    }
+                    .context("reading the pod"));
+                }
+            };
+            pod_containers(&from_yaml).context("reading the pod")?
+        }
     };
-    let (pod, containers) = pod_containers(&json).context("reading the pod")?;
     anyhow::ensure!(
         !containers.is_empty(),
         "no containers found in spec.containers / initContainers / ephemeralContainers"
@@ -384,9 +397,141 @@ fn run_pod(path: &str, forced: Option<GoJsonEscaping>) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
+/// A YAML document as JSON. Aliases are expanded, which can make a small file huge ("billion
+/// laughs": an alias of an alias of a list), so the expansion is limited to twice the input's
+/// size (nodes plus string bytes; a document without aliases never needs more) and a document
+/// beyond it is refused: memory stays bounded by the input.
+fn yaml_to_json(data: &[u8]) -> anyhow::Result<serde_json::Value> {
+    use serde::de::DeserializeSeed;
+    let budget = std::cell::Cell::new(data.len().saturating_mul(2).saturating_add(64));
+    let value = BoundedValue { budget: &budget }
+        .deserialize(serde_yaml_ng::Deserializer::from_slice(data))?;
+    Ok(value)
+}
+
+/// Builds a `serde_json::Value`, spending one unit per node and per string byte.
+#[derive(Clone, Copy)]
+struct BoundedValue<'a> {
+    budget: &'a std::cell::Cell<usize>,
+}
+
+impl BoundedValue<'_> {
+    fn spend<E: serde::de::Error>(self, units: usize) -> Result<(), E> {
+        let left = self.budget.get().checked_sub(units).ok_or_else(|| {
+            E::custom("its aliases expand it to more than twice its size; refused")
+        })?;
+        self.budget.set(left);
+        Ok(())
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for BoundedValue<'_> {
+    type Value = serde_json::Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for BoundedValue<'_> {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a YAML value")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        self.spend(1)?;
+        Ok(v.into())
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        self.spend(1)?;
+        Ok(v.into())
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        self.spend(1)?;
+        Ok(v.into())
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        self.spend(1)?;
+        // Not finite (`.nan`, `.inf`): null, as serde_json has no such number.
+        Ok(v.into())
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        self.spend(v.len().saturating_add(1))?;
+        Ok(v.into())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        self.spend(1)?;
+        Ok(serde_json::Value::Null)
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        self.visit_unit()
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        serde::de::DeserializeSeed::deserialize(self, d)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        self.spend(1)?;
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(self)? {
+            items.push(item);
+        }
+        Ok(items.into())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        self.spend(1)?;
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            self.spend(key.len().saturating_add(1))?;
+            let value = map.next_value_seed(self)?;
+            object.insert(key, value);
+        }
+        Ok(object.into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn yaml_aliases_that_explode_are_refused() {
+        let list = vec!["x"; 2_000].join(",");
+        let refs = vec!["*a"; 2_000].join(",");
+        // 16 KB that would expand to 4 million strings.
+        let bomb = format!("a: &a [{list}]\nb: [{refs}]\n");
+        let err = yaml_to_json(bomb.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("aliases expand it"), "{err}");
+        // Aliases that stay small still work.
+        let fine = "base: &b {name: app, image: nginx}\ncopy: *b\n";
+        assert_eq!(
+            yaml_to_json(fine.as_bytes()).unwrap()["copy"],
+            serde_json::json!({"name": "app", "image": "nginx"})
+        );
+    }
+
+    #[test]
+    fn yaml_documents_fit_their_budget() {
+        for yaml in [
+            "[a,a,a,a,a,a,a,a]",
+            "{}",
+            "a: [[], [], {}, {}]",
+            "x: \"\\U0001F600\\U0001F600\"",
+            "spec: {containers: [{name: a, image: b}]}",
+        ] {
+            yaml_to_json(yaml.as_bytes()).unwrap_or_else(|e| panic!("{yaml}: {e}"));
+        }
+    }
 
     #[test]
     fn lines_in_order_with_rejections() {
