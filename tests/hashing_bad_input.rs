@@ -254,3 +254,31 @@ fn garbage_is_refused_with_a_reason() {
     // Nearly all of it is not a container.
     assert!(refused > 8_000, "{refused} refused");
 }
+
+/// A 10 MB value Go refuses (a quantity, a number where a string goes, a resource name) gives
+/// a reason of one readable line: the value is quoted by its start and its length.
+#[test]
+fn reasons_quote_a_huge_value_by_its_start() {
+    let huge = "9".repeat(10_000_000);
+    let cases = [
+        (
+            format!(r#"{{"name":"q","resources":{{"limits":{{"cpu":"{huge}x"}}}}}}"#),
+            "(10000001 bytes)",
+        ),
+        (
+            format!(r#"{{"name":"n","ports":[{{"containerPort":{huge}}}]}}"#),
+            "(10000000 bytes)",
+        ),
+        (
+            format!(r#"{{"name":"k","resources":{{"limits":{{"{huge}":"1x"}}}}}}"#),
+            "(10000000 bytes)",
+        ),
+    ];
+    for (doc, length) in &cases {
+        let err = hash(doc.as_bytes(), "1.26").expect_err("Go refuses it");
+        let reason = err.to_string();
+        let start: String = reason.chars().take(200).collect();
+        assert!(reason.len() < 400, "{} bytes: {start}…", reason.len());
+        assert!(reason.contains(length), "{reason}");
+    }
+}

@@ -80,7 +80,7 @@ impl DecodeError {
                 }
                 PathSeg::Key(k) => {
                     s.push('[');
-                    s.push_str(&format!("{k:?}"));
+                    s.push_str(&format!("{:?}", excerpt(k.as_bytes())));
                     s.push(']');
                 }
             }
@@ -206,7 +206,7 @@ impl<'a> Parser<'a> {
     ) -> DResult<T> {
         Err(Box::new(DecodeError {
             kind: DecodeErrorKind::Type {
-                found: format!("number {}", String::from_utf8_lossy(literal)),
+                found: format!("number {}", excerpt(literal)),
                 expected,
             },
             offset,
@@ -668,11 +668,23 @@ pub fn validate(src: &[u8]) -> DResult<()> {
     p.finish()
 }
 
+/// Input text quoted in an error: whole when short, else its first 64 characters and its
+/// length, so that a 10 MB value makes a readable one-line reason.
+pub fn excerpt(text: &[u8]) -> String {
+    const SHOWN: usize = 64;
+    let text = String::from_utf8_lossy(text);
+    if text.chars().count() <= SHOWN {
+        return text.into_owned();
+    }
+    let shown: String = text.chars().take(SHOWN).collect();
+    format!("{shown}… ({} bytes)", text.len())
+}
+
 /// A quantity apimachinery refuses, found at `offset`.
 pub fn quantity_error<T>(text: &[u8], error: QuantityError, offset: usize) -> DResult<T> {
     Err(Box::new(DecodeError {
         kind: DecodeErrorKind::Quantity {
-            text: String::from_utf8_lossy(text).into_owned(),
+            text: excerpt(text),
             error,
         },
         offset,
