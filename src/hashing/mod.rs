@@ -238,15 +238,20 @@ pub fn format_hash(hash: u64) -> String {
 /// unparsable means 0).
 pub fn parse_stored_hash(value: Option<&str>) -> u64 {
     let Some(v) = value else { return 0 };
-    if v.is_empty() || v.len() > 16 {
+    if v.is_empty() {
         return 0;
     }
+    // Any number of leading zeros, no sign (which `u64::from_str_radix` would take); past 64
+    // bits is Go's range error, so 0.
     let mut h: u64 = 0;
     for c in v.bytes() {
         let Some(d) = (c as char).to_digit(16) else {
             return 0;
         };
-        h = (h << 4) | u64::from(d);
+        let Some(next) = h.checked_mul(16).and_then(|h| h.checked_add(u64::from(d))) else {
+            return 0;
+        };
+        h = next;
     }
     h
 }
@@ -297,6 +302,9 @@ mod tests {
         assert_eq!(parse_stored_hash(Some("")), 0);
         assert_eq!(parse_stored_hash(Some("ffffffffffffffff")), u64::MAX);
         assert_eq!(parse_stored_hash(Some("1ffffffffffffffff")), 0);
+        // Leading zeros do not count towards the 64 bits; a sign is not a digit.
+        assert_eq!(parse_stored_hash(Some("000000000311670a0")), 0x311670a0);
+        assert_eq!(parse_stored_hash(Some("+311670a")), 0);
         assert_eq!(parse_stored_hash(None), 0);
         assert_eq!(format_hash(0x0311670a), "311670a");
     }
