@@ -197,7 +197,33 @@ impl Config {
         if api_qps == 0 {
             return Err(invalid("api-qps", "0", "must be at least 1"));
         }
-        let api_burst = s.api_burst.unwrap_or(100).max(api_qps);
+        let api_burst = s.api_burst.unwrap_or(100.max(api_qps));
+        if api_burst < api_qps {
+            return Err(invalid(
+                "api-burst",
+                &api_burst.to_string(),
+                "must be at least api-qps",
+            ));
+        }
+        let refresh_interval = duration("refresh-interval", s.refresh_interval, "2s")?;
+        if refresh_interval < Duration::from_millis(100) {
+            return Err(invalid(
+                "refresh-interval",
+                &format!("{refresh_interval:?}"),
+                "must be at least 100ms",
+            ));
+        }
+        if let Some(endpoint) = &s.cri_endpoint {
+            crate::cri::CriEndpoint::parse(endpoint).map_err(|_| {
+                invalid(
+                    "cri-endpoint",
+                    endpoint,
+                    "expected an absolute unix socket path, such as unix:///run/containerd/containerd.sock",
+                )
+            })?;
+        }
+        let log_level = s.log_level.unwrap_or_else(|| "info".into());
+        check_log_level(&log_level)?;
         let api_answer_timeout = duration("api-answer-timeout", s.api_answer_timeout, "30s")?;
         if api_answer_timeout.is_zero() {
             return Err(invalid(
@@ -215,7 +241,7 @@ impl Config {
                 .admin_socket
                 .unwrap_or_else(|| DEFAULT_ADMIN_SOCKET.into()),
             state_dir: s.state_dir.unwrap_or_else(|| DEFAULT_STATE_DIR.into()),
-            refresh_interval: duration("refresh-interval", s.refresh_interval, "2s")?,
+            refresh_interval,
             startup_jitter: duration("startup-jitter", s.startup_jitter, "3s")?,
             api_qps,
             api_burst,
@@ -227,7 +253,7 @@ impl Config {
                 .unwrap_or_else(|| DEFAULT_KUBELET_CONFIG.into()),
             cgroup_root: s.cgroup_root.unwrap_or_else(|| cgroup::DEFAULT_ROOT.into()),
             log_format: s.log_format.unwrap_or_default(),
-            log_level: s.log_level.unwrap_or_else(|| "info".into()),
+            log_level,
         })
     }
 }
@@ -246,6 +272,26 @@ fn read_file(path: &Path) -> Result<Settings, ConfigError> {
             message: format!("line {line}: {}", err.message()),
         }
     })
+}
+
+/// A `tracing` filter whose bare words are levels: `warning` alone would parse as a target and
+/// switch every other log line off, so it is refused (a target alone is written `target=trace`).
+fn check_log_level(filter: &str) -> Result<(), ConfigError> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    let hint = "expected a level (trace, debug, info, warn, error, off) or directives such as info,inplaced=debug";
+    let bare_non_level = filter.split(',').map(str::trim).find(|d| {
+        !d.is_empty() && !d.contains('=') && !LEVELS.contains(&d.to_ascii_lowercase().as_str())
+    });
+    if let Some(word) = bare_non_level {
+        return Err(invalid(
+            "log-level",
+            filter,
+            &format!("{word:?} is not a level; {hint}"),
+        ));
+    }
+    tracing_subscriber::EnvFilter::try_new(filter)
+        .map(drop)
+        .map_err(|err| invalid("log-level", filter, &format!("{err}; {hint}")))
 }
 
 fn invalid(key: &'static str, value: &str, reason: &str) -> ConfigError {
@@ -340,6 +386,22 @@ mod tests {
     }
 
     #[test]
+    fn log_filters_and_a_large_qps_are_taken() {
+        for filter in [
+            "debug",
+            "WARN",
+            "info,inplaced=debug",
+            "inplaced::recreate=trace",
+        ] {
+            check_log_level(filter).unwrap_or_else(|e| panic!("{filter}: {e}"));
+        }
+        let mut given = settings("api-qps = 500");
+        given.node_name = Some("n1".into());
+        let config = Config::resolve(given).unwrap();
+        assert_eq!((config.api_qps, config.api_burst), (500, 500));
+    }
+
+    #[test]
     fn unknown_keys_are_refused_by_name() {
         let err = toml::from_str::<Settings>("nod-name = \"x\"")
             .unwrap_err()
@@ -356,6 +418,11 @@ mod tests {
             ("api-qps = 0", "api-qps"),
             ("api-answer-timeout = \"0s\"", "api-answer-timeout"),
             ("api-answer-timeout = \"soon\"", "api-answer-timeout"),
+            ("api-qps = 20\napi-burst = 10", "api-burst"),
+            ("refresh-interval = \"0s\"", "refresh-interval"),
+            ("cri-endpoint = \"tcp://127.0.0.1:1\"", "cri-endpoint"),
+            ("log-level = \"warning\"", "log-level"),
+            ("log-level = \"info,inplaced=loud\"", "log-level"),
         ];
         for (text, key) in cases {
             let mut given = settings(text);
