@@ -187,6 +187,29 @@ impl Metrics {
             "ContainerRecreateRequests from the agent's watch event to the first kill issued (target confirmed with the runtime, intent journalled)",
             crr_reactions.clone(),
         );
+        // The outcomes are known in advance: their series exist at 0 from the start, so that
+        // the first error after an agent restart is an increase that rate() and alerts see.
+        for result in ["success", "error"] {
+            node_view_refreshes.get_or_create(&ResultLabels { result });
+            runtime_meta_patches.get_or_create(&ResultLabels { result });
+        }
+        for result in ["success", "error", "unmatched", "not_restartable"] {
+            env_restarts.get_or_create(&ResultLabels { result });
+        }
+        for trigger in ["crr", "env-change", "kubelet-update", "container-exit"] {
+            for result in ["ready", "not-ready"] {
+                restarts.get_or_create(&RestartResultLabels { trigger, result });
+            }
+        }
+        for actuator in ["cri", "kubelet"] {
+            for result in ["Succeeded", "Failed", "Infeasible"] {
+                resizes.get_or_create(&ResizeLabels { actuator, result });
+            }
+        }
+        resizes.get_or_create(&ResizeLabels {
+            actuator: "none",
+            result: "Failed",
+        });
         Self {
             crr_reactions,
             resize_durations,
@@ -341,6 +364,20 @@ mod tests {
 #[cfg(test)]
 mod dashboard_tests {
     use super::*;
+
+    #[test]
+    fn outcome_counters_start_at_zero() {
+        let text = Metrics::new().encode();
+        for series in [
+            "inplaced_env_restarts_total{result=\"error\"} 0",
+            "inplaced_restarts_total{trigger=\"crr\",result=\"not-ready\"} 0",
+            "inplaced_resizes_total{actuator=\"cri\",result=\"Failed\"} 0",
+            "inplaced_node_view_refreshes_total{result=\"error\"} 0",
+            "inplaced_runtime_meta_patches_total{result=\"error\"} 0",
+        ] {
+            assert!(text.contains(series), "{series} missing from:\n{text}");
+        }
+    }
 
     /// Every metric a query of the shipped Grafana dashboard names must be one the agent exports.
     #[test]
