@@ -190,26 +190,26 @@ impl Metrics {
         // The outcomes are known in advance: their series exist at 0 from the start, so that
         // the first error after an agent restart is an increase that rate() and alerts see.
         for result in ["success", "error"] {
-            node_view_refreshes.get_or_create(&ResultLabels { result });
-            runtime_meta_patches.get_or_create(&ResultLabels { result });
+            drop(node_view_refreshes.get_or_create(&ResultLabels { result }));
+            drop(runtime_meta_patches.get_or_create(&ResultLabels { result }));
         }
         for result in ["success", "error", "unmatched", "not_restartable"] {
-            env_restarts.get_or_create(&ResultLabels { result });
+            drop(env_restarts.get_or_create(&ResultLabels { result }));
         }
         for trigger in ["crr", "env-change", "kubelet-update", "container-exit"] {
             for result in ["ready", "not-ready"] {
-                restarts.get_or_create(&RestartResultLabels { trigger, result });
+                drop(restarts.get_or_create(&RestartResultLabels { trigger, result }));
             }
         }
         for actuator in ["cri", "kubelet"] {
             for result in ["Succeeded", "Failed", "Infeasible"] {
-                resizes.get_or_create(&ResizeLabels { actuator, result });
+                drop(resizes.get_or_create(&ResizeLabels { actuator, result }));
             }
         }
-        resizes.get_or_create(&ResizeLabels {
+        drop(resizes.get_or_create(&ResizeLabels {
             actuator: "none",
             result: "Failed",
-        });
+        }));
         Self {
             crr_reactions,
             resize_durations,
