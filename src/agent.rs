@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use crate::admin::{self, AdminRequest};
 use crate::config::Config;
-use crate::cri::{CriClient, CriConfig, CriEndpoint};
+use crate::cri::{CriClient, CriConfig, CriEndpoint, CriError};
 use crate::hashing::KubeletVersion;
 use crate::http::{self, Health};
 use crate::kube::{self, NodeObject, NodePods};
@@ -350,10 +350,13 @@ async fn refresh_runtime(
     let mut tracker: Option<RuntimeTracker> = None;
     let mut events = EventStream::Closed;
     let mut last_error = String::new();
+    // Discovered sockets that answered but not as CRI v1: the next discovery passes over them.
+    let mut not_cri: Vec<CriEndpoint> = Vec::new();
     loop {
         if tracker.is_none() {
-            match CriEndpoint::resolve(config.cri_endpoint.as_deref()) {
+            match CriEndpoint::resolve_passing_over(config.cri_endpoint.as_deref(), &not_cri) {
                 Ok(endpoint) => {
+                    events = EventStream::Closed;
                     let client = CriClient::new(CriConfig::new(endpoint))
                         .with_observer(Arc::new(metrics.clone()));
                     clients.send_replace(Some(client.clone()));
@@ -362,6 +365,7 @@ async fn refresh_runtime(
                 Err(err) => report(&health, &mut last_error, err.to_string()),
             }
         }
+        let mut move_to = None;
         if let Some(tracker) = tracker.as_mut() {
             if matches!(events, EventStream::Closed) {
                 // Opened beside the listing, not before it: the open may wait for an event.
@@ -395,12 +399,28 @@ async fn refresh_runtime(
                     if !matches!(events, EventStream::Unsupported) {
                         events = EventStream::Closed;
                     }
+                    if matches!(err, CriError::NotCriV1 { .. }) && config.cri_endpoint.is_none() {
+                        let endpoint = tracker.client().endpoint().clone();
+                        if !not_cri.contains(&endpoint) {
+                            not_cri.push(endpoint.clone());
+                        }
+                        // Another socket may be the node's CRI runtime: move to it.
+                        move_to = CriEndpoint::resolve_passing_over(None, &not_cri)
+                            .ok()
+                            .filter(|next| *next != endpoint);
+                    }
                     report(&health, &mut last_error, err.to_string());
                 }
             }
         }
         let listed = tokio::time::Instant::now();
         let mut deadline = listed + interval;
+        if let Some(next) = move_to {
+            tracing::info!(endpoint = %next, "trying the next runtime socket");
+            tracker = None;
+            // Right away, not after the interval.
+            deadline = listed;
+        }
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => break,

@@ -34,10 +34,33 @@ impl CriEndpoint {
 
     /// The explicit endpoint when given, else the first socket of [`DISCOVERY_ORDER`] that exists.
     pub fn resolve(explicit: Option<&str>) -> Result<Self, CriError> {
+        Self::resolve_passing_over(explicit, &[])
+    }
+
+    /// As [`resolve`](Self::resolve), passing over discovered sockets known not to speak CRI v1
+    /// (Docker Engine's own containerd, whose CRI plugin is off, sits before cri-dockerd): the
+    /// first other socket that exists, else the first of those passed over that still exists.
+    pub fn resolve_passing_over(
+        explicit: Option<&str>,
+        not_cri: &[CriEndpoint],
+    ) -> Result<Self, CriError> {
         match explicit {
             Some(text) => Self::parse(text),
-            None => Self::discover(DISCOVERY_ORDER.iter().map(Path::new)),
+            None => Self::discover_passing_over(DISCOVERY_ORDER.iter().map(Path::new), not_cri),
         }
+    }
+
+    /// The first candidate that exists, is a socket and is not in `not_cri`; else the first
+    /// that exists and is a socket.
+    pub fn discover_passing_over<'a>(
+        candidates: impl IntoIterator<Item = &'a Path> + Clone,
+        not_cri: &[CriEndpoint],
+    ) -> Result<Self, CriError> {
+        let others = candidates
+            .clone()
+            .into_iter()
+            .filter(|c| !not_cri.iter().any(|n| n.path() == *c));
+        Self::discover(others).or_else(|err| Self::discover(candidates).map_err(|_| err))
     }
 
     /// The first candidate that exists and is a socket.
@@ -119,6 +142,28 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(found.path(), second);
+    }
+
+    #[test]
+    fn discovery_passes_over_sockets_that_are_not_cri() {
+        let dir = tempfile::tempdir().unwrap();
+        let docker_containerd = dir.path().join("containerd.sock");
+        let cri_dockerd = dir.path().join("cri-dockerd.sock");
+        let _l1 = std::os::unix::net::UnixListener::bind(&docker_containerd).unwrap();
+        let candidates = [docker_containerd.as_path(), cri_dockerd.as_path()];
+        let not_cri = [CriEndpoint(docker_containerd.clone())];
+        // Nothing else exists yet: the one passed over is still the answer.
+        let found = CriEndpoint::discover_passing_over(candidates, &not_cri).unwrap();
+        assert_eq!(found.path(), docker_containerd);
+        let _l2 = std::os::unix::net::UnixListener::bind(&cri_dockerd).unwrap();
+        let found = CriEndpoint::discover_passing_over(candidates, &not_cri).unwrap();
+        assert_eq!(found.path(), cri_dockerd);
+        let found = CriEndpoint::discover_passing_over(candidates, &[]).unwrap();
+        assert_eq!(
+            found.path(),
+            docker_containerd,
+            "kruise-daemon's order otherwise"
+        );
     }
 
     #[test]
