@@ -25,6 +25,31 @@ enum Note {
     Flush(tokio::sync::oneshot::Sender<()>),
 }
 
+/// Delivers one notification: through sd-notify to a socket path; to an abstract socket
+/// (`@name`, as systemd before 240 names it, RHEL 7's 219 among them) by hand, because sd-notify
+/// 0.5 connects `@name` as a file path and fails.
+fn notify_to(socket: &std::ffi::OsStr, state: NotifyState) -> std::io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    match socket.as_bytes().split_first() {
+        Some((b'@', name)) => {
+            let address = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+            let message = format!("{state}\n");
+            let sent = std::os::unix::net::UnixDatagram::unbound()?
+                .send_to_addr(message.as_bytes(), &address)?;
+            if sent == message.len() {
+                Ok(())
+            } else {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::WriteZero,
+                    "incomplete notification",
+                ))
+            }
+        }
+        _ => sd_notify::notify(&[state]),
+    }
+}
+
 /// Sends notifications to the service manager from a thread of its own; failures are logged,
 /// never fatal. A datagram send blocks while the notify socket's queue is full (a manager that
 /// does not read, or a test harness): that must never stall the agent, so the agent only
@@ -49,7 +74,9 @@ impl Notifier {
                 Note::Watchdog => NotifyState::Watchdog,
                 Note::Flush(_) => return,
             };
-            if let Err(err) = sd_notify::notify(&[state]) {
+            if let Some(socket) = std::env::var_os("NOTIFY_SOCKET")
+                && let Err(err) = notify_to(&socket, state)
+            {
                 tracing::warn!(error = %err, "cannot notify systemd");
             }
         })
@@ -192,6 +219,25 @@ pub async fn run_watchdog(notifier: Notifier, heartbeat: Heartbeat, interval: Du
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn notifications_reach_an_abstract_socket() {
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("inplaced-test-notify-{}", std::process::id());
+        let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let listener = std::os::unix::net::UnixDatagram::bind_addr(&address).unwrap();
+        listener
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        notify_to(
+            std::ffi::OsStr::new(&format!("@{name}")),
+            NotifyState::Ready,
+        )
+        .unwrap();
+        let mut buffer = [0u8; 64];
+        let n = listener.recv(&mut buffer).unwrap();
+        assert_eq!(&buffer[..n], b"READY=1\n");
+    }
 
     /// A manager that never reads: the sending thread blocks for good (as a datagram send to a
     /// full notify socket does), yet no call of the agent's blocks, and what fits is delivered.
