@@ -74,9 +74,27 @@ impl Health {
     }
 }
 
+/// Connections served at once; more wait in the listen backlog. Prometheus needs one per
+/// scraper and probes one each: the bound keeps a flood of idle connections from using up the
+/// agent's file descriptors, which its runtime and API connections and journals need.
+const MAX_CONNECTIONS: usize = 64;
+
 /// Serves until the task is dropped or aborted.
 pub async fn serve(listener: TcpListener, metrics: Metrics, health: Health) {
+    serve_at_most(listener, metrics, health, MAX_CONNECTIONS).await
+}
+
+async fn serve_at_most(
+    listener: TcpListener,
+    metrics: Metrics,
+    health: Health,
+    connections: usize,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(connections));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(err) => {
@@ -99,6 +117,7 @@ pub async fn serve(listener: TcpListener, metrics: Metrics, health: Health) {
             if let Err(err) = connection.await {
                 tracing::debug!(error = %err, "metrics/health connection ended with an error");
             }
+            drop(slot);
         });
     }
 }
@@ -149,4 +168,38 @@ fn reply(status: StatusCode, content_type: &'static str, body: String) -> Respon
         hyper::header::HeaderValue::from_static(content_type),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(stream: &mut tokio::net::TcpStream) -> String {
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_bound_wait_for_a_free_one() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let health = Health::new(crate::systemd::Heartbeat::default());
+        tokio::spawn(serve_at_most(listener, Metrics::new(), health, 2));
+        let idle_1 = tokio::net::TcpStream::connect(address).await.unwrap();
+        let idle_2 = tokio::net::TcpStream::connect(address).await.unwrap();
+        let mut waiting = tokio::net::TcpStream::connect(address).await.unwrap();
+        let answer = tokio::spawn(async move { get(&mut waiting).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!answer.is_finished(), "served beyond the bound");
+        drop(idle_1);
+        let answer = answer.await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        drop(idle_2);
+    }
 }
