@@ -175,7 +175,16 @@ impl RestartTracker {
                                     .observe_restart_phase(trigger.as_str(), phase, value);
                             }
                         }
-                        self.pending.insert(key.clone(), (timing, Instant::now()));
+                        // A restart still waiting for readiness was itself replaced (a crash
+                        // loop): it ends here, not ready.
+                        if let Some((replaced, _)) =
+                            self.pending.insert(key.clone(), (timing, Instant::now()))
+                        {
+                            self.metrics.count_restart(
+                                replaced.trigger.map_or("container-exit", Trigger::as_str),
+                                "not-ready",
+                            );
+                        }
                         self.seen.insert(
                             key.clone(),
                             Seen {
@@ -251,5 +260,57 @@ impl RestartTracker {
         self.seen.retain(|key, _| live.contains(key));
         self.last.retain(|key, _| live.contains(key));
         self.ledger.forget_older_than(READY_TIMEOUT);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(container_id: &str) -> NodeView {
+        serde_json::from_value(serde_json::json!({
+            "node_name": "n",
+            "runtime": null,
+            "kubelet_version": null,
+            "synced": true,
+            "unmatched_sandboxes": [],
+            "pods": [{
+                "namespace": "ns", "name": "p", "uid": "u", "runtime_uid": "u",
+                "static_pod": false, "terminating": false, "pod_ip": null,
+                "sandbox_id": "s", "sandbox_ready": true,
+                "containers": [{
+                    "name": "app", "kind": "regular", "hash_check": null,
+                    "runtime": {
+                        "container_id": format!("containerd://{container_id}"),
+                        "id": container_id, "state": "running", "attempt": 0,
+                        "restart_count": 0, "stored_hash": "1",
+                        "stored_hash_without_resources": null, "image": "i",
+                        "times": {"created_at": 1, "started_at": 2, "finished_at": 0,
+                                  "exit_code": null}
+                    }
+                }]
+            }]
+        }))
+        .expect("a node view")
+    }
+
+    /// A container replaced again before its restart became ready (a crash loop) ends that
+    /// restart as not ready: every restart is counted once.
+    #[test]
+    fn a_restart_replaced_before_it_was_ready_counts_as_not_ready() {
+        let metrics = Metrics::new();
+        let mut tracker = RestartTracker::new(metrics.clone(), KillLedger::default());
+        let snapshot = RuntimeSnapshot::default();
+        for id in ["c1", "c2", "c3"] {
+            tracker.observe(&mut view(id), &snapshot);
+        }
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                "inplaced_restarts_total{trigger=\"container-exit\",result=\"not-ready\"} 1"
+            ),
+            "{text}"
+        );
+        assert_eq!(tracker.pending.len(), 1, "c3's restart still waits");
     }
 }
