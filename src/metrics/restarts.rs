@@ -70,6 +70,16 @@ impl KillLedger {
         }
     }
 
+    /// Notes a kill that began at `started` (an earlier run of the agent's, from its journal),
+    /// unless one is noted already: the restart it causes keeps its first kill's time.
+    pub fn remember(&self, container_id: &str, trigger: Trigger, started: Timestamp) {
+        if let Ok(mut kills) = self.0.lock() {
+            kills
+                .entry(container_id.to_owned())
+                .or_insert((trigger, started));
+        }
+    }
+
     fn take(&self, container_id: &str) -> Option<(Trigger, Timestamp)> {
         self.0.lock().ok()?.remove(container_id)
     }
@@ -292,6 +302,18 @@ mod tests {
             }]
         }))
         .expect("a node view")
+    }
+
+    #[test]
+    fn a_remembered_kill_keeps_its_first_time() {
+        let ledger = KillLedger::default();
+        let first = Timestamp::from_second(1_000).unwrap();
+        ledger.remember("c1", Trigger::Crr, first);
+        ledger.remember("c1", Trigger::Crr, Timestamp::now());
+        assert_eq!(ledger.take("c1"), Some((Trigger::Crr, first)));
+        ledger.record("c2", Trigger::Crr);
+        ledger.remember("c2", Trigger::EnvChange, first);
+        assert_eq!(ledger.take("c2").map(|(t, _)| t), Some(Trigger::Crr));
     }
 
     /// A container replaced again before its restart became ready (a crash loop) ends that

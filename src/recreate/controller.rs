@@ -265,7 +265,16 @@ impl Controller {
         }
         if self.journal.is_none() {
             match KillJournal::open(&self.config.state_dir) {
-                Ok(journal) => self.journal = Some(journal),
+                Ok(journal) => {
+                    // Kills an earlier run began: the restarts they cause are still ours.
+                    for intent in journal.intents() {
+                        if let Ok(started) = Timestamp::from_millisecond(intent.started_ms) {
+                            self.ledger
+                                .remember(&intent.container_id, Trigger::Crr, started);
+                        }
+                    }
+                    self.journal = Some(journal);
+                }
                 Err(err) => {
                     self.health.set(
                         HEALTH_KEY,
@@ -459,7 +468,13 @@ impl Controller {
             order.container
         );
         events.emit(&pod_ref, "Killing", message, "Normal");
-        self.ledger.record(&order.container_id, Trigger::Crr);
+        if order.resumed {
+            // The first attempt's time, from the journal, stands.
+            self.ledger
+                .remember(&order.container_id, Trigger::Crr, Timestamp::now());
+        } else {
+            self.ledger.record(&order.container_id, Trigger::Crr);
+        }
         tokio::spawn(async move {
             let result = kill::kill(&cri, &order, claim, pod_ip.as_deref()).await;
             let result = match result {

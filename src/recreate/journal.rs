@@ -204,6 +204,11 @@ impl KillJournal {
             .find(|e| e.crr_uid == crr_uid && e.container == container)
     }
 
+    /// Every intent recorded, oldest first.
+    pub fn intents(&self) -> impl Iterator<Item = &KillIntent> {
+        self.entries.iter()
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }
