@@ -453,10 +453,17 @@ impl Store {
             rv if rv != rv_of(&old) => return Err(ApiError::stale(def, name)),
             _ => {}
         }
-        // As `rest.BeforeUpdate`: a blank UID takes the stored one, another one is refused
-        // (clients use it as a precondition: "this object, not a successor of the same name").
+        let mut new = if mode.privileged {
+            proposed
+        } else {
+            rules::prepare_update(def, mode.endpoint, &old, proposed)?
+        };
+        // As `rest.BeforeUpdate` after the strategy's PrepareForUpdate: a blank UID takes the
+        // stored one, another one is refused (clients use it as a precondition: "this object,
+        // not a successor of the same name"). Endpoints whose strategy keeps the stored
+        // metadata (a custom resource's status, pods/resize) never see the client's.
         let stored_uid = get_path(&old, "metadata.uid").and_then(Value::as_str);
-        match get_path(&proposed, "metadata.uid").and_then(Value::as_str) {
+        match get_path(&new, "metadata.uid").and_then(Value::as_str) {
             Some(uid) if !uid.is_empty() && Some(uid) != stored_uid => {
                 return Err(ApiError::invalid(
                     def,
@@ -467,12 +474,6 @@ impl Store {
             }
             _ => {}
         }
-
-        let mut new = if mode.privileged {
-            proposed
-        } else {
-            rules::prepare_update(def, mode.endpoint, &old, proposed)?
-        };
         // Server-owned metadata always comes from the stored object.
         if let Some(o) = new.as_object_mut() {
             o.insert("apiVersion".into(), json!(def.api_version()));

@@ -220,6 +220,20 @@ async fn custom_resource_update_requires_resource_version_and_bumps_generation()
         Some(2),
         "metadata changes keep generation"
     );
+    // A custom resource's status endpoint keeps the stored metadata: a wrong UID in the body
+    // is dropped, not refused (the real CR status strategy copies the stored object).
+    let status = api
+        .patch_status(
+            "r1",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"metadata": {"uid": "not-its-uid"}, "status": {"phase": "Done"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status.data["status"]["phase"], "Done");
+    assert_eq!(status.metadata.uid, created.metadata.uid);
 }
 
 #[tokio::test]
