@@ -359,6 +359,11 @@ async fn refusals_change_nothing() {
         json!({"containers": [busybox("app", POLITE, json!({"requests": {"cpu": "50m", "memory": "16Mi"}}))]}),
     )
     .await;
+    let restarts_to_resize = unique("restart-policy");
+    let mut app = busybox("app", POLITE, resources("100m", "32Mi", "200m", "64Mi"));
+    app["resizePolicy"] = json!([{"resourceName": "memory", "restartPolicy": "RestartContainer"}]);
+    node.run_pod(&restarts_to_resize, json!({"containers": [app]}))
+        .await;
     node.server
         .store()
         .create(
@@ -421,6 +426,11 @@ async fn refusals_change_nothing() {
             json!({"podName": pod_name, "containers": "app"}),
             "Failed",
             "invalid spec",
+        ),
+        (
+            json!({"podName": restarts_to_resize, "containers": app(json!({"limits": {"memory": "96Mi"}}))}),
+            "Failed",
+            "resizePolicy RestartContainer for memory",
         ),
     ];
     for (spec, phase, text) in cases {

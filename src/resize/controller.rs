@@ -232,6 +232,58 @@ fn init_containers(pod: &PodView) -> Vec<InitContainer> {
         .collect()
 }
 
+/// Why the `cri` actuator must leave this resize alone: a container whose `resizePolicy` asks
+/// for a restart to resize a resource that changes (cpu: request or limit; memory: limit, the
+/// values kubelet compares). Only the kubelet can restart it with the new values; resized in
+/// place it would run against its own policy.
+fn restart_required(
+    pod: &PodView,
+    before: &[(String, Resources)],
+    after: &[(String, Resources)],
+) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct ResizePolicyOnly {
+        #[serde(default, rename = "resizePolicy")]
+        resize_policy: Vec<k8s_openapi::api::core::v1::ContainerResizePolicy>,
+    }
+    for c in pod
+        .containers
+        .iter()
+        .filter(|c| c.kind == ContainerKind::Regular)
+    {
+        let find =
+            |list: &[(String, Resources)]| list.iter().find(|(n, _)| *n == c.name).map(|(_, r)| *r);
+        let (Some(b), Some(a)) = (find(before), find(after)) else {
+            continue;
+        };
+        let changed = [
+            (
+                "cpu",
+                a.cpu_request != b.cpu_request || a.cpu_limit != b.cpu_limit,
+            ),
+            ("memory", a.memory_limit != b.memory_limit),
+        ];
+        let Some(spec) = pod.spec_of(c) else { continue };
+        let policy = spec
+            .decode::<ResizePolicyOnly>()
+            .map(|p| p.resize_policy)
+            .unwrap_or_default();
+        for (resource, changes) in changed {
+            if changes
+                && policy
+                    .iter()
+                    .any(|p| p.resource_name == resource && p.restart_policy == "RestartContainer")
+            {
+                return Some(format!(
+                    "container {:?} has resizePolicy RestartContainer for {resource}: only the kubelet can restart it with the new values (1.27+ with InPlacePodVerticalScaling); the cri actuator resizes running containers in place only",
+                    c.name
+                ));
+            }
+        }
+    }
+    None
+}
+
 fn overlay(base: &mut [(String, Resources)], request: &ResizeRequest) {
     for desired in request.desired() {
         if let Some((_, r)) = base.iter_mut().find(|(n, _)| *n == desired.name) {
@@ -528,6 +580,11 @@ impl Controller {
                     return;
                 }
             };
+            if actuator == Actuator::Cri
+                && let Some(message) = restart_required(pod, &before, &after)
+            {
+                return self.conclude(request, ResizePhase::Failed, message, Some(actuator));
+            }
             let allocatable = node_allocatable(view);
             if let Err(refusal) = resources::check_resize(
                 &before,
