@@ -347,3 +347,44 @@ async fn restart_policy_never_and_init_containers() {
     assert_eq!(main["restartCount"], 0);
     env.stop().await;
 }
+
+/// Ready needs every readiness gate's condition True, as kubelet's GeneratePodReadyCondition
+/// has it (kruise pods gate on InPlaceUpdateReady); ContainersReady does not.
+#[tokio::test]
+async fn ready_waits_for_readiness_gates() {
+    let env = Env::start("v1.30.7", Duration::from_millis(500)).await;
+    let name = unique_name("gated");
+    env.create_pod(
+        &name,
+        json!({"readinessGates": [{"conditionType": "InPlaceUpdateReady"}],
+               "containers": [{"name": "main", "image": TEST_IMAGE,
+                               "command": ["/bin/sh", "-c", TRAP_SCRIPT]}]}),
+    );
+    let condition = |pod: &Value, kind: &str| {
+        pod.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|c| c.iter().find(|c| c["type"] == kind))
+            .map(|c| c["status"].clone())
+    };
+    let pod = env
+        .wait_pod(&name, Duration::from_secs(30), |p| {
+            condition(p, "ContainersReady") == Some(json!("True"))
+        })
+        .await;
+    assert_eq!(
+        condition(&pod, "Ready"),
+        Some(json!("False")),
+        "no gate condition yet"
+    );
+    let api: Api<Pod> = env.pods_api().await;
+    let gate =
+        json!({"status": {"conditions": [{"type": "InPlaceUpdateReady", "status": "True"}]}});
+    api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(gate))
+        .await
+        .unwrap();
+    env.wait_pod(&name, Duration::from_secs(30), |p| {
+        condition(p, "Ready") == Some(json!("True"))
+    })
+    .await;
+    env.stop().await;
+}

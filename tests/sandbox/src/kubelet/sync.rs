@@ -743,9 +743,24 @@ async fn pod_status(
                "lastProbeTime": null, "lastTransitionTime": entry.1})
     };
     let containers_ready = init_done && all_ready && !statuses.is_empty();
+    // As kubelet's GeneratePodReadyCondition: Ready also needs every readiness gate's condition
+    // (kruise's InPlaceUpdateReady) to be True; a gate without its condition is not ready.
+    let gates_ready = pod
+        .pointer("/spec/readinessGates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.get("conditionType").and_then(Value::as_str))
+        .all(|gate| {
+            pod.pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == gate && c["status"] == "True")
+        });
     let mut conditions = vec![
         condition("Initialized", init_done),
-        condition("Ready", containers_ready),
+        condition("Ready", containers_ready && gates_ready),
         condition("ContainersReady", containers_ready),
         condition("PodScheduled", true),
     ];
