@@ -193,18 +193,45 @@ fn with_new_resources(
         let Some(new_cs) = get_path(new, &format!("spec.{list}")).and_then(Value::as_array) else {
             continue;
         };
+        let old_cs = get_path(old, &format!("spec.{list}"))
+            .and_then(Value::as_array)
+            .map_or(&[][..], Vec::as_slice);
+        // A strategic merge appends a container of an unknown name: the container list changes,
+        // which the server's resize validation refuses.
+        if let Some(unknown) = new_cs
+            .iter()
+            .find(|n| !old_cs.iter().any(|c| c.get("name") == n.get("name")))
+        {
+            return Err(ApiError::invalid(
+                def,
+                name_of(old),
+                &format!("spec.{list}"),
+                &format!(
+                    "Forbidden: pod updates may not add or remove containers (no container {})",
+                    unknown.get("name").unwrap_or(&Value::Null)
+                ),
+            ));
+        }
         let Some(Value::Array(cs)) = out.get_mut("spec").and_then(|s| s.get_mut(list)) else {
             continue;
         };
         for c in cs.iter_mut() {
-            if list == "initContainers"
-                && c.get("restartPolicy").and_then(Value::as_str) != Some("Always")
-            {
-                continue;
-            }
             let Some(nc) = new_cs.iter().find(|n| n.get("name") == c.get("name")) else {
                 continue;
             };
+            if list == "initContainers"
+                && c.get("restartPolicy").and_then(Value::as_str) != Some("Always")
+            {
+                if c.get("resources") != nc.get("resources") {
+                    return Err(ApiError::invalid(
+                        def,
+                        name_of(old),
+                        "spec.initContainers[*].resources",
+                        "Forbidden: resources for non-sidecar init containers are immutable",
+                    ));
+                }
+                continue;
+            }
             set_or_remove(c, "resources", nc.get("resources"));
             if subresource {
                 set_or_remove(c, "resizePolicy", nc.get("resizePolicy"));

@@ -160,6 +160,16 @@ async fn pod_resize_changes_only_container_resources() {
         .0,
         422
     );
+    // A container the pod does not have is not silently ignored.
+    let unknown = json!({"spec": {"containers": [{"name": "sidecar",
+        "resources": {"limits": {"cpu": "300m"}}}]}});
+    assert_eq!(
+        api_code(
+            api.patch_resize("p", &PatchParams::default(), &Patch::Strategic(&unknown))
+                .await
+        ),
+        (422, "Invalid".to_string())
+    );
 }
 
 #[tokio::test]
