@@ -266,12 +266,13 @@ fn mark_resize_proposed(def: &ResourceDef, old: &Value, new: &mut Value) {
             .and_then(|cs| cs.iter().find(|c| c.get("name") == name))
             .and_then(|c| c.get("resources"))
     };
-    let allocated = |name: Option<&Value>| {
+    let status_of = |name: Option<&Value>| {
         get_path(new, "status.containerStatuses")
             .and_then(Value::as_array)
             .and_then(|cs| cs.iter().find(|c| c.get("name") == name))
-            .and_then(|c| c.get("allocatedResources"))
     };
+    // As MarkPodProposedForResize: a container with requests whose resources changed, and
+    // whose status (it must have one) shows other allocated resources than those requests.
     let proposed = get_path(new, "spec.containers")
         .and_then(Value::as_array)
         .into_iter()
@@ -279,9 +280,13 @@ fn mark_resize_proposed(def: &ResourceDef, old: &Value, new: &mut Value) {
         .any(|c| {
             let name = c.get("name");
             let resources = c.get("resources");
+            let Some(requests) = resources.and_then(|r| r.get("requests")) else {
+                return false;
+            };
             let changed = !same_resources(old_resources(name), resources);
-            let requests = resources.and_then(|r| r.get("requests"));
-            changed && !allocated(name).is_some_and(|a| same_quantities(Some(a), requests))
+            changed
+                && status_of(name)
+                    .is_some_and(|s| !same_quantities(s.get("allocatedResources"), Some(requests)))
         });
     if proposed && let Some(status) = new.get_mut("status").and_then(Value::as_object_mut) {
         status.insert("resize".into(), json!("Proposed"));

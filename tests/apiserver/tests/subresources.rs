@@ -219,6 +219,16 @@ fn resources_patch(requests_cpu: &str, limits_cpu: &str) -> serde_json::Value {
                       "limits": {"cpu": limits_cpu, "memory": "128Mi"}}}]}})
 }
 
+/// The container status a kubelet writes for the running pod, with what it allocated.
+async fn report_running(api: &Api<Pod>) {
+    let status = json!({"status": {"containerStatuses": [{
+        "name": "app", "ready": true, "restartCount": 0, "image": "busybox:1", "imageID": "",
+        "allocatedResources": {"cpu": "100m", "memory": "64Mi"}}]}});
+    api.patch_status("p", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
 /// Whether discovery (legacy and aggregated) lists `pods/resize`.
 async fn discovery_lists_pods_resize(server: &apiserver_double::ApiServer) -> [bool; 2] {
     let client = client(server).await;
@@ -259,7 +269,19 @@ async fn spec_update_cluster_resizes_through_the_pod_itself() {
     assert_eq!(code, 404);
     assert_eq!(discovery_lists_pods_resize(&server).await, [false, false]);
 
+    // Without a container status (nothing allocated yet) nothing is proposed.
+    api.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Strategic(&resources_patch("120m", "300m")),
+    )
+    .await
+    .unwrap();
+    let stored = server.store().get("pods", "default", "p").unwrap();
+    assert!(stored["status"].get("resize").is_none(), "{stored}");
+
     // A pod patch may change cpu/memory, and the server proposes the resize.
+    report_running(&api).await;
     let out = api
         .patch(
             "p",
@@ -272,7 +294,7 @@ async fn spec_update_cluster_resizes_through_the_pod_itself() {
     let res = c.resources.as_ref().unwrap();
     assert_eq!(res.requests.as_ref().unwrap()["cpu"].0, "150m");
     assert_eq!(res.limits.as_ref().unwrap()["cpu"].0, "300m");
-    assert_eq!(out.metadata.generation, Some(2));
+    assert_eq!(out.metadata.generation, Some(3), "two spec changes");
     let stored = server.store().get("pods", "default", "p").unwrap();
     assert_eq!(stored["status"]["resize"], "Proposed");
 
@@ -347,6 +369,7 @@ async fn spec_update_cluster_resizes_through_the_pod_itself() {
 async fn resize_status_proposed_only_until_1_32() {
     let (server, api) = setup_with(PodResizeApi::SubresourceWithResizeStatus).await;
     assert_eq!(discovery_lists_pods_resize(&server).await, [true, true]);
+    report_running(&api).await;
     api.patch_resize(
         "p",
         &PatchParams::default(),
