@@ -751,9 +751,20 @@ impl WatchTask {
                             "metadata": {"resourceVersion": rv.to_string()}}),
                 )
             }
-            WatchItem::Change(ch) => match self.visible(&ch) {
-                Some(kind) => watch_line(kind, &ch.object),
-                None => return Flow::Continue,
+            WatchItem::Change(ch) => match (self.visible(&ch), &ch.prev) {
+                // Left the selector: the cacher sends the previous object, at the new version.
+                (Some("DELETED"), Some(prev)) if ch.kind == EventKind::Modified => {
+                    let mut prev = prev.clone();
+                    if let (Some(meta), Some(rv)) = (
+                        prev.get_mut("metadata").and_then(Value::as_object_mut),
+                        ch.object.pointer("/metadata/resourceVersion"),
+                    ) {
+                        meta.insert("resourceVersion".into(), rv.clone());
+                    }
+                    watch_line("DELETED", &prev)
+                }
+                (Some(kind), _) => watch_line(kind, &ch.object),
+                (None, _) => return Flow::Continue,
             },
         };
         if !self.send(line).await {

@@ -344,7 +344,23 @@ async fn label_selected_watch_sees_objects_enter_and_leave() {
             .unwrap()
         {
             Some(WatchEvent::Added(_)) => kinds.push("ADDED"),
-            Some(WatchEvent::Deleted(_)) => kinds.push("DELETED"),
+            Some(WatchEvent::Deleted(gone)) => {
+                // As the cacher: the object as it last matched, at the version that removed it.
+                assert_eq!(
+                    gone.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("role"))
+                        .map(String::as_str),
+                    Some("agent")
+                );
+                let now = server.store().get("nodes", "", "n1").unwrap();
+                assert_eq!(
+                    gone.metadata.resource_version.as_deref(),
+                    now["metadata"]["resourceVersion"].as_str()
+                );
+                kinds.push("DELETED");
+            }
             other => panic!("unexpected {other:?}"),
         }
     }
