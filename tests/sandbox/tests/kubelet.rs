@@ -388,3 +388,58 @@ async fn ready_waits_for_readiness_gates() {
     .await;
     env.stop().await;
 }
+
+/// Once the app containers have started, a sidecar that stops is restarted beside them, as
+/// kubelet does (HasAnyRegularContainerStarted): the pod stays Initialized and the app container
+/// keeps running.
+#[tokio::test]
+async fn a_restarting_sidecar_leaves_the_pod_initialized() {
+    let env = Env::start("v1.33.13", Duration::from_secs(2)).await;
+    let name = unique_name("sidecar");
+    env.create_pod(
+        &name,
+        json!({"terminationGracePeriodSeconds": 2,
+               "initContainers": [{"name": "side", "image": TEST_IMAGE, "restartPolicy": "Always",
+                                   "command": ["/bin/sh", "-c", TRAP_SCRIPT]}],
+               "containers": [{"name": "main", "image": TEST_IMAGE,
+                               "command": ["/bin/sh", "-c", TRAP_SCRIPT]}]}),
+    );
+    let initialized = |pod: &Value| {
+        pod.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|c| c.iter().find(|c| c["type"] == "Initialized"))
+            .map(|c| (c["status"].clone(), c["lastTransitionTime"].clone()))
+    };
+    let sidecar_id = |pod: &Value| {
+        pod["status"]["initContainerStatuses"][0]["containerID"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let pod = env
+        .wait_pod(&name, Duration::from_secs(30), all_running)
+        .await;
+    let before = initialized(&pod);
+    assert_eq!(before.as_ref().map(|b| &b.0), Some(&json!("True")));
+    let (side, main) = (
+        sidecar_id(&pod),
+        status_of(&pod, "main")["containerID"].clone(),
+    );
+    let side_id = side.strip_prefix("containerd://").unwrap().to_owned();
+    cri()
+        .stop_container(&side_id, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let pod = env
+        .wait_pod(&name, Duration::from_secs(30), |p| {
+            let id = sidecar_id(p);
+            !id.is_empty()
+                && id != side
+                && p["status"]["initContainerStatuses"][0]["state"]["running"].is_object()
+        })
+        .await;
+    assert_eq!(initialized(&pod), before, "never de-initialized");
+    assert_eq!(status_of(&pod, "main")["containerID"], main);
+    assert_eq!(pod["status"]["phase"], "Running");
+    env.stop().await;
+}

@@ -31,6 +31,10 @@ struct PodState {
     /// Exited containers never change: their status is fetched once.
     exited: HashMap<String, ContainerStatus>,
     terminated: bool,
+    /// The regular containers have been started once: as kubelet's HasAnyRegularContainerStarted,
+    /// the pod stays Initialized, regular init containers never run again, and a sidecar that
+    /// restarts no longer holds up the app containers.
+    initialized: bool,
     resize: PodResize,
     /// CRI statuses of running containers read earlier in this sync, by container ID.
     fresh: HashMap<String, ContainerStatus>,
@@ -430,6 +434,9 @@ async fn sync_pod(sh: &Shared, spec_pod: &Value, st: &mut PodState) -> anyhow::R
     let mut init_failed = false;
     for c in spec::containers(pod, "initContainers") {
         let sidecar = str_field(&c, "restartPolicy") == "Always";
+        if st.initialized && !sidecar {
+            continue;
+        }
         let policy = if sidecar {
             "Always"
         } else if pod_policy == "Never" {
@@ -442,6 +449,8 @@ async fn sync_pod(sh: &Shared, spec_pod: &Value, st: &mut PodState) -> anyhow::R
         match outcome {
             Outcome::Completed => {}
             Outcome::Running if sidecar => {}
+            // Restarted beside the app containers, which it no longer holds up.
+            _ if st.initialized => {}
             Outcome::Failed => {
                 init_done = false;
                 init_failed = true;
@@ -458,6 +467,7 @@ async fn sync_pod(sh: &Shared, spec_pod: &Value, st: &mut PodState) -> anyhow::R
             let list = runtime.get(str_field(&c, "name")).unwrap_or(&none);
             sh.reconcile(pod, &sb, &c, &pod_policy, list, st).await;
         }
+        st.initialized = true;
     }
     if resizing {
         // Listed again: the actions above may have replaced containers.
