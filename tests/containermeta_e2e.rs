@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::sandbox::{Node, container_id, container_status, tag_test_image};
+use support::sandbox::{Node, NodeOptions, container_id, container_status, tag_test_image};
 use support::unique;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -249,10 +249,14 @@ async fn annotation_matches_kruise_and_golden_hashes_at_era_c() {
     annotation_for_release("v1.31.12", "1.31.12").await;
 }
 
-/// The value a running container was started with, from its OCI spec.
-/// The restart trigger, with an annotation and then with a label, once per change.
+/// The restart trigger, with an annotation and then with a label, once per change, on a
+/// kubelet whose copy of the pod follows the API 600 ms late: the settle delay must outlast
+/// that, or the kubelet recreates the container with the old values.
 async fn restart_trigger(script: &str) -> (Node, String) {
-    let node = Node::start().await;
+    let node = Node::start_with(
+        NodeOptions::kubelet("v1.30.7").lagging_kubelet(Duration::from_millis(600)),
+    )
+    .await;
     let name = unique("trigger");
     let mut app = busybox("app", script);
     app["env"] = json!([

@@ -44,6 +44,8 @@ pub struct NodeOptions {
     pub kubelet_sync_period: Duration,
     /// Between a container's exit and the stand-in's restart of it (tests: 500 ms).
     pub kubelet_restart_delay: Duration,
+    /// How late pod updates reach the stand-in's copy of the pod (default: at once).
+    pub kubelet_pod_update_lag: Duration,
 }
 
 impl NodeOptions {
@@ -60,7 +62,14 @@ impl NodeOptions {
             allocatable_cpu_millis: None,
             kubelet_sync_period: Duration::from_millis(200),
             kubelet_restart_delay: Duration::from_millis(500),
+            kubelet_pod_update_lag: Duration::ZERO,
         }
+    }
+
+    /// A kubelet whose copy of a pod takes `lag` to follow the API's updates.
+    pub fn lagging_kubelet(mut self, lag: Duration) -> NodeOptions {
+        self.kubelet_pod_update_lag = lag;
+        self
     }
 
     /// A kubelet slow to notice exits (`sync`) and to restart containers (`restart`).
@@ -138,6 +147,7 @@ impl Node {
         kubelet_config.resize_gate = options.resize_gate;
         kubelet_config.allocatable_cpu_millis = options.allocatable_cpu_millis;
         kubelet_config.restart_delay = options.kubelet_restart_delay;
+        kubelet_config.pod_update_lag = options.kubelet_pod_update_lag;
         kubelet_config.sync_period = options.kubelet_sync_period;
         let kubelet = KubeletStandIn::start(kubelet_config).await.unwrap();
         let mut manager_config = ManagerConfig::new(&kubeconfig_text);

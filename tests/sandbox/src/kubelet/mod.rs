@@ -78,6 +78,10 @@ pub struct KubeletConfig {
     /// Node allocatable memory in bytes (Node status; resize feasibility); default: the memory
     /// capacity.
     pub allocatable_memory_bytes: Option<i64>,
+    /// How long a pod's update takes to reach this kubelet's copy of the pod (its watch and
+    /// pod workers lag the API: node-runtime.md saw kubelets recreate a container from the
+    /// previous copy when killed the moment the API changed). Default: none.
+    pub pod_update_lag: Duration,
 }
 
 impl KubeletConfig {
@@ -95,6 +99,7 @@ impl KubeletConfig {
             node_memory_bytes: None,
             allocatable_cpu_millis: None,
             allocatable_memory_bytes: None,
+            pod_update_lag: Duration::ZERO,
         }
     }
 }
@@ -551,8 +556,33 @@ async fn watch_pods(shared: Arc<Shared>) {
                         };
                     }
                 }
-                lock(&shared.pods).insert(uid.clone(), v);
-                wake(&uid);
+                let lag = shared.config.pod_update_lag;
+                if lag.is_zero() || !lock(&shared.pods).contains_key(&uid) {
+                    lock(&shared.pods).insert(uid.clone(), v);
+                    wake(&uid);
+                } else {
+                    // An update arrives late; a later one arriving first is never undone.
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(lag).await;
+                        let version = |p: &Value| {
+                            p.pointer("/metadata/resourceVersion")
+                                .and_then(Value::as_str)
+                                .and_then(|rv| rv.parse::<u64>().ok())
+                                .unwrap_or(0)
+                        };
+                        let mut pods = lock(&shared.pods);
+                        if let Some(held) = pods.get_mut(&uid)
+                            && version(held) < version(&v)
+                        {
+                            *held = v;
+                        }
+                        drop(pods);
+                        if let Some(w) = lock(&shared.workers).get(&uid) {
+                            w.wake.notify_one();
+                        }
+                    });
+                }
             }
             watcher::Event::Delete(obj) => {
                 let Ok(v) = serde_json::to_value(&obj) else {
