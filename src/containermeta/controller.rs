@@ -102,6 +102,9 @@ struct Controller {
     /// Pod uid → the annotation value last written and when; pods with a write under way.
     written: HashMap<String, (String, Instant)>,
     writing: HashSet<String>,
+    /// Pod uid → failed writes in a row and when the next may go: a write the API keeps
+    /// refusing is retried with backoff, not on every pass.
+    write_failures: HashMap<String, (u32, Instant)>,
     written_tx: mpsc::Sender<(String, String, bool)>,
     tokens: f64,
     refilled: Instant,
@@ -133,6 +136,7 @@ pub async fn run(
         resumed: HashSet::new(),
         written: HashMap::new(),
         writing: HashSet::new(),
+        write_failures: HashMap::new(),
         written_tx,
         tokens,
         refilled: Instant::now(),
@@ -193,6 +197,8 @@ impl Controller {
         self.undecodable
             .retain(|(uid, _)| pod_uids.contains(uid.as_str()));
         self.written
+            .retain(|uid, _| pod_uids.contains(uid.as_str()));
+        self.write_failures
             .retain(|uid, _| pod_uids.contains(uid.as_str()));
         for pod in &view.pods {
             self.sync_pod(pod, done).await;
@@ -596,7 +602,11 @@ impl Controller {
             .written
             .get(&pod.uid)
             .is_some_and(|(v, at)| *v == value && at.elapsed() < Duration::from_secs(5));
-        if just_written || self.writing.contains(&pod.uid) {
+        let backing_off = self
+            .write_failures
+            .get(&pod.uid)
+            .is_some_and(|(_, retry_at)| Instant::now() < *retry_at);
+        if just_written || backing_off || self.writing.contains(&pod.uid) {
             return;
         }
         self.writing.insert(pod.uid.clone());
@@ -609,7 +619,9 @@ impl Controller {
             let ok = match patch_meta_annotation(&api, &name, &uid, &value).await {
                 Ok(()) => true,
                 // 422 on the UID: the pod was replaced under the same name; its own pass writes.
-                Err(::kube::Error::Api(status)) if status.code == 422 => {
+                Err(::kube::Error::Api(status))
+                    if status.code == 422 && status.message.contains("metadata.uid") =>
+                {
                     tracing::debug!(pod = %name, %uid, message = %status.message, "pod replaced; runtime-containers-meta not written");
                     false
                 }
@@ -626,7 +638,12 @@ impl Controller {
     fn status_written(&mut self, uid: String, value: String, ok: bool) {
         self.writing.remove(&uid);
         if ok {
+            self.write_failures.remove(&uid);
             self.written.insert(uid, (value, Instant::now()));
+        } else {
+            let failures = self.write_failures.get(&uid).map_or(1, |(n, _)| n + 1);
+            self.write_failures
+                .insert(uid, (failures, Instant::now() + write_backoff(failures)));
         }
     }
 }
@@ -654,6 +671,12 @@ struct Change<'a> {
     env: &'a BTreeMap<String, String>,
     /// Why kubelet would not bring the container back as wanted after a stop, if so.
     not_restartable: Option<&'static str>,
+}
+
+/// How long after the `failures`-th failed write in a row the next may go: 1 s doubling to
+/// 5 min.
+fn write_backoff(failures: u32) -> Duration {
+    Duration::from_secs(1u64 << failures.saturating_sub(1).min(8)).min(Duration::from_secs(300))
 }
 
 /// A stable key for a set of expected values (FNV-1a 64 over `name=value\0`).
@@ -725,6 +748,15 @@ mod tests {
         assert_eq!(
             annotation(pods.get("web-0").await.expect("get")).as_deref(),
             Some("{\"new\":1}")
+        );
+    }
+
+    #[test]
+    fn failed_writes_back_off_to_five_minutes() {
+        let backoff: Vec<u64> = (1..=11).map(|n| write_backoff(n).as_secs()).collect();
+        assert_eq!(
+            backoff,
+            [1, 2, 4, 8, 16, 32, 64, 128, 256, 256, 256].map(|s: u64| s.min(300))
         );
     }
 
