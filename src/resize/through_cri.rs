@@ -215,12 +215,16 @@ async fn apply_once(
     )
     .await
     {
-        Ok(()) => verify(cri, cgroups, &parent, &pod_new, &current).await,
-        Err(err) => Err(err),
+        Ok(()) => verify(cri, cgroups, &parent, &pod_new, &current)
+            .await
+            .map_err(|err| (err, false)),
+        Err(err) => Err((err, true)),
     };
     match result {
         Ok(applied) => Ok(applied),
-        Err(err) => Err(roll_back(cri, cgroups, &parent, &current, undo, err).await),
+        Err((err, newest_failed)) => {
+            Err(roll_back(cri, cgroups, &parent, &current, undo, err, newest_failed).await)
+        }
     }
 }
 
@@ -238,8 +242,9 @@ async fn change(
     let memory_grows = grows(pod_now.memory_limit, pod_new.memory_limit);
     let write_pod_memory = |undo: &mut Vec<Undo>| -> Result<(), ResizeError> {
         if pod_now.memory_limit != pod_new.memory_limit {
-            cgroups.write_pod_memory(parent, pod_new.memory_limit)?;
+            // Recorded first: a write that fails may still have changed something.
             undo.push(Undo::PodMemory(pod_now.memory_limit));
+            cgroups.write_pod_memory(parent, pod_new.memory_limit)?;
         }
         Ok(())
     };
@@ -264,9 +269,9 @@ async fn change(
             c.linux.memory_swap_limit_in_bytes = c.wanted.memory_limit_in_bytes;
         }
         c.linux.memory_limit_in_bytes = c.wanted.memory_limit_in_bytes;
+        undo.push(Undo::Container { index: i, before });
         cri.update_container_resources(&c.target.container_id, c.linux.clone())
             .await?;
-        undo.push(Undo::Container { index: i, before });
     }
     if !memory_grows {
         write_pod_memory(undo)?;
@@ -275,12 +280,7 @@ async fn change(
     // CPU: the quota is hierarchical (a child may not exceed its parent), shares are not.
     let cpu_grows = grows(pod_now.cpu_quota, pod_new.cpu_quota);
     let write_pod_cpu = |undo: &mut Vec<Undo>| -> Result<(), ResizeError> {
-        cgroups.write_pod_cpu(
-            parent,
-            pod_new.cpu_shares,
-            pod_new.cpu_quota,
-            pod_new.cpu_period,
-        )?;
+        // Recorded first (shares are written before the quota, which may then be refused).
         // A value the kernel did not show cannot be put back; the read would have failed.
         if let (Some(shares), Some(period)) = (pod_now.cpu_shares, pod_now.cpu_period) {
             undo.push(Undo::PodCpu {
@@ -289,6 +289,12 @@ async fn change(
                 period,
             });
         }
+        cgroups.write_pod_cpu(
+            parent,
+            pod_new.cpu_shares,
+            pod_new.cpu_quota,
+            pod_new.cpu_period,
+        )?;
         Ok(())
     };
     if cpu_grows {
@@ -307,9 +313,9 @@ async fn change(
         c.linux.cpu_shares = wanted.cpu_shares;
         c.linux.cpu_quota = wanted.cpu_quota;
         c.linux.cpu_period = wanted.cpu_period;
+        undo.push(Undo::Container { index: i, before });
         cri.update_container_resources(&c.target.container_id, c.linux.clone())
             .await?;
-        undo.push(Undo::Container { index: i, before });
     }
     if !cpu_grows {
         write_pod_cpu(undo)?;
@@ -333,7 +339,9 @@ async fn verify(
 }
 
 /// Puts back the steps taken, newest first; stops at the first that fails (the ones before it
-/// would break the order that makes each write valid).
+/// would break the order that makes each write valid). `newest_failed`: the newest step is the
+/// one whose write failed; it is put back in case it half happened, and if that fails too (most
+/// likely it changed nothing) the others are still put back.
 async fn roll_back(
     cri: &CriClient,
     cgroups: &Cgroups,
@@ -341,16 +349,30 @@ async fn roll_back(
     current: &[Current],
     undo: Vec<Undo>,
     error: ResizeError,
+    newest_failed: bool,
 ) -> ResizeError {
     if undo.is_empty() {
         return error;
     }
-    for step in undo.into_iter().rev() {
+    for (newest_first, step) in undo.into_iter().rev().enumerate() {
         let result = match step {
-            Undo::PodMemory(limit) => cgroups
-                .write_pod_memory(parent, limit)
-                .map(drop)
-                .map_err(ResizeError::from),
+            Undo::PodMemory(limit) => {
+                // Lowered back only above what the pod uses now, as going forward: the memory
+                // it grew into since is not taken away by the OOM killer.
+                match limit {
+                    Some(limit) => cgroups
+                        .pod_memory_usage(parent)
+                        .map_err(ResizeError::from)
+                        .and_then(|usage| check_usage("the pod", usage, limit)),
+                    None => Ok(()),
+                }
+                .and_then(|()| {
+                    cgroups
+                        .write_pod_memory(parent, limit)
+                        .map(drop)
+                        .map_err(ResizeError::from)
+                })
+            }
             Undo::PodCpu {
                 shares,
                 quota,
@@ -359,14 +381,36 @@ async fn roll_back(
                 .write_pod_cpu(parent, shares, quota, period)
                 .map_err(ResizeError::from),
             Undo::Container { index, before } => match current.get(index) {
-                Some(c) => cri
-                    .update_container_resources(&c.target.container_id, before)
-                    .await
-                    .map_err(ResizeError::from),
+                Some(c) => {
+                    let lowered = before.memory_limit_in_bytes > 0
+                        && (c.linux.memory_limit_in_bytes == 0
+                            || before.memory_limit_in_bytes < c.linux.memory_limit_in_bytes);
+                    let safe = if lowered {
+                        cgroups
+                            .container_memory_usage(&c.cgroups_path)
+                            .map_err(ResizeError::from)
+                            .and_then(|usage| {
+                                check_usage(&c.target.name, usage, before.memory_limit_in_bytes)
+                            })
+                    } else {
+                        Ok(())
+                    };
+                    match safe {
+                        Ok(()) => cri
+                            .update_container_resources(&c.target.container_id, before)
+                            .await
+                            .map_err(ResizeError::from),
+                        Err(err) => Err(err),
+                    }
+                }
                 None => Ok(()),
             },
         };
         if let Err(undo) = result {
+            if newest_first == 0 && newest_failed {
+                tracing::debug!(error = %undo, "the failed step could not be put back; it most likely changed nothing");
+                continue;
+            }
             return ResizeError::PartlyApplied {
                 error: Box::new(error),
                 undo: Box::new(undo),
