@@ -396,9 +396,10 @@ async fn refresh_runtime(
                     };
                 }
                 Err(err) => {
-                    if !matches!(events, EventStream::Unsupported) {
-                        events = EventStream::Closed;
-                    }
+                    // The event stream is left as it is: a stream that still works keeps
+                    // working, and one the runtime ended ends by itself. (Reopening a live one
+                    // would also leave containerd 1.7's abandoned handler to swallow the next
+                    // event from the channel all its streams share.)
                     if matches!(err, CriError::NotCriV1 { .. }) && config.cri_endpoint.is_none() {
                         let endpoint = tracker.client().endpoint().clone();
                         if !not_cri.contains(&endpoint) {
@@ -445,7 +446,8 @@ enum EventStream {
     Closed,
     Opening(std::pin::Pin<Box<dyn Future<Output = Result<Events, crate::cri::CriError>> + Send>>),
     Open(Box<Events>),
-    /// The runtime has none (containerd 1.6): listing on the interval only.
+    /// The runtime has none (containerd 1.6): listing on the interval only, until the agent
+    /// moves to another runtime socket.
     Unsupported,
 }
 
@@ -462,11 +464,17 @@ impl EventStream {
                         *self = EventStream::Open(Box::new(stream));
                         true
                     }
-                    Err(err) if err.code() == tonic::Code::Unimplemented => {
-                        tracing::info!(
-                            ?interval,
-                            "the runtime has no container event stream; polling"
-                        );
+                    // The runtime has none: Unimplemented, or containerd 1.6's stub
+                    // (`Unknown: not implemented`). Other answers are retried on the next turn.
+                    Err(
+                        err @ crate::cri::CriError::Call {
+                            code: tonic::Code::Unimplemented | tonic::Code::Unknown,
+                            ..
+                        },
+                    ) if err.code() == tonic::Code::Unimplemented
+                        || err.to_string().contains("not implemented") =>
+                    {
+                        tracing::info!(?interval, error = %err, "the runtime has no container event stream; polling");
                         *self = EventStream::Unsupported;
                         false
                     }

@@ -163,13 +163,23 @@ impl CriClient {
                             "the socket does not speak gRPC/HTTP2; it answered {answer:?}"
                         ),
                     }),
-                    (None, CriError::Call { code, message, .. }) => Err(CriError::NotCriV1 {
+                    // No such service: a gRPC server, but not a CRI v1 runtime (Docker's
+                    // containerd with its CRI plugin off). Other answers (`Unknown: server is
+                    // not initialized yet` while a runtime starts) are the runtime's, to retry.
+                    (
+                        None,
+                        CriError::Call {
+                            code: tonic::Code::Unimplemented,
+                            message,
+                            ..
+                        },
+                    ) => Err(CriError::NotCriV1 {
                         endpoint,
                         detail: format!(
-                            "runtime.v1.RuntimeService/Version answered {code:?}: {message}"
+                            "runtime.v1.RuntimeService/Version answered Unimplemented: {message}"
                         ),
                     }),
-                    (None, unavailable) => Err(unavailable),
+                    (None, other) => Err(other),
                 }
             }
             Err(other) => Err(other),
@@ -526,7 +536,8 @@ impl CriClient {
     }
 
     /// The runtime's container event stream (`GetContainerEvents`), where it has one;
-    /// `Unimplemented` (containerd 1.6) means: poll `ListContainers` instead.
+    /// An error answer (containerd 1.6: `Unknown: not implemented`) means: poll
+    /// `ListContainers` instead.
     ///
     /// No deadline, and not a timed call: containerd 1.7+ (grpc-go) sends the answer's headers
     /// with the first event, so on a quiet node this returns only when something happens.

@@ -210,3 +210,32 @@ async fn counts_stop_container_per_container_and_damages_answers() {
     drop(proxy);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What `Version` answers tells a socket that is not a CRI v1 runtime (Unimplemented: no such
+/// service) from a runtime that is starting (containerd's CRI plugin answers `Unknown: server
+/// is not initialized yet` until it has recovered its state): only the first is `NotCriV1`,
+/// which makes discovery pass the socket over.
+#[tokio::test]
+async fn a_starting_runtime_is_not_taken_for_a_non_cri_socket() {
+    let dir = tempdir("criproxy-version");
+    let proxy = CriProxy::start(&dir, &test_cri_endpoint()).await.unwrap();
+    let client = client_for(&proxy, Duration::from_secs(5));
+    proxy.add(
+        FaultRule::new(
+            "Version",
+            Fault::Error {
+                code: Code::Unknown,
+                message: "server is not initialized yet".into(),
+            },
+        )
+        .once(),
+    );
+    let err = client.version().await.unwrap_err();
+    assert!(!matches!(err, CriError::NotCriV1 { .. }), "{err}");
+    assert_eq!(err.code(), Code::Unknown, "{err}");
+    proxy.add(FaultRule::new("Version", Fault::error(Code::Unimplemented)).once());
+    let err = client.version().await.unwrap_err();
+    assert!(matches!(err, CriError::NotCriV1 { .. }), "{err}");
+    assert!(client.version().await.is_ok());
+    proxy.shutdown();
+}
