@@ -280,7 +280,10 @@ fn check_log_level(filter: &str) -> Result<(), ConfigError> {
     const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
     let hint = "expected a level (trace, debug, info, warn, error, off) or directives such as info,inplaced=debug";
     let bare_non_level = filter.split(',').map(str::trim).find(|d| {
-        !d.is_empty() && !d.contains('=') && !LEVELS.contains(&d.to_ascii_lowercase().as_str())
+        let is_level = LEVELS.contains(&d.to_ascii_lowercase().as_str())
+            || (d.len() == 1 && d.as_bytes()[0].is_ascii_digit());
+        // `[span]` alone is a span directive, not a target.
+        !d.is_empty() && !d.contains('=') && !d.starts_with('[') && !is_level
     });
     if let Some(word) = bare_non_level {
         return Err(invalid(
@@ -390,8 +393,12 @@ mod tests {
         for filter in [
             "debug",
             "WARN",
+            "3",
             "info,inplaced=debug",
             "inplaced::recreate=trace",
+            "info,hyper=off",
+            "[kill]",
+            "[kill]=debug",
         ] {
             check_log_level(filter).unwrap_or_else(|e| panic!("{filter}: {e}"));
         }

@@ -398,12 +398,13 @@ fn run_pod(path: &str, forced: Option<GoJsonEscaping>) -> anyhow::Result<ExitCod
 }
 
 /// A YAML document as JSON. Aliases are expanded, which can make a small file huge ("billion
-/// laughs": an alias of an alias of a list), so the expansion is limited to twice the input's
-/// size (nodes plus string bytes; a document without aliases never needs more) and a document
-/// beyond it is refused: memory stays bounded by the input.
+/// laughs": an alias of an alias of a list), so the expansion is limited to 16 times the
+/// input's size or 1 Mi units, whichever is more (nodes plus string bytes; a document without
+/// aliases needs at most twice its size, a manifest reusing an env block a few times stays well
+/// within), and a document beyond it is refused: memory stays bounded by the input.
 fn yaml_to_json(data: &[u8]) -> anyhow::Result<serde_json::Value> {
     use serde::de::DeserializeSeed;
-    let budget = std::cell::Cell::new(data.len().saturating_mul(2).saturating_add(64));
+    let budget = std::cell::Cell::new(data.len().saturating_mul(16).max(1 << 20));
     let value = BoundedValue { budget: &budget }
         .deserialize(serde_yaml_ng::Deserializer::from_slice(data))?;
     Ok(value)
@@ -418,7 +419,7 @@ struct BoundedValue<'a> {
 impl BoundedValue<'_> {
     fn spend<E: serde::de::Error>(self, units: usize) -> Result<(), E> {
         let left = self.budget.get().checked_sub(units).ok_or_else(|| {
-            E::custom("its aliases expand it to more than twice its size; refused")
+            E::custom("its aliases expand it to more than 16 times its size; refused")
         })?;
         self.budget.set(left);
         Ok(())
@@ -508,6 +509,18 @@ mod tests {
     fn yaml_aliases_that_explode_are_refused() {
         let list = vec!["x"; 2_000].join(",");
         let refs = vec!["*a"; 2_000].join(",");
+        // A manifest reusing an env block in four containers (more than twice its size).
+        let env = (0..40)
+            .map(|i| format!("{{name: VARIABLE_{i}, value: some-longer-value-{i}}}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let reused = format!(
+            "spec:\n  containers:\n  - {{name: a, env: &env [{env}]}}\n  - {{name: b, env: *env}}\n  - {{name: c, env: *env}}\n  - {{name: d, env: *env}}\n"
+        );
+        assert_eq!(
+            yaml_to_json(reused.as_bytes()).unwrap()["spec"]["containers"][3]["env"][39]["name"],
+            "VARIABLE_39"
+        );
         // 16 KB that would expand to 4 million strings.
         let bomb = format!("a: &a [{list}]\nb: [{refs}]\n");
         let err = yaml_to_json(bomb.as_bytes()).unwrap_err();
