@@ -174,6 +174,11 @@ async fn agent_notifies_systemd_serves_health_and_the_node_view() {
         .filter(|e| e.rbac_resource() == "pods")
         .collect();
     assert!(!pod_requests.is_empty());
+    let agent_version = concat!("inplaced/", env!("CARGO_PKG_VERSION"));
+    assert!(
+        pod_requests.iter().all(|e| e.user_agent == agent_version),
+        "every request names the agent: {pod_requests:?}"
+    );
     assert!(
         pod_requests[0].request.verb == "list"
             && pod_requests[0].query.contains("resourceVersion=0"),

@@ -66,6 +66,13 @@ pub async fn client(
         }
         None => ::kube::Config::incluster().map_err(|e| KubeError::InCluster(e.to_string()))?,
     };
+    let mut config = config;
+    // Audit logs and managedFields name the agent (the API server takes the manager's name
+    // from the User-Agent); kube-rs sends none.
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(concat!("inplaced/", env!("CARGO_PKG_VERSION"))),
+    ));
     let builder = ::kube::client::ClientBuilder::try_from(config)
         .map_err(|e| KubeError::Client(e.to_string()))?;
     Ok(builder

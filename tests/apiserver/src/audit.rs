@@ -37,6 +37,9 @@ pub struct AuditEntry {
     pub code: u16,
     /// Set when a fault rule or outage decided the answer.
     pub fault: Option<String>,
+    /// The client's `User-Agent` (the audit event's `userAgent`).
+    #[serde(default)]
+    pub user_agent: String,
 }
 
 impl AuditEntry {

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Frame, Incoming};
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, USER_AGENT};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
@@ -201,6 +201,7 @@ pub(crate) async fn handle(
         content_type: String::new(),
         code: 0,
         fault: None,
+        user_agent: header(&req, USER_AGENT).to_owned(),
     };
     if state.faults.in_outage() {
         return Err(dropped_by_outage(&state, entry, "outage".into()));
