@@ -89,7 +89,8 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
     }
 
     /// Writes `status` unless the object (`current`) or our last write already says it. Merge
-    /// patch without a resourceVersion: no conflicts with other writers of labels/annotations.
+    /// patch carrying the object's resourceVersion when known: a status decided from an older
+    /// version gets 409 and is decided again, never written over a newer one.
     pub fn write(&mut self, object: &ObjectRef, current: &S, status: S) {
         let just_written = self
             .written
