@@ -200,6 +200,10 @@ impl Controller {
             .retain(|uid, _| pod_uids.contains(uid.as_str()));
         self.write_failures
             .retain(|uid, _| pod_uids.contains(uid.as_str()));
+        self.resumed.retain(|id| live.contains(id.as_str()));
+        // Keys name the pod's UID (`…:<uid>:<container>:…`): forgotten with the pod.
+        self.reported
+            .retain(|key| key.split(':').any(|part| pod_uids.contains(part)));
         for pod in &view.pods {
             self.sync_pod(pod, done).await;
         }

@@ -330,13 +330,18 @@ impl Controller {
             return;
         }
         let mut requests = Vec::new();
+        let mut present = HashSet::new();
         for object in objects {
             match serde_json::to_value(object.as_ref())
                 .map_err(|e| e.to_string())
                 .and_then(|v| ResizeRequest::from_object(&v))
             {
-                Ok(r) if !r.deleting && !self.deleted.contains(&r.uid) => requests.push(r),
-                Ok(_) => {}
+                Ok(r) => {
+                    present.insert(r.uid.clone());
+                    if !r.deleting && !self.deleted.contains(&r.uid) {
+                        requests.push(r);
+                    }
+                }
                 Err(err) => {
                     tracing::warn!(error = %err, "ignoring a ContainerResizeRequest without identity")
                 }
@@ -365,6 +370,8 @@ impl Controller {
                 .find(|p| p.namespace == *namespace && p.name == *pod_name);
             self.sync_pod(group, pod, view).await;
         }
+        // Deleted by their TTL: remembered until the cache no longer holds them.
+        self.deleted.retain(|uid| present.contains(uid));
         self.statuses.retain(&live);
         self.written.retain(|uid, _| live.contains(uid));
         self.started.retain(|uid, _| live.contains(uid));
