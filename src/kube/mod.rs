@@ -100,6 +100,53 @@ pub fn exposed_credentials(path: &Path, kubeconfig: &Kubeconfig) -> Vec<(PathBuf
         .collect()
 }
 
+/// The files a kubeconfig's client credentials are read from once, when the client is built:
+/// the kubeconfig itself, client certificates and keys, cluster CAs (token files are re-read
+/// by kube-rs). kubeadm's `kubelet.conf` names `kubelet-client-current.pem`, which the kubelet
+/// rotates: a client built before the rotation fails with 401 once the old certificate expires.
+pub fn credential_files(path: &Path) -> Vec<PathBuf> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let mut files = vec![path.to_owned()];
+    if let Ok(kubeconfig) = Kubeconfig::read_from(path) {
+        let auth = kubeconfig
+            .auth_infos
+            .iter()
+            .filter_map(|named| named.auth_info.as_ref())
+            .flat_map(|a| [a.client_certificate.clone(), a.client_key.clone()]);
+        let clusters = kubeconfig
+            .clusters
+            .iter()
+            .filter_map(|named| named.cluster.as_ref())
+            .map(|c| c.certificate_authority.clone());
+        files.extend(auth.chain(clusters).flatten().map(|file| dir.join(file)));
+    }
+    files
+}
+
+/// When each credential file was last changed (following symlinks, as a rotation swaps one),
+/// to tell that the credentials on disk are no longer those the client was built with.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CredentialStamps(Vec<(PathBuf, Option<(std::time::SystemTime, u64)>)>);
+
+impl CredentialStamps {
+    pub fn of(files: Vec<PathBuf>) -> Self {
+        let stamp = |file: &Path| {
+            let meta = std::fs::metadata(file).ok()?;
+            Some((meta.modified().ok()?, meta.len()))
+        };
+        CredentialStamps(files.into_iter().map(|f| (f.clone(), stamp(&f))).collect())
+    }
+
+    /// The first file whose stamp differs from `earlier`'s.
+    pub fn changed_since(&self, earlier: &CredentialStamps) -> Option<&Path> {
+        self.0
+            .iter()
+            .zip(&earlier.0)
+            .find(|(now, then)| now != then)
+            .map(|(now, _)| now.0.as_path())
+    }
+}
+
 /// The pods bound to this node, kept current by a watch; `changes` ticks on every change.
 #[derive(Clone)]
 pub struct NodePods {
@@ -270,5 +317,43 @@ mod tests {
         )
         .expect("chmod");
         assert!(exposed_credentials(&config, &kubeconfig).is_empty());
+    }
+
+    #[test]
+    fn a_rotated_client_certificate_is_noticed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("kubelet.conf");
+        std::fs::write(
+            &config,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:6443\n    certificate-authority: ca.crt\nusers:\n- name: u\n  user:\n    client-certificate: pki/current.pem\n    client-key: pki/current.pem\n",
+        )
+        .expect("write");
+        std::fs::create_dir(dir.path().join("pki")).expect("mkdir");
+        std::fs::write(dir.path().join("pki/old.pem"), "old").expect("write");
+        std::os::unix::fs::symlink("old.pem", dir.path().join("pki/current.pem")).expect("link");
+        std::fs::write(dir.path().join("ca.crt"), "ca").expect("write");
+        let files = credential_files(&config);
+        assert_eq!(
+            files,
+            [
+                config.clone(),
+                dir.path().join("pki/current.pem"),
+                dir.path().join("pki/current.pem"),
+                dir.path().join("ca.crt"),
+            ]
+        );
+        let before = CredentialStamps::of(files.clone());
+        assert_eq!(
+            CredentialStamps::of(files.clone()).changed_since(&before),
+            None
+        );
+        // As the kubelet rotates: a new file, the link swapped to it.
+        std::fs::write(dir.path().join("pki/new.pem"), "newer cert").expect("write");
+        std::fs::remove_file(dir.path().join("pki/current.pem")).expect("unlink");
+        std::os::unix::fs::symlink("new.pem", dir.path().join("pki/current.pem")).expect("link");
+        assert_eq!(
+            CredentialStamps::of(files).changed_since(&before),
+            Some(dir.path().join("pki/current.pem").as_path())
+        );
     }
 }
