@@ -529,3 +529,38 @@ async fn a_pod_kubelet_would_not_restart_is_left_alone() {
     );
     node.stop().await;
 }
+
+/// An annotation write the API keeps refusing is retried with backoff (1 s, 2 s, 4 s, …), not
+/// on every pass; once the API takes it again, it is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_annotation_write_backs_off() {
+    use apiserver_double::{Fault, RequestMatch};
+    let node = Node::start().await;
+    let name = unique("refused-meta");
+    let refused = node.server.faults().add(
+        Fault::respond(500).on(RequestMatch::any()
+            .user(support::sandbox::AGENT_USER)
+            .resource("pods")
+            .subresource("status")
+            .name(&name)),
+    );
+    node.run_pod_with_meta(
+        &name,
+        json!({"annotations": {OPT_IN: "true"}}),
+        json!({"containers": [busybox("app", POLITE)]}),
+    )
+    .await;
+    let deadline = Instant::now() + LONG;
+    while node.server.faults().fired(refused) == 0 {
+        assert!(Instant::now() < deadline, "no write tried");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Tried at 0, 1, 3 and 7 s: three or four in these 6 s, where a pass every 250 ms would
+    // have sent two dozen.
+    let tried = node.server.faults().fired(refused);
+    assert!((2..=5).contains(&tried), "{tried} writes in about 6 s");
+    node.server.faults().remove(refused);
+    wait_annotation(&node, &name, |_| true).await;
+    node.stop().await;
+}
