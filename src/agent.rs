@@ -557,9 +557,10 @@ async fn connect_api(
         client.clone(),
         &config.node_name,
         metrics.clone(),
+        health.clone(),
         config.startup_jitter,
     );
-    let (node, node_task) = kube::watch_node(client.clone(), &config.node_name, metrics);
+    let (node, node_task) = kube::watch_node(client.clone(), &config.node_name, metrics, health);
     sources.send_replace(Some(ApiSources { client, pods, node }));
     tokio::join!(pods_task, node_task);
 }

@@ -19,6 +19,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use tokio::sync::watch;
 
+use crate::http::Health;
 use crate::metrics::Metrics;
 use crate::resize::resources::Resources;
 pub use cached_pod::{
@@ -211,6 +212,7 @@ pub fn watch_node_pods(
     client: Client,
     node_name: &str,
     metrics: Metrics,
+    health: Health,
     startup_jitter: Duration,
 ) -> (NodePods, impl Future<Output = ()> + Send + 'static) {
     let (reader, writer) = reflector::store();
@@ -223,7 +225,14 @@ pub fn watch_node_pods(
     // Decoded straight into the cache's lean form: a full pod is never built.
     let api: Api<CachedPod> = Api::all(client);
     let stream = watcher(api, config).default_backoff().reflect(writer);
-    let task = drive(stream, "pods", metrics, startup_jitter, Arc::new(tick));
+    let task = drive(
+        stream,
+        "pods",
+        metrics,
+        health,
+        startup_jitter,
+        Arc::new(tick),
+    );
     (
         NodePods {
             store: reader,
@@ -238,6 +247,7 @@ pub fn watch_node(
     client: Client,
     node_name: &str,
     metrics: Metrics,
+    health: Health,
 ) -> (NodeObject, impl Future<Output = ()> + Send + 'static) {
     let (reader, writer) = reflector::store();
     let (tick, changes) = watch::channel(0u64);
@@ -247,7 +257,14 @@ pub fn watch_node(
     config.page_size = None;
     let api: Api<Node> = Api::all(client);
     let stream = watcher(api, config).default_backoff().reflect(writer);
-    let task = drive(stream, "nodes", metrics, Duration::ZERO, Arc::new(tick));
+    let task = drive(
+        stream,
+        "nodes",
+        metrics,
+        health,
+        Duration::ZERO,
+        Arc::new(tick),
+    );
     (
         NodeObject {
             store: reader,
@@ -257,27 +274,64 @@ pub fn watch_node(
     )
 }
 
+/// A watch failing without a success in between for this long makes the agent unready: its
+/// cache, and every decision taken from it, no longer follows the API.
+const WATCH_FAILING_UNREADY: Duration = Duration::from_secs(60);
+
+/// No error for this long after errors: the watch works again.
+const WATCH_QUIET_AFTER_ERRORS: Duration = Duration::from_secs(45);
+
 async fn drive<S, K>(
     stream: S,
     resource: &'static str,
     metrics: Metrics,
+    health: Health,
     startup_jitter: Duration,
     tick: Arc<watch::Sender<u64>>,
 ) where
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
 {
+    let key = match resource {
+        "pods" => "pods watch",
+        _ => "node watch",
+    };
     if !startup_jitter.is_zero() {
         tokio::time::sleep(startup_jitter.mul_f64(rand::random_range(0.0..1.0))).await;
     }
     let mut stream = std::pin::pin!(stream);
-    while let Some(item) = stream.next().await {
+    let mut failing_since: Option<tokio::time::Instant> = None;
+    loop {
+        // A watch that works again is quiet on a quiet node: no error for longer than the
+        // watcher's longest backoff (30 s) means it works.
+        let next = match failing_since {
+            Some(_) => match tokio::time::timeout(WATCH_QUIET_AFTER_ERRORS, stream.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    failing_since = None;
+                    health.set(key, Ok(()));
+                    continue;
+                }
+            },
+            None => stream.next().await,
+        };
+        let Some(item) = next else { break };
         match item {
             Ok(_) => {
+                if failing_since.take().is_some() {
+                    health.set(key, Ok(()));
+                }
                 tick.send_modify(|n| *n = n.wrapping_add(1));
             }
             Err(err) => {
                 metrics.count_watch_restart(resource);
                 tracing::warn!(resource, error = %err, "watch failed; backing off and resuming");
+                let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= WATCH_FAILING_UNREADY {
+                    health.set(
+                        key,
+                        Err(format!("failing for {}s: {err}", since.elapsed().as_secs())),
+                    );
+                }
             }
         }
     }
@@ -317,6 +371,67 @@ mod tests {
         )
         .expect("chmod");
         assert!(exposed_credentials(&config, &kubeconfig).is_empty());
+    }
+
+    /// The scripted watch: an error, 50 s of quiet (it works again), then errors every 20 s for
+    /// 80 s, then quiet again.
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_failing_for_a_minute_makes_the_agent_unready_until_it_recovers() {
+        let health = Health::new(crate::systemd::Heartbeat::default());
+        let (tick, changes) = watch::channel(0u64);
+        // (seconds before the item, whether it is an error)
+        let script: Vec<(u64, bool)> = vec![
+            (1, false),
+            (10, true),
+            (50, true),
+            (20, true),
+            (20, true),
+            (20, true),
+            (120, false),
+        ];
+        let stream = futures::stream::unfold(script.into_iter(), |mut script| async move {
+            let (wait, error) = script.next()?;
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+            let item = if error {
+                Err(watcher::Error::NoResourceVersion)
+            } else {
+                Ok(watcher::Event::<CachedPod>::InitDone)
+            };
+            Some((item, script))
+        });
+        let seen = health.clone();
+        let reasons = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = reasons.clone();
+        let watch_reasons = tokio::spawn(async move {
+            let mut subscribed = seen.subscribe();
+            while subscribed.changed().await.is_ok() {
+                log.lock().expect("log").push(seen.unready_reasons());
+            }
+        });
+        drive(
+            stream,
+            "pods",
+            Metrics::new(),
+            health.clone(),
+            Duration::ZERO,
+            Arc::new(tick),
+        )
+        .await;
+        tokio::task::yield_now().await;
+        watch_reasons.abort();
+        let reasons = reasons.lock().expect("log").clone();
+        // The lone error at 11 s is forgotten after 45 s of quiet; the errors from 61 s on make
+        // the agent unready at 121 s (failing for 60 s), and 45 s of quiet after the last one
+        // ready again, before the event at 241 s.
+        let unready: Vec<&Vec<String>> = reasons.iter().filter(|r| !r.is_empty()).collect();
+        assert_eq!(unready.len(), 1, "{reasons:?}");
+        assert!(
+            unready[0][0].starts_with("pods watch: failing for 60s"),
+            "{reasons:?}"
+        );
+        assert!(reasons.last().is_some_and(Vec::is_empty), "{reasons:?}");
+        assert!(health.unready_reasons().is_empty());
+        assert_eq!(*changes.borrow(), 2, "the events counted");
     }
 
     #[test]
