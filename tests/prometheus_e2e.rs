@@ -397,10 +397,11 @@ async fn check_resize(node: &Node, prometheus: &Prometheus) {
             s.len() == 1 && s[0].value == 1.0
         })
         .await;
-    // Two scrapes of the series, so that the dashboard's rate()s have something to show.
+    // Two scrapes of the duration histogram, which appears with the first resize (the counter
+    // exists from the start), so that the dashboard's rate()s have something to show.
     prometheus
         .wait_vector(
-            &format!("count_over_time(inplaced_resizes_total{selector}[5m])"),
+            &format!("count_over_time(inplaced_resize_duration_seconds_count{selector}[5m])"),
             WAIT,
             |s| s.len() == 1 && s[0].value >= 2.0,
         )
