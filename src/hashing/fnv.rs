@@ -14,6 +14,9 @@
 //! The same holds for any fixed byte string: [`Frag`] precomputes, at compile time, its whole
 //! effect as one multiply-add, so the constant parts of the encoded JSON (keys, punctuation,
 //! escapes) cost one step instead of one serial step per byte.
+//!
+//! The hash starts one space before the first byte ([`START_STATE`]), so the first byte, which
+//! spew writes without a space, needs no case of its own.
 
 const OFFSET: u32 = 0x811c_9dc5;
 const PRIME: u32 = 0x0100_0193;
@@ -77,8 +80,8 @@ const fn spaced_power(bytes: &[u8]) -> u32 {
     p
 }
 
-/// A constant byte string with its effect on the hash precomputed: from any state `h` that is
-/// not the start of the slice, feeding it gives `h * p + k[h mod 64]`.
+/// A constant byte string with its effect on the hash precomputed: from any state `h`, feeding
+/// it gives `h * p + k[h mod 64]`.
 pub struct Frag {
     pub bytes: &'static [u8],
     p: u32,
@@ -95,23 +98,6 @@ impl Frag {
             l += 1;
         }
         Frag { bytes, p, k }
-    }
-}
-
-/// Decimal text of a byte (no allocation).
-fn decimal(v: u8, buf: &mut [u8; 3]) -> &[u8] {
-    if v >= 100 {
-        buf[0] = b'0' + v / 100;
-        buf[1] = b'0' + (v / 10) % 10;
-        buf[2] = b'0' + v % 10;
-        &buf[..3]
-    } else if v >= 10 {
-        buf[0] = b'0' + v / 10;
-        buf[1] = b'0' + v % 10;
-        &buf[..2]
-    } else {
-        buf[0] = b'0' + v;
-        &buf[..1]
     }
 }
 
@@ -149,19 +135,35 @@ static TABLES: Tables = {
     t
 };
 
-/// FNV-1a 32 of the go-spew dump of a `[]byte` fed in pieces (no text is built).
+/// `PRIME`'s inverse modulo 2^32 (it is odd), by Newton's iteration: each step doubles the
+/// number of correct low bits, from 3 (an odd number is its own inverse modulo 8).
+const PRIME_INVERSE: u32 = {
+    let mut x = PRIME;
+    let mut i = 0;
+    while i < 4 {
+        x = x.wrapping_mul(2u32.wrapping_sub(PRIME.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+};
+const _: () = assert!(PRIME.wrapping_mul(PRIME_INVERSE) == 1);
+
+/// The state one space before [`PREFIX_STATE`]: go-spew writes no space before the first byte,
+/// but FNV-1a's step can be undone, so starting here every byte, the first too, is "a space and
+/// its digits", and no write has to ask whether it is the first.
+const START_STATE: u32 = PREFIX_STATE.wrapping_mul(PRIME_INVERSE) ^ b' ' as u32;
+
+/// FNV-1a 32 of the go-spew dump of a non-empty `[]byte` fed in pieces (no text is built).
+/// [`SpewFnv::finish`] needs at least one byte written ([`spew_fnv32a`] takes empty slices
+/// too).
 #[derive(Debug, Clone, Copy)]
 pub struct SpewFnv {
     h: u32,
-    empty: bool,
 }
 
 impl Default for SpewFnv {
     fn default() -> Self {
-        SpewFnv {
-            h: PREFIX_STATE,
-            empty: true,
-        }
+        SpewFnv { h: START_STATE }
     }
 }
 
@@ -199,21 +201,6 @@ impl SpewFnv {
 
     #[inline(always)]
     fn write_noting<const MARKS: bool>(&mut self, data: &[u8], marks: &[u8; 256]) -> u8 {
-        let mut data = data;
-        let mut seen = 0u8;
-        if self.empty {
-            let Some((&first, rest)) = data.split_first() else {
-                return 0;
-            };
-            // The first byte has no leading space.
-            let mut buf = [0u8; 3];
-            self.h = steps(self.h, decimal(first, &mut buf));
-            self.empty = false;
-            if MARKS {
-                seen = marks[usize::from(first)];
-            }
-            data = rest;
-        }
         #[cfg(target_arch = "x86_64")]
         if !MARKS && data.len() >= vbmi::SHORTEST && vbmi::available() {
             // SAFETY: the CPU has AVX-512 F, BW and VBMI (checked just above).
@@ -222,28 +209,25 @@ impl SpewFnv {
         }
         let (h, marked) = write_scalar::<MARKS>(self.h, data, marks);
         self.h = h;
-        seen | marked
+        marked
     }
 
     /// Appends a constant fragment: one multiply-add however long it is.
     #[inline]
     pub fn frag(&mut self, f: &Frag) {
-        if self.empty {
-            self.write(f.bytes);
-        } else {
-            self.h = self
-                .h
-                .wrapping_mul(f.p)
-                .wrapping_add(f.k[(self.h & 63) as usize]);
-        }
+        self.h = self
+            .h
+            .wrapping_mul(f.p)
+            .wrapping_add(f.k[(self.h & 63) as usize]);
     }
 
+    /// The hash of the slice written so far, which must not be empty.
     pub fn finish(&self) -> u32 {
         step(self.h, b']')
     }
 }
 
-/// Hashes `data` (not the slice's first byte) from state `h`, one table load per byte on the
+/// Hashes `data` from state `h`, one table load per byte on the
 /// serial chain; returns the new state and the OR of the bytes' marks when `MARKS`.
 #[inline(always)]
 fn write_scalar<const MARKS: bool>(mut h: u32, data: &[u8], marks: &[u8; 256]) -> (u32, u8) {
@@ -311,7 +295,7 @@ mod vbmi {
         x
     }
 
-    /// Hashes `data` (not the slice's first byte) from state `h`; returns the new state.
+    /// Hashes `data` from state `h`; returns the new state.
     ///
     /// # Safety
     /// The CPU must have AVX-512 F, BW and VBMI ([`available`]).
@@ -375,6 +359,9 @@ mod vbmi {
 
 /// FNV-1a 32 of the go-spew dump of `data` as a `[]byte` (what `DeepHashObject` computes).
 pub fn spew_fnv32a(data: &[u8]) -> u32 {
+    if data.is_empty() {
+        return step(PREFIX_STATE, b']');
+    }
     let mut f = SpewFnv::default();
     f.write(data);
     f.finish()
@@ -490,10 +477,11 @@ mod tests {
             assert_eq!(marked.finish(), want, "{data:?}");
         }
         // The very first byte of the slice (written without a leading space) is marked too, and
-        // a refused first write leaves the slice empty.
+        // a refused first write leaves the slice as it was: empty.
         let mut first = SpewFnv::default();
         assert_eq!(first.write_unless_marked(b"<", &marks), 1);
-        assert_eq!(first.finish(), spew_fnv32a_naive(b""));
+        first.write(b"x");
+        assert_eq!(first.finish(), spew_fnv32a_naive(b"x"));
     }
 
     /// The vector table lookup of marks against the plain fold, every length up to 200 at
