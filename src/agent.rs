@@ -484,16 +484,9 @@ impl EventStream {
                         *self = EventStream::Open(Box::new(stream));
                         true
                     }
-                    // The runtime has none: Unimplemented, or containerd 1.6's stub
-                    // (`Unknown: not implemented`). Other answers are retried on the next turn.
-                    Err(
-                        err @ crate::cri::CriError::Call {
-                            code: tonic::Code::Unimplemented | tonic::Code::Unknown,
-                            ..
-                        },
-                    ) if err.code() == tonic::Code::Unimplemented
-                        || err.to_string().contains("not implemented") =>
-                    {
+                    // The runtime has none (containerd 1.6). Other answers are retried on the
+                    // next turn.
+                    Err(err) if err.is_unimplemented() => {
                         tracing::info!(?interval, error = %err, "the runtime has no container event stream; polling");
                         *self = EventStream::Unsupported;
                         false

@@ -87,4 +87,47 @@ impl CriError {
     pub fn is_not_found(&self) -> bool {
         self.code() == tonic::Code::NotFound
     }
+
+    /// The runtime does not have the method: `Unimplemented`, or one of containerd 1.6's stubs,
+    /// which answer `Unknown` with "not implemented".
+    pub fn is_unimplemented(&self) -> bool {
+        match self {
+            CriError::Call {
+                code: tonic::Code::Unimplemented,
+                ..
+            } => true,
+            CriError::Call {
+                code: tonic::Code::Unknown,
+                message,
+                ..
+            } => message.contains("not implemented"),
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CriError;
+
+    fn call(code: tonic::Code, message: &str) -> CriError {
+        CriError::Call {
+            method: "GetContainerEvents",
+            code,
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn unimplemented_includes_containerd_1_6_stubs_only() {
+        assert!(call(tonic::Code::Unimplemented, "unknown method").is_unimplemented());
+        assert!(call(tonic::Code::Unknown, "not implemented").is_unimplemented());
+        assert!(!call(tonic::Code::Unknown, "connection reset").is_unimplemented());
+        assert!(!call(tonic::Code::Internal, "not implemented").is_unimplemented());
+        let timeout = CriError::Timeout {
+            method: "GetContainerEvents",
+            timeout: std::time::Duration::from_secs(1),
+        };
+        assert!(!timeout.is_unimplemented());
+    }
 }
