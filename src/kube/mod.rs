@@ -81,20 +81,75 @@ pub async fn client(
         .build())
 }
 
+/// A file a kubeconfig's client credentials come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CredentialFile {
+    Kubeconfig,
+    ClientCertificate,
+    ClientKey,
+    TokenFile,
+    CertificateAuthority,
+}
+
+impl CredentialFile {
+    /// Whoever reads it can act as the agent (certificates are public).
+    fn is_secret(self) -> bool {
+        matches!(
+            self,
+            CredentialFile::Kubeconfig | CredentialFile::ClientKey | CredentialFile::TokenFile
+        )
+    }
+
+    /// Read once, when the client is built (kube-rs reads token files again as they change).
+    fn is_read_once(self) -> bool {
+        self != CredentialFile::TokenFile
+    }
+}
+
+/// The kubeconfig and every file it names for credentials, relative paths taken from the
+/// kubeconfig's directory: users' certificates, keys and token files, then clusters' CAs.
+fn named_files(path: &Path, kubeconfig: &Kubeconfig) -> Vec<(PathBuf, CredentialFile)> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let users = kubeconfig
+        .auth_infos
+        .iter()
+        .filter_map(|named| named.auth_info.as_ref())
+        .flat_map(|a| {
+            [
+                (
+                    a.client_certificate.clone(),
+                    CredentialFile::ClientCertificate,
+                ),
+                (a.client_key.clone(), CredentialFile::ClientKey),
+                (a.token_file.clone(), CredentialFile::TokenFile),
+            ]
+        });
+    let clusters = kubeconfig
+        .clusters
+        .iter()
+        .filter_map(|named| named.cluster.as_ref())
+        .map(|c| {
+            (
+                c.certificate_authority.clone(),
+                CredentialFile::CertificateAuthority,
+            )
+        });
+    let named = users
+        .chain(clusters)
+        .filter_map(|(file, kind)| Some((dir.join(file?), kind)));
+    std::iter::once((path.to_owned(), CredentialFile::Kubeconfig))
+        .chain(named)
+        .collect()
+}
+
 /// The kubeconfig and the secret files it names (client keys, token files) whose permissions
-/// let group or others read or write them, with their modes. Certificates are public: not listed.
+/// let group or others read or write them, with their modes.
 pub fn exposed_credentials(path: &Path, kubeconfig: &Kubeconfig) -> Vec<(PathBuf, u32)> {
     use std::os::unix::fs::PermissionsExt;
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    let named = kubeconfig.auth_infos.iter().flat_map(|named| {
-        let auth = named.auth_info.as_ref();
-        let key = auth.and_then(|a| a.client_key.clone());
-        let token = auth.and_then(|a| a.token_file.clone());
-        [key, token].into_iter().flatten()
-    });
-    std::iter::once(path.to_owned())
-        .chain(named.map(|file| dir.join(file)))
-        .filter_map(|file| {
+    named_files(path, kubeconfig)
+        .into_iter()
+        .filter(|(_, kind)| kind.is_secret())
+        .filter_map(|(file, _)| {
             let mode = std::fs::metadata(&file).ok()?.permissions().mode() & 0o777;
             (mode & 0o077 != 0).then_some((file, mode))
         })
@@ -102,26 +157,19 @@ pub fn exposed_credentials(path: &Path, kubeconfig: &Kubeconfig) -> Vec<(PathBuf
 }
 
 /// The files a kubeconfig's client credentials are read from once, when the client is built:
-/// the kubeconfig itself, client certificates and keys, cluster CAs (token files are re-read
-/// by kube-rs). kubeadm's `kubelet.conf` names `kubelet-client-current.pem`, which the kubelet
-/// rotates: a client built before the rotation fails with 401 once the old certificate expires.
+/// the kubeconfig itself, client certificates and keys, cluster CAs. kubeadm's `kubelet.conf`
+/// names `kubelet-client-current.pem`, which the kubelet rotates: a client built before the
+/// rotation fails with 401 once the old certificate expires. An unreadable kubeconfig is
+/// listed alone.
 pub fn credential_files(path: &Path) -> Vec<PathBuf> {
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    let mut files = vec![path.to_owned()];
-    if let Ok(kubeconfig) = Kubeconfig::read_from(path) {
-        let auth = kubeconfig
-            .auth_infos
-            .iter()
-            .filter_map(|named| named.auth_info.as_ref())
-            .flat_map(|a| [a.client_certificate.clone(), a.client_key.clone()]);
-        let clusters = kubeconfig
-            .clusters
-            .iter()
-            .filter_map(|named| named.cluster.as_ref())
-            .map(|c| c.certificate_authority.clone());
-        files.extend(auth.chain(clusters).flatten().map(|file| dir.join(file)));
+    match Kubeconfig::read_from(path) {
+        Ok(kubeconfig) => named_files(path, &kubeconfig)
+            .into_iter()
+            .filter(|(_, kind)| kind.is_read_once())
+            .map(|(file, _)| file)
+            .collect(),
+        Err(_) => vec![path.to_owned()],
     }
-    files
 }
 
 /// When each credential file was last changed (following symlinks, as a rotation swaps one),
@@ -371,6 +419,15 @@ mod tests {
         )
         .expect("chmod");
         assert!(exposed_credentials(&config, &kubeconfig).is_empty());
+        // Token files are read again by kube-rs as they change: not among the files read once.
+        assert_eq!(
+            credential_files(&config),
+            [
+                config.clone(),
+                dir.path().join("a.crt"),
+                dir.path().join("a.key")
+            ]
+        );
     }
 
     /// The scripted watch: an error, 50 s of quiet (it works again), then errors every 20 s for
