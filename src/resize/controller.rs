@@ -186,41 +186,65 @@ struct Controller {
 /// How long a namespace's listed LimitRanges are used before listing again.
 const LIMIT_RANGES_TTL: Duration = Duration::from_secs(10);
 
-/// The fields of a container spec the resource checks read.
+/// The fields of a container spec the resize checks read, and the one decoder of them.
 #[derive(serde::Deserialize)]
-struct ResourcesOnly {
+struct ResizeFields {
     #[serde(default)]
     resources: Option<Value>,
     /// `Always` marks a sidecar among the init containers.
     #[serde(default, rename = "restartPolicy")]
     restart_policy: Option<String>,
+    /// Left as it is: a malformed policy must not hide the container's resources.
+    #[serde(default, rename = "resizePolicy")]
+    resize_policy: Option<Value>,
 }
 
-/// The pod's containers of `kind`, in the spec's order, with the resources the API gives them
-/// and whether each is a sidecar. Runs for every pod of the node when a request is checked
-/// against the node's allocatable: only these two fields are decoded.
-fn containers_of(
-    pod: &PodView,
-    kind: ContainerKind,
-) -> impl Iterator<Item = (&str, Resources, bool)> {
+/// A container of the pod's spec as the resize checks see it.
+struct SpecContainer<'a> {
+    name: &'a str,
+    resources: Resources,
+    sidecar: bool,
+    resize_policy: Option<Value>,
+}
+
+impl SpecContainer<'_> {
+    /// Whether its `resizePolicy` asks for a restart to resize `resource`.
+    fn restarts_to_resize(&self, resource: &str) -> bool {
+        let Some(Value::Array(policies)) = &self.resize_policy else {
+            return false;
+        };
+        policies.iter().any(|p| {
+            p.get("resourceName").and_then(Value::as_str) == Some(resource)
+                && p.get("restartPolicy").and_then(Value::as_str) == Some("RestartContainer")
+        })
+    }
+}
+
+/// The pod's containers of `kind`, in the spec's order, with the resources the API gives them.
+/// Runs for every pod of the node when a request is checked against the node's allocatable:
+/// only the fields of [`ResizeFields`] are decoded.
+fn containers_of(pod: &PodView, kind: ContainerKind) -> impl Iterator<Item = SpecContainer<'_>> {
     pod.containers
         .iter()
         .filter(move |c| c.kind == kind)
         .filter_map(|c| {
-            let spec: ResourcesOnly = pod.spec_of(c)?.decode().ok()?;
+            let spec: ResizeFields = pod.spec_of(c)?.decode().ok()?;
             let value = spec
                 .resources
                 .unwrap_or_else(|| Value::Object(Default::default()));
-            let resources = Resources::from_requirements(&value).ok()?;
-            let sidecar = spec.restart_policy.as_deref() == Some("Always");
-            Some((c.name.as_str(), resources, sidecar))
+            Some(SpecContainer {
+                name: c.name.as_str(),
+                resources: Resources::from_requirements(&value).ok()?,
+                sidecar: spec.restart_policy.as_deref() == Some("Always"),
+                resize_policy: spec.resize_policy,
+            })
         })
 }
 
 /// A pod's app containers with the resources the API gives them.
 fn spec_resources(pod: &PodView) -> Vec<(String, Resources)> {
     containers_of(pod, ContainerKind::Regular)
-        .map(|(name, resources, _)| (name.to_owned(), resources))
+        .map(|c| (c.name.to_owned(), c.resources))
         .collect()
 }
 
@@ -228,7 +252,10 @@ fn spec_resources(pod: &PodView) -> Vec<(String, Resources)> {
 /// class and its cgroup, as kubelet counts them.
 fn init_containers(pod: &PodView) -> Vec<InitContainer> {
     containers_of(pod, ContainerKind::Init)
-        .map(|(_, resources, sidecar)| InitContainer { resources, sidecar })
+        .map(|c| InitContainer {
+            resources: c.resources,
+            sidecar: c.sidecar,
+        })
         .collect()
 }
 
@@ -241,18 +268,9 @@ fn restart_required(
     before: &[(String, Resources)],
     after: &[(String, Resources)],
 ) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct ResizePolicyOnly {
-        #[serde(default, rename = "resizePolicy")]
-        resize_policy: Vec<k8s_openapi::api::core::v1::ContainerResizePolicy>,
-    }
-    for c in pod
-        .containers
-        .iter()
-        .filter(|c| c.kind == ContainerKind::Regular)
-    {
+    for c in containers_of(pod, ContainerKind::Regular) {
         let find =
-            |list: &[(String, Resources)]| list.iter().find(|(n, _)| *n == c.name).map(|(_, r)| *r);
+            |list: &[(String, Resources)]| list.iter().find(|(n, _)| n == c.name).map(|(_, r)| *r);
         let (Some(b), Some(a)) = (find(before), find(after)) else {
             continue;
         };
@@ -263,17 +281,8 @@ fn restart_required(
             ),
             ("memory", a.memory_limit != b.memory_limit),
         ];
-        let Some(spec) = pod.spec_of(c) else { continue };
-        let policy = spec
-            .decode::<ResizePolicyOnly>()
-            .map(|p| p.resize_policy)
-            .unwrap_or_default();
         for (resource, changes) in changed {
-            if changes
-                && policy
-                    .iter()
-                    .any(|p| p.resource_name == resource && p.restart_policy == "RestartContainer")
-            {
+            if changes && c.restarts_to_resize(resource) {
                 return Some(format!(
                     "container {:?} has resizePolicy RestartContainer for {resource}: only the kubelet can restart it with the new values (1.27+ with InPlacePodVerticalScaling); the cri actuator resizes running containers in place only",
                     c.name
@@ -1016,4 +1025,45 @@ fn other_pods_requests(view: &NodeView, pod: &PodView) -> Vec<Resources> {
         .filter(|p| p.uid != pod.uid && !p.terminating)
         .map(|p| pod_requests(&spec_resources(p), &init_containers(p)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: Value) -> SpecContainer<'static> {
+        let fields: ResizeFields = serde_json::from_value(json).expect("decodes");
+        let resources = fields
+            .resources
+            .unwrap_or_else(|| Value::Object(Default::default()));
+        SpecContainer {
+            name: "app",
+            resources: Resources::from_requirements(&resources).expect("resources"),
+            sidecar: false,
+            resize_policy: fields.resize_policy,
+        }
+    }
+
+    #[test]
+    fn resize_policy_asks_for_a_restart_per_resource() {
+        let c = spec(serde_json::json!({"resizePolicy": [
+            {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+            {"resourceName": "memory", "restartPolicy": "RestartContainer"},
+        ]}));
+        assert!(c.restarts_to_resize("memory"));
+        assert!(!c.restarts_to_resize("cpu"));
+        assert!(!spec(serde_json::json!({})).restarts_to_resize("memory"));
+    }
+
+    /// A malformed policy neither fails the decoding (the container's resources still count
+    /// on the node) nor asks for a restart.
+    #[test]
+    fn a_malformed_resize_policy_keeps_the_resources() {
+        let c = spec(serde_json::json!({
+            "resources": {"limits": {"memory": "64Mi"}},
+            "resizePolicy": "RestartContainer",
+        }));
+        assert_eq!(c.resources.memory_limit, Some(64 << 20));
+        assert!(!c.restarts_to_resize("memory"));
+    }
 }
