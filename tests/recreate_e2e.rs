@@ -699,3 +699,102 @@ async fn a_status_decided_from_an_older_version_does_not_undo_a_newer_one() {
     assert!(crr["status"]["completionTime"].is_null(), "{crr:#}");
     node.stop().await;
 }
+
+/// A status decided again from the version a write of ours landed on, before the watch brings
+/// that write back, is not sent: the API server could only refuse it (409). A completed
+/// request's status carries the time of the decision, so this happened once per completed
+/// request whenever a second passed in between. A status decided from the newer version is
+/// sent as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_decided_again_from_the_version_of_its_own_write_is_not_sent() {
+    use inplaced::kube::status::{ObjectRef, StatusWriter};
+
+    let node = Node::start().await;
+    let name = unique("again");
+    // Without the node-name label the agent does not watch it; the manager completes it.
+    let created = node
+        .server
+        .store()
+        .create(
+            "containerrecreaterequests",
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ContainerRecreateRequest",
+                   "metadata": {"name": name, "namespace": NS},
+                   "spec": {"podName": "gone", "containers": [{"name": "app"}]}}),
+        )
+        .unwrap();
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_owned();
+    let completed = node
+        .wait_crr(&name, LONG, |c| c["status"]["phase"] == "Completed")
+        .await;
+    let version = |crr: &Value| crr["metadata"]["resourceVersion"].as_str().map(str::to_owned);
+    let object = |resource_version: Option<String>| ObjectRef {
+        namespace: NS.to_owned(),
+        name: name.clone(),
+        uid: uid.clone(),
+        resource_version,
+    };
+    let status_at = |time: &str| json!({"phase": "Completed", "completionTime": time});
+    let patches = || {
+        node.server
+            .audit()
+            .entries()
+            .into_iter()
+            .filter(|e| e.request.name == name && e.request.subresource == "status")
+            .filter(|e| e.request.verb == "patch")
+            .map(|e| e.code)
+            .collect::<Vec<_>>()
+    };
+    let mut writer = StatusWriter::<Value>::new(
+        node.client.clone(),
+        inplaced::recreate::crr_resource(),
+        "ContainerRecreateRequest",
+        &["message", "completionTime"],
+    );
+    let before = patches();
+
+    writer.write(
+        &object(version(&completed)),
+        &completed["status"],
+        status_at("2026-01-01T00:00:01Z"),
+    );
+    tokio::time::timeout(Duration::from_secs(10), writer.finished())
+        .await
+        .expect("the first write was sent");
+    assert_eq!(
+        node.crr(&name)["status"]["completionTime"],
+        "2026-01-01T00:00:01Z"
+    );
+
+    // The same decision a second later, from the version the watch still shows.
+    writer.write(
+        &object(version(&completed)),
+        &completed["status"],
+        status_at("2026-01-01T00:00:02Z"),
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), writer.finished())
+            .await
+            .is_err(),
+        "a write from the superseded version was sent"
+    );
+    let sent: Vec<u16> = patches()[before.len()..].to_vec();
+    assert_eq!(sent, [200], "{sent:?}");
+
+    // From the version the write made, a new decision is written.
+    let now = node.crr(&name);
+    writer.write(
+        &object(version(&now)),
+        &now["status"],
+        status_at("2026-01-01T00:00:03Z"),
+    );
+    tokio::time::timeout(Duration::from_secs(10), writer.finished())
+        .await
+        .expect("the write from the new version was sent");
+    assert_eq!(
+        node.crr(&name)["status"]["completionTime"],
+        "2026-01-01T00:00:03Z"
+    );
+    let sent: Vec<u16> = patches()[before.len()..].to_vec();
+    assert_eq!(sent, [200, 200], "{sent:?}");
+    node.stop().await;
+}

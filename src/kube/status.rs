@@ -30,15 +30,27 @@ pub struct StatusWriter<S> {
     kind: &'static str,
     /// Status fields a merge patch must clear explicitly when the new status lacks them.
     clear: &'static [&'static str],
-    /// UID → the status last written and when.
-    written: HashMap<String, (S, Instant)>,
+    /// UID → the status last written, when, and the resourceVersion it was written against.
+    written: HashMap<String, Written<S>>,
     /// UIDs with a write under way.
     writing: HashSet<String>,
     /// UID → failed attempts in a row and when the next may start.
     failing: HashMap<String, Backoff>,
-    results_tx: mpsc::Sender<(String, S, bool)>,
-    results: mpsc::Receiver<(String, S, bool)>,
+    results_tx: mpsc::Sender<WriteResult<S>>,
+    results: mpsc::Receiver<WriteResult<S>>,
 }
+
+/// A status write that landed.
+struct Written<S> {
+    status: S,
+    at: Instant,
+    /// The version the write was conditioned on, if it was.
+    based_on: Option<String>,
+}
+
+/// A finished write: the object's UID, the status, the version it was conditioned on, and
+/// whether it landed.
+type WriteResult<S> = (String, S, Option<String>, bool);
 
 /// How long a written status is trusted over the (older) one the watch still shows.
 const TRUST_WRITTEN: Duration = Duration::from_secs(5);
@@ -92,16 +104,26 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
     /// patch carrying the object's resourceVersion when known: a status decided from an older
     /// version gets 409 and is decided again, never written over a newer one.
     pub fn write(&mut self, object: &ObjectRef, current: &S, status: S) {
-        let just_written = self
-            .written
-            .get(&object.uid)
-            .is_some_and(|(written, at)| *written == status && at.elapsed() < TRUST_WRITTEN);
+        let last = self.written.get(&object.uid);
+        let just_written =
+            last.is_some_and(|w| w.status == status && w.at.elapsed() < TRUST_WRITTEN);
+        // Decided again from the version a write of ours landed on (the watch has not brought
+        // that write back yet): the API server can only refuse it with 409. A status carrying
+        // the time of the decision (completionTime) differs from the one just written whenever
+        // a second has passed, so without this each completed request cost one refused write.
+        let superseded = object.resource_version.is_some()
+            && last.is_some_and(|w| w.based_on == object.resource_version);
         let backing_off = self
             .failing
             .get(&object.uid)
             .is_some_and(|b| Instant::now() < b.next_attempt);
         // One write per object at a time keeps them in order; the next pass writes again.
-        if status == *current || just_written || backing_off || self.writing.contains(&object.uid) {
+        if status == *current
+            || just_written
+            || superseded
+            || backing_off
+            || self.writing.contains(&object.uid)
+        {
             return;
         }
         let mut patch = serde_json::json!({ "status": &status });
@@ -141,17 +163,28 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
                 }
                 Ok(_) => {}
             }
-            let _ = results.send((object.uid, status, result.is_ok())).await;
+            let landed = result.is_ok();
+            let _ = results
+                .send((object.uid, status, object.resource_version, landed))
+                .await;
         });
     }
 
     /// Waits for the next write to finish and records it (use in `select!`).
     pub async fn finished(&mut self) {
-        if let Some((uid, status, ok)) = self.results.recv().await {
+        if let Some((uid, status, based_on, landed)) = self.results.recv().await {
             self.writing.remove(&uid);
-            if ok {
+            if landed {
                 self.failing.remove(&uid);
-                self.written.insert(uid, (status, Instant::now()));
+                let at = Instant::now();
+                self.written.insert(
+                    uid,
+                    Written {
+                        status,
+                        at,
+                        based_on,
+                    },
+                );
             } else {
                 let previous = self.failing.get(&uid).copied();
                 self.failing
