@@ -726,7 +726,11 @@ async fn a_status_decided_again_from_the_version_of_its_own_write_is_not_sent() 
     let completed = node
         .wait_crr(&name, LONG, |c| c["status"]["phase"] == "Completed")
         .await;
-    let version = |crr: &Value| crr["metadata"]["resourceVersion"].as_str().map(str::to_owned);
+    let version = |crr: &Value| {
+        crr["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_owned)
+    };
     let object = |resource_version: Option<String>| ObjectRef {
         namespace: NS.to_owned(),
         name: name.clone(),

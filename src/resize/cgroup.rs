@@ -69,6 +69,18 @@ impl CgroupDriver {
     }
 }
 
+/// One of the pod cgroup's two cpu settings: kubelet writes each when its own value grows or
+/// shrinks, the shares by the pod's requests and the quota by its limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodCpu {
+    Shares(u64),
+    /// The cfs quota (None = unlimited) with its period.
+    Quota {
+        quota: Option<i64>,
+        period: u64,
+    },
+}
+
 /// The cpu and memory values of one cgroup.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CgroupValues {
@@ -234,20 +246,26 @@ impl Cgroups {
         self.memory_usage(&container_cgroup_dir(cgroups_path)?)
     }
 
-    /// Sets the pod cgroup's cpu shares, quota (None = unlimited) and period, each read back.
-    /// On v2 the shares are written as the cpu.weight runc would write for them (shares outside
-    /// the kernel's range are clamped first, as the v1 kernel clamps them).
-    pub fn write_pod_cpu(
-        &self,
-        parent: &str,
-        shares: u64,
-        quota: Option<i64>,
-        period: u64,
-    ) -> Result<(), CgroupError> {
+    /// Sets one of the pod cgroup's cpu settings, read back. On v2 the shares are written as
+    /// the cpu.weight runc would write for them (shares outside the kernel's range are clamped
+    /// first, as the v1 kernel clamps them).
+    pub fn write_pod_cpu(&self, parent: &str, setting: PodCpu) -> Result<(), CgroupError> {
         let dir = self.controller_dir(Controller::Cpu, &pod_cgroup_dir(parent)?)?;
-        let result = match self.version {
-            CgroupVersion::V1 => write_v1_cpu(&dir, shares, quota, period),
-            CgroupVersion::V2 => write_v2_cpu(&dir, shares, quota, period),
+        let result = match (self.version, setting) {
+            (CgroupVersion::V1, PodCpu::Shares(shares)) => {
+                write_checked(&dir.join("cpu.shares"), &shares.to_string())
+            }
+            (CgroupVersion::V1, PodCpu::Quota { quota, period }) => {
+                write_v1_cpu_quota(&dir, quota, period)
+            }
+            (CgroupVersion::V2, PodCpu::Shares(shares)) => write_checked(
+                &dir.join("cpu.weight"),
+                &shares_to_weight(shares).to_string(),
+            ),
+            (CgroupVersion::V2, PodCpu::Quota { quota, period }) => {
+                let quota = quota.map_or_else(|| "max".to_owned(), |q| q.to_string());
+                write_checked(&dir.join("cpu.max"), &format!("{quota} {period}"))
+            }
         };
         Ok(result.map_err(CpuError::from)?)
     }
@@ -542,8 +560,7 @@ fn read_v1_cpu(dir: &Path) -> Result<(u64, Option<i64>, u64), FileError> {
     Ok((shares, quota, period))
 }
 
-fn write_v1_cpu(dir: &Path, shares: u64, quota: Option<i64>, period: u64) -> Result<(), FileError> {
-    write_checked(&dir.join("cpu.shares"), &shares.to_string())?;
+fn write_v1_cpu_quota(dir: &Path, quota: Option<i64>, period: u64) -> Result<(), FileError> {
     // The period only changes when asked to: rewriting it is a needless kernel validation.
     if read_u64(dir, "cpu.cfs_period_us", "a period in µs")? != period {
         write_checked(&dir.join("cpu.cfs_period_us"), &period.to_string())?;
@@ -626,15 +643,6 @@ fn read_cpu_max(path: &Path) -> Result<(Option<i64>, u64), FileError> {
     Ok((quota, period))
 }
 
-fn write_v2_cpu(dir: &Path, shares: u64, quota: Option<i64>, period: u64) -> Result<(), FileError> {
-    write_checked(
-        &dir.join("cpu.weight"),
-        &shares_to_weight(shares).to_string(),
-    )?;
-    let quota = quota.map_or_else(|| "max".to_owned(), |q| q.to_string());
-    write_checked(&dir.join("cpu.max"), &format!("{quota} {period}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -642,6 +650,13 @@ mod tests {
     const POD_UID: &str = "5f3c6a2e-8d1b-4c47-9f2a-0b6e7d9c1a34";
     const APP_ID: &str = "3b8e1f0c9a7d4e2b6c5a8f1d0e9b7c6a5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a";
     const SIDECAR_ID: &str = "9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e8d";
+
+    fn quota(quota: Option<i64>) -> PodCpu {
+        PodCpu::Quota {
+            quota,
+            period: 100_000,
+        }
+    }
 
     fn fixture(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -887,7 +902,10 @@ mod tests {
             let cgroups = Cgroups::with_version(copy.path(), version);
             let parent = parent(driver);
             cgroups
-                .write_pod_cpu(&parent, 512, Some(50_000), 100_000)
+                .write_pod_cpu(&parent, PodCpu::Shares(512))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            cgroups
+                .write_pod_cpu(&parent, quota(Some(50_000)))
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             let applied = cgroups
                 .write_pod_memory(&parent, Some(256 * 1024 * 1024))
@@ -929,7 +947,7 @@ mod tests {
             }
             // Back to unlimited.
             cgroups
-                .write_pod_cpu(&parent, 512, None, 100_000)
+                .write_pod_cpu(&parent, quota(None))
                 .expect("unlimited cpu");
             assert_eq!(
                 cgroups
@@ -1130,7 +1148,10 @@ mod tests {
 
         // cpu: values land, unlimited quota reads as None, the kernel's clamping is reported.
         cgroups
-            .write_pod_cpu(&parent, 1024, Some(150_000), 100_000)
+            .write_pod_cpu(&parent, PodCpu::Shares(1024))
+            .expect("cpu write");
+        cgroups
+            .write_pod_cpu(&parent, quota(Some(150_000)))
             .expect("cpu write");
         let read = cgroups.read_pod(&parent).expect("read");
         assert_eq!(
@@ -1138,18 +1159,21 @@ mod tests {
             (Some(1024), Some(150_000), Some(100_000))
         );
         cgroups
-            .write_pod_cpu(&parent, 2, None, 100_000)
+            .write_pod_cpu(&parent, PodCpu::Shares(2))
+            .expect("shares");
+        cgroups
+            .write_pod_cpu(&parent, quota(None))
             .expect("unlimited");
         assert_eq!(cgroups.read_pod(&parent).expect("read").cpu_quota, None);
         let clamped = cgroups
-            .write_pod_cpu(&parent, 1, None, 100_000)
+            .write_pod_cpu(&parent, PodCpu::Shares(1))
             .expect_err("kernel clamps 1 to 2");
         assert!(
             matches!(&clamped, CgroupError::Cpu(CpuError::File(FileError::Mismatch { written, read, .. })) if written == "1" && read == "2"),
             "{clamped}"
         );
         let refused = cgroups
-            .write_pod_cpu(&parent, 2, Some(500), 100_000)
+            .write_pod_cpu(&parent, quota(Some(500)))
             .expect_err("below 1 ms");
         assert!(
             refused

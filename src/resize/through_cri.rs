@@ -1,13 +1,14 @@
 //! The `cri` actuator: resizes running containers through the runtime and the pod cgroup in
 //! kubelet's order (`shared/reference/node-runtime.md`): memory first, then cpu; a pod cgroup
-//! limit that grows is written before the containers, one that shrinks after them; containers
+//! value that grows (memory limit, cpu quota, cpu shares: each on its own) is written before the
+//! containers, one that shrinks after them; containers
 //! that shrink go before those that grow; a memory limit is never set at or below what the
 //! container (or the pod) uses now. Every step is read back.
 
 use crate::cri::proto::LinuxContainerResources;
 use crate::cri::{CriClient, CriError};
 
-use super::cgroup::{CgroupError, CgroupValues, Cgroups, applied_memory_limit};
+use super::cgroup::{CgroupError, CgroupValues, Cgroups, PodCpu, applied_memory_limit};
 use super::resources::{self, CriResources, InitContainer, PodCgroupConfig, QosClass, Resources};
 
 /// One container to resize: the runtime container and the resources it must end with.
@@ -110,11 +111,7 @@ impl ResizeError {
 /// A change made to the pod, with what puts it back.
 enum Undo {
     PodMemory(Option<i64>),
-    PodCpu {
-        shares: u64,
-        quota: Option<i64>,
-        period: u64,
-    },
+    PodCpu(PodCpu),
     Container {
         index: usize,
         before: LinuxContainerResources,
@@ -278,28 +275,19 @@ async fn change(
     }
 
     // CPU: the quota is hierarchical (a child may not exceed its parent), shares are not.
-    let cpu_grows = grows(pod_now.cpu_quota, pod_new.cpu_quota);
-    let write_pod_cpu = |undo: &mut Vec<Undo>| -> Result<(), ResizeError> {
-        // Recorded first (shares are written before the quota, which may then be refused).
-        // A value the kernel did not show cannot be put back; the read would have failed.
-        if let (Some(shares), Some(period)) = (pod_now.cpu_shares, pod_now.cpu_period) {
-            undo.push(Undo::PodCpu {
-                shares,
-                quota: pod_now.cpu_quota,
-                period,
-            });
+    let (cpu_before, cpu_after) = pod_cpu_writes(pod_now, pod_new);
+    let write_pod_cpu = |undo: &mut Vec<Undo>, writes: &[(PodCpu, Option<PodCpu>)]| {
+        for &(setting, previous) in writes {
+            // Recorded first: a write that fails may still have changed something. A value
+            // the kernel did not show cannot be put back; the read would have failed.
+            if let Some(previous) = previous {
+                undo.push(Undo::PodCpu(previous));
+            }
+            cgroups.write_pod_cpu(parent, setting)?;
         }
-        cgroups.write_pod_cpu(
-            parent,
-            pod_new.cpu_shares,
-            pod_new.cpu_quota,
-            pod_new.cpu_period,
-        )?;
-        Ok(())
+        Ok::<(), ResizeError>(())
     };
-    if cpu_grows {
-        write_pod_cpu(undo)?;
-    }
+    write_pod_cpu(undo, &cpu_before)?;
     order.sort_by_key(|&i| current[i].wanted.cpu_quota - current[i].linux.cpu_quota);
     for &i in &order {
         let c = &mut current[i];
@@ -317,10 +305,47 @@ async fn change(
         cri.update_container_resources(&c.target.container_id, c.linux.clone())
             .await?;
     }
-    if !cpu_grows {
-        write_pod_cpu(undo)?;
-    }
+    write_pod_cpu(undo, &cpu_after)?;
     Ok(())
+}
+
+/// The pod cgroup's cpu writes before the containers' and after them, each with the setting
+/// that puts it back. As kubelet does, each setting is written before the containers when it
+/// grows and after them when it shrinks: the shares by the pod's requests, the quota by its
+/// limits (the quota must be, a container's may not exceed its pod's). Unchanged settings are
+/// not written.
+type PodCpuWrites = Vec<(PodCpu, Option<PodCpu>)>;
+fn pod_cpu_writes(now: &CgroupValues, new: &PodCgroupConfig) -> (PodCpuWrites, PodCpuWrites) {
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    if now.cpu_shares != Some(new.cpu_shares) {
+        let write = (
+            PodCpu::Shares(new.cpu_shares),
+            now.cpu_shares.map(PodCpu::Shares),
+        );
+        if now.cpu_shares.is_none_or(|shares| new.cpu_shares > shares) {
+            before.push(write);
+        } else {
+            after.push(write);
+        }
+    }
+    if (now.cpu_quota, now.cpu_period) != (new.cpu_quota, Some(new.cpu_period)) {
+        let write = (
+            PodCpu::Quota {
+                quota: new.cpu_quota,
+                period: new.cpu_period,
+            },
+            now.cpu_period.map(|period| PodCpu::Quota {
+                quota: now.cpu_quota,
+                period,
+            }),
+        );
+        if grows(now.cpu_quota, new.cpu_quota) {
+            before.push(write);
+        } else {
+            after.push(write);
+        }
+    }
+    (before, after)
 }
 
 async fn verify(
@@ -373,12 +398,8 @@ async fn roll_back(
                         .map_err(ResizeError::from)
                 })
             }
-            Undo::PodCpu {
-                shares,
-                quota,
-                period,
-            } => cgroups
-                .write_pod_cpu(parent, shares, quota, period)
+            Undo::PodCpu(setting) => cgroups
+                .write_pod_cpu(parent, setting)
                 .map_err(ResizeError::from),
             Undo::Container { index, before } => match current.get(index) {
                 Some(c) => {
@@ -634,6 +655,61 @@ mod tests {
         assert!(!grows(None, Some(100)));
         assert!(grows(Some(100), Some(200)));
         assert!(!grows(Some(200), Some(100)));
+    }
+
+    /// kubelet's order: each of the pod's cpu settings before the containers when it grows,
+    /// after them when it shrinks, whatever the other one does.
+    #[test]
+    fn pod_cpu_settings_are_written_each_in_its_own_direction() {
+        let now = CgroupValues {
+            cpu_shares: Some(1024),
+            cpu_quota: Some(100_000),
+            cpu_period: Some(100_000),
+            memory_limit: None,
+        };
+        let pod = |cpu_shares, cpu_quota| PodCgroupConfig {
+            cpu_shares,
+            cpu_quota,
+            cpu_period: 100_000,
+            memory_limit: None,
+        };
+        let quota = |quota| PodCpu::Quota {
+            quota,
+            period: 100_000,
+        };
+        let was_shares = Some(PodCpu::Shares(1024));
+        let was_quota = Some(quota(Some(100_000)));
+        // Requests up, limits down.
+        assert_eq!(
+            pod_cpu_writes(&now, &pod(2048, Some(50_000))),
+            (
+                vec![(PodCpu::Shares(2048), was_shares)],
+                vec![(quota(Some(50_000)), was_quota)]
+            )
+        );
+        // Requests down, limits up (unlimited counts as up).
+        assert_eq!(
+            pod_cpu_writes(&now, &pod(512, None)),
+            (
+                vec![(quota(None), was_quota)],
+                vec![(PodCpu::Shares(512), was_shares)]
+            )
+        );
+        // Both up; nothing changed.
+        assert_eq!(
+            pod_cpu_writes(&now, &pod(2048, Some(200_000))),
+            (
+                vec![
+                    (PodCpu::Shares(2048), was_shares),
+                    (quota(Some(200_000)), was_quota)
+                ],
+                vec![]
+            )
+        );
+        assert_eq!(
+            pod_cpu_writes(&now, &pod(1024, Some(100_000))),
+            (vec![], vec![])
+        );
     }
 
     #[test]
