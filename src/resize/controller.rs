@@ -194,9 +194,10 @@ struct ResizeFields {
     /// `Always` marks a sidecar among the init containers.
     #[serde(default, rename = "restartPolicy")]
     restart_policy: Option<String>,
-    /// Left as it is: a malformed policy must not hide the container's resources.
+    /// Kept as text, read only when a resize is checked: a malformed policy must not hide
+    /// the container's resources, and the node's other pods never need it.
     #[serde(default, rename = "resizePolicy")]
-    resize_policy: Option<Value>,
+    resize_policy: Option<Box<serde_json::value::RawValue>>,
 }
 
 /// A container of the pod's spec as the resize checks see it.
@@ -204,15 +205,17 @@ struct SpecContainer<'a> {
     name: &'a str,
     resources: Resources,
     sidecar: bool,
-    resize_policy: Option<Value>,
+    resize_policy: Option<Box<serde_json::value::RawValue>>,
 }
 
 impl SpecContainer<'_> {
     /// Whether its `resizePolicy` asks for a restart to resize `resource`.
     fn restarts_to_resize(&self, resource: &str) -> bool {
-        let Some(Value::Array(policies)) = &self.resize_policy else {
-            return false;
-        };
+        let policies = self
+            .resize_policy
+            .as_deref()
+            .and_then(|text| serde_json::from_str::<Vec<Value>>(text.get()).ok())
+            .unwrap_or_default();
         policies.iter().any(|p| {
             p.get("resourceName").and_then(Value::as_str) == Some(resource)
                 && p.get("restartPolicy").and_then(Value::as_str) == Some("RestartContainer")
@@ -1032,7 +1035,7 @@ mod tests {
     use super::*;
 
     fn spec(json: Value) -> SpecContainer<'static> {
-        let fields: ResizeFields = serde_json::from_value(json).expect("decodes");
+        let fields: ResizeFields = serde_json::from_str(&json.to_string()).expect("decodes");
         let resources = fields
             .resources
             .unwrap_or_else(|| Value::Object(Default::default()));
