@@ -704,7 +704,7 @@ async fn a_status_decided_from_an_older_version_does_not_undo_a_newer_one() {
 /// that write back, is not sent: the API server could only refuse it (409). A completed
 /// request's status carries the time of the decision, so this happened once per completed
 /// request whenever a second passed in between. A status decided from the newer version is
-/// sent as usual.
+/// sent as usual, and so is one decided from a version a write of ours left unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_decided_again_from_the_version_of_its_own_write_is_not_sent() {
     use inplaced::kube::status::{ObjectRef, StatusWriter};
@@ -800,5 +800,30 @@ async fn a_status_decided_again_from_the_version_of_its_own_write_is_not_sent() 
     );
     let sent: Vec<u16> = patches()[before.len()..].to_vec();
     assert_eq!(sent, [200, 200], "{sent:?}");
+
+    // A write that changes nothing (the same status, said differently) leaves the version as
+    // it was, so a decision from that version is still sent, and lands.
+    let now = node.crr(&name);
+    let mut same = status_at("2026-01-01T00:00:03Z");
+    same["message"] = Value::Null;
+    writer.write(&object(version(&now)), &completed["status"], same);
+    tokio::time::timeout(Duration::from_secs(10), writer.finished())
+        .await
+        .expect("the write that changes nothing was sent");
+    assert_eq!(version(&node.crr(&name)), version(&now));
+    writer.write(
+        &object(version(&now)),
+        &now["status"],
+        status_at("2026-01-01T00:00:04Z"),
+    );
+    tokio::time::timeout(Duration::from_secs(10), writer.finished())
+        .await
+        .expect("the write after one that changed nothing was sent");
+    assert_eq!(
+        node.crr(&name)["status"]["completionTime"],
+        "2026-01-01T00:00:04Z"
+    );
+    let sent: Vec<u16> = patches()[before.len()..].to_vec();
+    assert_eq!(sent, [200, 200, 200, 200], "{sent:?}");
     node.stop().await;
 }

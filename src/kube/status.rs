@@ -46,11 +46,13 @@ struct Written<S> {
     at: Instant,
     /// The version the write was conditioned on, if it was.
     based_on: Option<String>,
+    /// The version the object had after the write (unchanged when the write changed nothing).
+    landed_as: Option<String>,
 }
 
 /// A finished write: the object's UID, the status, the version it was conditioned on, and
-/// whether it landed.
-type WriteResult<S> = (String, S, Option<String>, bool);
+/// the object's version after it (`Err` when it did not land).
+type WriteResult<S> = (String, S, Option<String>, Result<Option<String>, ()>);
 
 /// How long a written status is trusted over the (older) one the watch still shows.
 const TRUST_WRITTEN: Duration = Duration::from_secs(5);
@@ -107,12 +109,16 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
         let last = self.written.get(&object.uid);
         let just_written =
             last.is_some_and(|w| w.status == status && w.at.elapsed() < TRUST_WRITTEN);
-        // Decided again from the version a write of ours landed on (the watch has not brought
-        // that write back yet): the API server can only refuse it with 409. A status carrying
-        // the time of the decision (completionTime) differs from the one just written whenever
-        // a second has passed, so without this each completed request cost one refused write.
+        // Decided again from the version a write of ours moved the object on from (the watch
+        // has not brought that write back yet): the API server can only refuse it with 409. A
+        // status carrying the time of the decision (completionTime) differs from the one just
+        // written whenever a second has passed, so without this each completed request cost one
+        // refused write. A write that changed nothing (a field the CRD's schema drops) left the
+        // version as it was: decisions from it are still sent.
         let superseded = object.resource_version.is_some()
-            && last.is_some_and(|w| w.based_on == object.resource_version);
+            && last.is_some_and(|w| {
+                w.based_on == object.resource_version && w.landed_as != w.based_on
+            });
         let backing_off = self
             .failing
             .get(&object.uid)
@@ -163,7 +169,9 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
                 }
                 Ok(_) => {}
             }
-            let landed = result.is_ok();
+            let landed = result
+                .map(|object| object.metadata.resource_version)
+                .map_err(drop);
             let _ = results
                 .send((object.uid, status, object.resource_version, landed))
                 .await;
@@ -174,7 +182,7 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
     pub async fn finished(&mut self) {
         if let Some((uid, status, based_on, landed)) = self.results.recv().await {
             self.writing.remove(&uid);
-            if landed {
+            if let Ok(landed_as) = landed {
                 self.failing.remove(&uid);
                 let at = Instant::now();
                 self.written.insert(
@@ -183,6 +191,7 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
                         status,
                         at,
                         based_on,
+                        landed_as,
                     },
                 );
             } else {
