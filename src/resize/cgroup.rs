@@ -74,6 +74,9 @@ impl CgroupDriver {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PodCpu {
     Shares(u64),
+    /// cgroup v2's cpu.weight as it was read, to put it back exactly (shares read from a weight
+    /// do not convert back to the same weight).
+    Weight(u64),
     /// The cfs quota (None = unlimited) with its period.
     Quota {
         quota: Option<i64>,
@@ -86,12 +89,33 @@ pub enum PodCpu {
 pub struct CgroupValues {
     /// cpu.shares; on v2 cpu.weight converted back as kubelet converts it (see module docs).
     pub cpu_shares: Option<u64>,
+    /// cpu.weight as read (v2 only).
+    pub cpu_weight: Option<u64>,
     /// cfs quota in µs; None = unlimited (-1 / "max").
     pub cpu_quota: Option<i64>,
     /// cfs period in µs.
     pub cpu_period: Option<u64>,
     /// Bytes; None = unlimited.
     pub memory_limit: Option<i64>,
+}
+
+impl CgroupValues {
+    /// How `shares` compares with the cpu shares set now, in the cgroup's own units (on v2 the
+    /// weight runc writes for them); `None` when they were not read.
+    pub fn compare_shares(&self, shares: u64) -> Option<std::cmp::Ordering> {
+        match (self.cpu_weight, self.cpu_shares) {
+            (Some(weight), _) => Some(shares_to_weight(shares).cmp(&weight)),
+            (None, Some(now)) => Some(shares.cmp(&now)),
+            (None, None) => None,
+        }
+    }
+
+    /// The setting that puts the cpu shares back exactly as they were read.
+    pub fn shares_setting(&self) -> Option<PodCpu> {
+        self.cpu_weight
+            .map(PodCpu::Weight)
+            .or(self.cpu_shares.map(PodCpu::Shares))
+    }
 }
 
 /// A control file that could not be read, written or understood.
@@ -255,6 +279,13 @@ impl Cgroups {
             (CgroupVersion::V1, PodCpu::Shares(shares)) => {
                 write_checked(&dir.join("cpu.shares"), &shares.to_string())
             }
+            (CgroupVersion::V1, PodCpu::Weight(weight)) => write_checked(
+                &dir.join("cpu.shares"),
+                &weight_to_shares(weight.clamp(1, MAX_WEIGHT)).to_string(),
+            ),
+            (CgroupVersion::V2, PodCpu::Weight(weight)) => {
+                write_checked(&dir.join("cpu.weight"), &weight.to_string())
+            }
             (CgroupVersion::V1, PodCpu::Quota { quota, period }) => {
                 write_v1_cpu_quota(&dir, quota, period)
             }
@@ -323,17 +354,18 @@ impl Cgroups {
             CgroupVersion::V1 => {
                 let (shares, quota, period) = read_v1_cpu(&cpu).map_err(CpuError::from)?;
                 let limit = read_v1_memory_limit(&memory).map_err(MemoryError::from)?;
-                (shares, quota, period, limit)
+                (shares, None, quota, period, limit)
             }
             CgroupVersion::V2 => {
-                let (shares, quota, period) = read_v2_cpu(&cpu).map_err(CpuError::from)?;
+                let (weight, quota, period) = read_v2_cpu(&cpu).map_err(CpuError::from)?;
                 let limit = read_v2_memory_limit(&memory).map_err(MemoryError::from)?;
-                (shares, quota, period, limit)
+                (weight_to_shares(weight), Some(weight), quota, period, limit)
             }
         };
-        let (shares, quota, period, limit) = values;
+        let (shares, weight, quota, period, limit) = values;
         Ok(CgroupValues {
             cpu_shares: Some(shares),
+            cpu_weight: weight,
             cpu_quota: quota,
             cpu_period: Some(period),
             memory_limit: limit,
@@ -617,7 +649,7 @@ fn read_v2_cpu(dir: &Path) -> Result<(u64, Option<i64>, u64), FileError> {
         return Err(parse_error(&weight_path, &text, "a weight in 1..10000"));
     }
     let (quota, period) = read_cpu_max(&dir.join("cpu.max"))?;
-    Ok((weight_to_shares(weight), quota, period))
+    Ok((weight, quota, period))
 }
 
 /// cpu.max: `"<quota|max> <period>"`.
@@ -844,10 +876,12 @@ mod tests {
                 CgroupVersion::V1 => (153, 102, 51),
                 CgroupVersion::V2 => (133, 80, 28),
             };
+            let weight = |w| (version == CgroupVersion::V2).then_some(w);
             assert_eq!(
                 cgroups.read_pod(&parent(driver)).expect("pod"),
                 CgroupValues {
                     cpu_shares: Some(pod_shares),
+                    cpu_weight: weight(6),
                     cpu_quota: None,
                     cpu_period: Some(100_000),
                     memory_limit: None
@@ -860,6 +894,7 @@ mod tests {
                     .expect("app"),
                 CgroupValues {
                     cpu_shares: Some(app_shares),
+                    cpu_weight: weight(4),
                     cpu_quota: Some(20_000),
                     cpu_period: Some(100_000),
                     memory_limit: Some(200 * 1024 * 1024)
@@ -872,6 +907,7 @@ mod tests {
                     .expect("sidecar"),
                 CgroupValues {
                     cpu_shares: Some(sidecar_shares),
+                    cpu_weight: weight(2),
                     cpu_quota: None,
                     cpu_period: Some(100_000),
                     memory_limit: None
@@ -965,6 +1001,22 @@ mod tests {
                 CgroupVersion::V2 => {
                     assert_eq!(file("cpu", "cpu.max"), "max 100000");
                     assert_eq!(file("memory", "memory.max"), "max");
+                }
+            }
+            // A weight read is put back as it was (on v1, as the shares kubelet reads it as).
+            cgroups
+                .write_pod_cpu(&parent, PodCpu::Weight(39))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let read = cgroups.read_pod(&parent).expect("read back");
+            match version {
+                CgroupVersion::V1 => {
+                    assert_eq!(file("cpu", "cpu.shares"), "998");
+                    assert_eq!((read.cpu_shares, read.cpu_weight), (Some(998), None));
+                }
+                CgroupVersion::V2 => {
+                    assert_eq!(file("cpu", "cpu.weight"), "39");
+                    assert_eq!((read.cpu_shares, read.cpu_weight), (Some(998), Some(39)));
+                    assert_eq!(read.shares_setting(), Some(PodCpu::Weight(39)));
                 }
             }
         }

@@ -5,6 +5,8 @@
 //! that shrink go before those that grow; a memory limit is never set at or below what the
 //! container (or the pod) uses now. Every step is read back.
 
+use std::cmp::Ordering;
+
 use crate::cri::proto::LinuxContainerResources;
 use crate::cri::{CriClient, CriError};
 
@@ -317,16 +319,11 @@ async fn change(
 type PodCpuWrites = Vec<(PodCpu, Option<PodCpu>)>;
 fn pod_cpu_writes(now: &CgroupValues, new: &PodCgroupConfig) -> (PodCpuWrites, PodCpuWrites) {
     let (mut before, mut after) = (Vec::new(), Vec::new());
-    if now.cpu_shares != Some(new.cpu_shares) {
-        let write = (
-            PodCpu::Shares(new.cpu_shares),
-            now.cpu_shares.map(PodCpu::Shares),
-        );
-        if now.cpu_shares.is_none_or(|shares| new.cpu_shares > shares) {
-            before.push(write);
-        } else {
-            after.push(write);
-        }
+    let write = (PodCpu::Shares(new.cpu_shares), now.shares_setting());
+    match now.compare_shares(new.cpu_shares) {
+        Some(Ordering::Equal) => {}
+        Some(Ordering::Less) => after.push(write),
+        Some(Ordering::Greater) | None => before.push(write),
     }
     if (now.cpu_quota, now.cpu_period) != (new.cpu_quota, Some(new.cpu_period)) {
         let write = (
@@ -618,6 +615,7 @@ mod tests {
         };
         let read = CgroupValues {
             cpu_shares: Some(1024),
+            cpu_weight: None,
             cpu_quota: Some(100_000),
             cpu_period: Some(100_000),
             memory_limit: Some(applied_memory_limit(100_000_000)),
@@ -663,6 +661,7 @@ mod tests {
     fn pod_cpu_settings_are_written_each_in_its_own_direction() {
         let now = CgroupValues {
             cpu_shares: Some(1024),
+            cpu_weight: None,
             cpu_quota: Some(100_000),
             cpu_period: Some(100_000),
             memory_limit: None,
@@ -709,6 +708,33 @@ mod tests {
         assert_eq!(
             pod_cpu_writes(&now, &pod(1024, Some(100_000))),
             (vec![], vec![])
+        );
+
+        // cgroup v2: the shares are compared and put back as the weight the file holds. Weight
+        // 39 reads as 998 shares (kubelet's formula); 1024 shares are weight 39 again (runc's),
+        // so they are no change, and the undo writes 39, not the weight of 998 shares (38).
+        let v2 = CgroupValues {
+            cpu_shares: Some(998),
+            cpu_weight: Some(39),
+            ..now
+        };
+        assert_eq!(
+            pod_cpu_writes(&v2, &pod(1024, Some(100_000))),
+            (vec![], vec![])
+        );
+        assert_eq!(
+            pod_cpu_writes(&v2, &pod(2048, Some(100_000))),
+            (
+                vec![(PodCpu::Shares(2048), Some(PodCpu::Weight(39)))],
+                vec![]
+            )
+        );
+        assert_eq!(
+            pod_cpu_writes(&v2, &pod(512, Some(100_000))),
+            (
+                vec![],
+                vec![(PodCpu::Shares(512), Some(PodCpu::Weight(39)))]
+            )
         );
     }
 
