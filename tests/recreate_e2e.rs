@@ -680,7 +680,7 @@ async fn a_status_decided_from_an_older_version_does_not_undo_a_newer_one() {
         resource_version,
     };
     let recreating = json!({"phase": "Recreating"});
-    writer.write(&object(older), &json!({}), recreating.clone());
+    writer.write(&object(older.clone()), &json!({}), recreating.clone());
     tokio::time::timeout(Duration::from_secs(10), writer.finished())
         .await
         .expect("the write was sent");
@@ -688,8 +688,25 @@ async fn a_status_decided_from_an_older_version_does_not_undo_a_newer_one() {
     assert_eq!(crr["status"]["phase"], "Completed", "{crr:#}");
     assert!(crr.pointer("/status/completionTime").is_some(), "{crr:#}");
 
-    // Past the writer's backoff after that refused write (200 ms).
+    // Past the writer's backoff after that refused write (200 ms), a decision from the same
+    // refused version is not sent: it would be refused too.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    writer.write(&object(older), &json!({}), json!({"phase": "Pending"}));
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), writer.finished())
+            .await
+            .is_err(),
+        "a write from a version already refused was sent"
+    );
+    let codes: Vec<u16> = node
+        .server
+        .audit()
+        .entries()
+        .into_iter()
+        .filter(|e| e.request.name == name && e.request.verb == "patch")
+        .map(|e| e.code)
+        .collect();
+    assert_eq!(codes.iter().filter(|&&c| c == 409).count(), 1, "{codes:?}");
     writer.write(&object(None), &json!({}), recreating);
     tokio::time::timeout(Duration::from_secs(10), writer.finished())
         .await

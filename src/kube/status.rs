@@ -30,8 +30,12 @@ pub struct StatusWriter<S> {
     kind: &'static str,
     /// Status fields a merge patch must clear explicitly when the new status lacks them.
     clear: &'static [&'static str],
-    /// UID → the status last written, when, and the resourceVersion it was written against.
+    /// UID → the status last written, when, the resourceVersion it was written against and
+    /// the one it landed as.
     written: HashMap<String, Written<S>>,
+    /// UID → a resourceVersion a write was decided from and refused for (409): decisions from
+    /// it would be refused too, so they wait for the watch to bring the newer version.
+    outdated: HashMap<String, String>,
     /// UIDs with a write under way.
     writing: HashSet<String>,
     /// UID → failed attempts in a row and when the next may start.
@@ -50,9 +54,18 @@ struct Written<S> {
     landed_as: Option<String>,
 }
 
+/// How a write ended.
+enum Outcome {
+    /// It landed; the object's version after it.
+    Landed(Option<String>),
+    /// Refused with 409: the version it was decided from is no longer current.
+    Outdated,
+    Failed,
+}
+
 /// A finished write: the object's UID, the status, the version it was conditioned on, and
-/// the object's version after it (`Err` when it did not land).
-type WriteResult<S> = (String, S, Option<String>, Result<Option<String>, ()>);
+/// how it ended.
+type WriteResult<S> = (String, S, Option<String>, Outcome);
 
 /// How long a written status is trusted over the (older) one the watch still shows.
 const TRUST_WRITTEN: Duration = Duration::from_secs(5);
@@ -95,6 +108,7 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
             kind,
             clear,
             written: HashMap::new(),
+            outdated: HashMap::new(),
             writing: HashSet::new(),
             failing: HashMap::new(),
             results_tx,
@@ -114,11 +128,12 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
         // status carrying the time of the decision (completionTime) differs from the one just
         // written whenever a second has passed, so without this each completed request cost one
         // refused write. A write that changed nothing (a field the CRD's schema drops) left the
-        // version as it was: decisions from it are still sent.
+        // version as it was: decisions from it are still sent. A version a write was refused
+        // for (409) is skipped the same way.
         let superseded = object.resource_version.is_some()
-            && last.is_some_and(|w| {
+            && (last.is_some_and(|w| {
                 w.based_on == object.resource_version && w.landed_as != w.based_on
-            });
+            }) || self.outdated.get(&object.uid) == object.resource_version.as_ref());
         let backing_off = self
             .failing
             .get(&object.uid)
@@ -169,21 +184,24 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
                 }
                 Ok(_) => {}
             }
-            let landed = result
-                .map(|object| object.metadata.resource_version)
-                .map_err(drop);
+            let outcome = match result {
+                Ok(landed) => Outcome::Landed(landed.metadata.resource_version),
+                Err(::kube::Error::Api(status)) if status.code == 409 => Outcome::Outdated,
+                Err(_) => Outcome::Failed,
+            };
             let _ = results
-                .send((object.uid, status, object.resource_version, landed))
+                .send((object.uid, status, object.resource_version, outcome))
                 .await;
         });
     }
 
     /// Waits for the next write to finish and records it (use in `select!`).
     pub async fn finished(&mut self) {
-        if let Some((uid, status, based_on, landed)) = self.results.recv().await {
+        if let Some((uid, status, based_on, outcome)) = self.results.recv().await {
             self.writing.remove(&uid);
-            if let Ok(landed_as) = landed {
+            if let Outcome::Landed(landed_as) = outcome {
                 self.failing.remove(&uid);
+                self.outdated.remove(&uid);
                 let at = Instant::now();
                 self.written.insert(
                     uid,
@@ -195,6 +213,9 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
                     },
                 );
             } else {
+                if let (Outcome::Outdated, Some(version)) = (outcome, based_on) {
+                    self.outdated.insert(uid.clone(), version);
+                }
                 let previous = self.failing.get(&uid).copied();
                 self.failing
                     .insert(uid, Backoff::after_failure(previous, Instant::now()));
@@ -205,6 +226,7 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
     /// Forgets objects no longer watched.
     pub fn retain(&mut self, live: &HashSet<String>) {
         self.written.retain(|uid, _| live.contains(uid));
+        self.outdated.retain(|uid, _| live.contains(uid));
         self.failing.retain(|uid, _| live.contains(uid));
     }
 }
