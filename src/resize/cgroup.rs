@@ -272,7 +272,8 @@ impl Cgroups {
 
     /// Sets one of the pod cgroup's cpu settings, read back. On v2 the shares are written as
     /// the cpu.weight runc would write for them (shares outside the kernel's range are clamped
-    /// first, as the v1 kernel clamps them).
+    /// first, as the v1 kernel clamps them) and a weight as it is; on v1 a weight is written as
+    /// the shares kubelet reads it as.
     pub fn write_pod_cpu(&self, parent: &str, setting: PodCpu) -> Result<(), CgroupError> {
         let dir = self.controller_dir(Controller::Cpu, &pod_cgroup_dir(parent)?)?;
         let result = match (self.version, setting) {
@@ -283,9 +284,10 @@ impl Cgroups {
                 &dir.join("cpu.shares"),
                 &weight_to_shares(weight.clamp(1, MAX_WEIGHT)).to_string(),
             ),
-            (CgroupVersion::V2, PodCpu::Weight(weight)) => {
-                write_checked(&dir.join("cpu.weight"), &weight.to_string())
-            }
+            (CgroupVersion::V2, PodCpu::Weight(weight)) => write_checked(
+                &dir.join("cpu.weight"),
+                &weight.clamp(1, MAX_WEIGHT).to_string(),
+            ),
             (CgroupVersion::V1, PodCpu::Quota { quota, period }) => {
                 write_v1_cpu_quota(&dir, quota, period)
             }
