@@ -562,6 +562,16 @@ impl<'a> Parser<'a> {
         Ok(self.decoded(&sc))
     }
 
+    /// Consumes a string: its raw text, and whether Go's decoding changes it (escapes or
+    /// invalid UTF-8), when [`unquote_into`] gives the decoded bytes.
+    #[inline(always)]
+    pub fn string_changed(&mut self) -> DResult<(&'a [u8], bool)> {
+        let sc = self.scan_string()?;
+        let raw = &self.src[sc.start..sc.end];
+        let changed = sc.escaped || (sc.non_ascii && simdutf8::basic::from_utf8(raw).is_err());
+        Ok((raw, changed))
+    }
+
     /// A scanned string's decoded bytes: borrowed unless Go's decoding changes them.
     #[inline(always)]
     fn decoded(&self, sc: &StrScan) -> Cow<'a, [u8]> {
@@ -731,7 +741,31 @@ fn hex4(s: &[u8]) -> Option<u32> {
     Some(v)
 }
 
-fn push_char(out: &mut Vec<u8>, c: u32) {
+/// Where [`unquote_into`] writes.
+pub trait ByteSink {
+    fn push(&mut self, b: u8);
+    fn extend_from_slice(&mut self, s: &[u8]);
+}
+
+impl ByteSink for Vec<u8> {
+    fn push(&mut self, b: u8) {
+        Vec::push(self, b)
+    }
+    fn extend_from_slice(&mut self, s: &[u8]) {
+        Vec::extend_from_slice(self, s)
+    }
+}
+
+impl ByteSink for bumpalo::collections::Vec<'_, u8> {
+    fn push(&mut self, b: u8) {
+        bumpalo::collections::Vec::push(self, b)
+    }
+    fn extend_from_slice(&mut self, s: &[u8]) {
+        bumpalo::collections::Vec::extend_from_slice(self, s)
+    }
+}
+
+fn push_char(out: &mut impl ByteSink, c: u32) {
     let ch = char::from_u32(c).unwrap_or('\u{fffd}');
     let mut buf = [0u8; 4];
     out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
@@ -740,6 +774,12 @@ fn push_char(out: &mut Vec<u8>, c: u32) {
 /// Go's `unquoteBytes` on the raw content of an already-validated string.
 pub fn unquote(raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len());
+    unquote_into(raw, &mut out);
+    out
+}
+
+/// [`unquote`] into a buffer of the caller's.
+pub fn unquote_into(raw: &[u8], out: &mut impl ByteSink) {
     let mut i = 0;
     while i < raw.len() {
         let c = raw[i];
@@ -773,7 +813,7 @@ pub fn unquote(raw: &[u8]) -> Vec<u8> {
                             _ => r = 0xfffd,
                         }
                     }
-                    push_char(&mut out, r);
+                    push_char(out, r);
                 }
                 other => out.push(other),
             }
@@ -793,7 +833,6 @@ pub fn unquote(raw: &[u8]) -> Vec<u8> {
             }
         }
     }
-    out
 }
 
 /// Go's `strconv.ParseInt(lit, 10, 64)` on a JSON number literal.

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use super::HashError;
-use super::container::{self, Ctx, Str};
+use super::container::{self, Str};
 use super::encode::{Encoder, GoJsonEscaping, frag};
 use super::version::NEWEST_KNOWN_MINOR;
 
@@ -38,11 +38,18 @@ pub fn extracted_env_from_metadata_hash(
     labels: &BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
 ) -> Result<u64, HashError> {
-    let ctx = Ctx {
-        minor: NEWEST_KNOWN_MINOR,
-        need_output: false,
-    };
-    let c = container::decode(container_json, &ctx)?;
+    container::with_decoded(container_json, NEWEST_KNOWN_MINOR, false, |c| {
+        env_hash(c, labels, annotations)
+    })
+    .map_err(HashError::from)
+}
+
+/// [`extracted_env_from_metadata_hash`] of a decoded container.
+fn env_hash(
+    c: &container::Container<'_>,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> u64 {
     let mut envs: Vec<(Str<'_>, &[u8])> = Vec::new();
     for env in c.env.as_slice() {
         if !env.value.is_empty() {
@@ -57,7 +64,7 @@ pub fn extracted_env_from_metadata_hash(
         {
             continue;
         }
-        let Some((path, key)) = split_subscripted(&field_ref.field_path) else {
+        let Some((path, key)) = split_subscripted(field_ref.field_path) else {
             continue;
         };
         let key = String::from_utf8_lossy(key);
@@ -66,10 +73,10 @@ pub fn extracted_env_from_metadata_hash(
             b"metadata.labels" => labels.get(key.as_ref()),
             _ => continue,
         };
-        envs.push((env.name.clone(), value.map(|s| s.as_bytes()).unwrap_or(b"")));
+        envs.push((env.name, value.map(|s| s.as_bytes()).unwrap_or(b"")));
     }
     // Stable sort by name, bytewise like Go's string comparison.
-    envs.sort_by(|a, b| a.0.cmp(&b.0));
+    envs.sort_by(|a, b| a.0.cmp(b.0));
     let mut e = Encoder::hashing(GoJsonEscaping::Modern);
     if envs.is_empty() {
         e.frag(frag!(b"null"));
@@ -89,7 +96,7 @@ pub fn extracted_env_from_metadata_hash(
         }
         e.frag(frag!(b"]"));
     }
-    Ok(u64::from(e.hash()))
+    u64::from(e.hash())
 }
 
 #[cfg(test)]

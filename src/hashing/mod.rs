@@ -25,6 +25,7 @@
 //!   (unverified); releases newer than 1.37 are treated like 1.37.
 
 mod accept;
+mod arena;
 pub mod cli;
 mod container;
 mod detect;
@@ -45,7 +46,6 @@ pub use json::MAX_DEPTH;
 pub use kruise::{SIDECARSET_EXCLUDED_ENVS, extracted_env_from_metadata_hash};
 pub use version::{Era, KubeletVersion, NEWEST_KNOWN_MINOR, OLDEST_MINOR};
 
-use container::Ctx;
 use encode::Encoder;
 use json::{DecodeError, DecodeErrorKind};
 
@@ -135,11 +135,9 @@ pub enum HashedPayload {
     WithoutResources,
 }
 
-fn ctx_for(version: &KubeletVersion, need_output: bool) -> Ctx {
-    Ctx {
-        minor: version.minor().min(NEWEST_KNOWN_MINOR),
-        need_output,
-    }
+/// The release whose schema decodes for `version` (newer ones decode as the newest known).
+fn schema_minor(version: &KubeletVersion) -> u32 {
+    version.minor().min(NEWEST_KNOWN_MINOR)
 }
 
 /// Encodes era C's payload `{"image":..,"name":..}`, the rest of the container validated as Go
@@ -149,16 +147,14 @@ fn encode_era_c(
     container_json: &[u8],
     version: &KubeletVersion,
 ) -> Result<(), HashError> {
-    let ctx = ctx_for(version, false);
-    let (name, image) = match container::accept_name_image(container_json, ctx.minor) {
-        Some(name_image) => name_image,
+    let minor = schema_minor(version);
+    match container::accept_name_image(container_json, minor) {
+        Some((name, image)) => container::encode_name_image(enc, &name, &image),
         // Rejected, or left to the decoder: it accepts or rejects as Go does and says why.
-        None => {
-            let c = container::decode(container_json, &ctx)?;
-            (c.name, c.image)
-        }
-    };
-    container::encode_name_image(enc, &name, &image);
+        None => container::with_decoded(container_json, minor, false, |c| {
+            container::encode_name_image(enc, c.name, c.image)
+        })?,
+    }
     Ok(())
 }
 
@@ -180,20 +176,20 @@ pub fn hash_container(
             hash_without_resources: None,
         });
     }
-    let mut c = container::Container::default();
-    container::decode_into(container_json, &ctx_for(version, true), &mut c)?;
-    container::encode_container(&mut enc, &c, false);
-    let hash = u64::from(enc.hash());
-    let mut without = None;
-    if era == Era::B && !options.skip_without_resources {
-        let mut enc = Encoder::hashing(escaping);
-        container::encode_container(&mut enc, &c, true);
-        without = Some(u64::from(enc.hash()));
-    }
-    Ok(ContainerHashes {
-        hash,
-        hash_without_resources: without,
-    })
+    let hashes = container::with_decoded(container_json, schema_minor(version), true, |c| {
+        container::encode_container(&mut enc, c, false);
+        let mut without = None;
+        if era == Era::B && !options.skip_without_resources {
+            let mut enc = Encoder::hashing(escaping);
+            container::encode_container(&mut enc, c, true);
+            without = Some(u64::from(enc.hash()));
+        }
+        ContainerHashes {
+            hash: u64::from(enc.hash()),
+            hash_without_resources: without,
+        }
+    })?;
+    Ok(hashes)
 }
 
 /// The exact JSON bytes `version`'s kubelet hashes for this container (for `--explain`).
@@ -212,10 +208,10 @@ pub fn hashed_json(
     if era == Era::C {
         encode_era_c(&mut enc, container_json, version)?;
     } else {
-        let mut c = container::Container::default();
-        container::decode_into(container_json, &ctx_for(version, true), &mut c)?;
         let without_resources = era == Era::B && payload == HashedPayload::WithoutResources;
-        container::encode_container(&mut enc, &c, without_resources);
+        container::with_decoded(container_json, schema_minor(version), true, |c| {
+            container::encode_container(&mut enc, c, without_resources)
+        })?;
     }
     Ok(enc.into_bytes())
 }
@@ -225,7 +221,7 @@ pub fn validate_container(
     container_json: &[u8],
     version: &KubeletVersion,
 ) -> Result<(), HashError> {
-    container::decode(container_json, &ctx_for(version, false))?;
+    container::with_decoded(container_json, schema_minor(version), false, |_| ())?;
     Ok(())
 }
 
