@@ -113,6 +113,29 @@ fn ten_megabyte_strings_hash_in_memory_bounded_by_the_input() {
     }
 }
 
+/// A key repeated many times, each time merging into what the earlier ones decoded (Go decodes
+/// a repeated map or list key into the existing value): the heap stays linear in the input,
+/// not in the number of repeats times what they merge into.
+#[test]
+fn repeated_keys_merge_in_memory_bounded_by_the_input() {
+    let _one_at_a_time = measuring();
+    let keys: Vec<String> = (0..2000).map(|i| format!(r#""r{i}":"{i}""#)).collect();
+    let mut doc = format!(r#"{{"name":"c","resources":{{"limits":{{{}}}"#, keys.join(","));
+    doc.push_str(&r#","limits":{}"#.repeat(2000));
+    doc.push_str(r#"},"args":["a","b","c","d","e","f","g","h"]"#);
+    doc.push_str(&r#","args":["x"]"#.repeat(2000));
+    doc.push('}');
+    for v in RELEASES {
+        let (hashed, peak) = peak_heap(|| hash(doc.as_bytes(), v));
+        hashed.unwrap_or_else(|e| panic!("{v}: {e}"));
+        assert!(
+            peak <= 8 * doc.len(),
+            "{v}: a {} byte container with repeated keys held {peak} heap bytes",
+            doc.len()
+        );
+    }
+}
+
 #[test]
 fn ten_megabyte_strings_with_an_error_at_the_end() {
     let _one_at_a_time = measuring();

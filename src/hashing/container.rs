@@ -6,7 +6,7 @@
 //! - Strings are kept as borrowed input slices whenever Go's decoding would not change them.
 //! - Decoded lists (and the rare strings that unescaping changed) live in the decoding thread's
 //!   arena ([`super::arena`]), so a container holds nothing it must free: no allocator call and
-//!   no drop walk per container (era A about a tenth faster; BENCHMARKS.md).
+//!   no drop walk per container (era A 6 % faster; BENCHMARKS.md).
 //! - Slices model Go's reuse of the backing array: a duplicate key decodes *into* the elements an
 //!   earlier occurrence left behind (structs merge), `[]` and `null` start afresh.
 //! - A field a release does not know is skipped (still validated) and therefore never encoded.
@@ -41,14 +41,31 @@ pub struct GoSlice<'a, T> {
     len: usize,
 }
 
-impl<T> GoSlice<'_, T> {
+impl<'a, T: Default> GoSlice<'a, T> {
     pub fn as_slice(&self) -> &[T] {
         &self.items[..self.len]
     }
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// Element `i` of the backing array, which grows when `i` is past its end. Capacity is
+    /// not observable in Go's output: growth happens at `len == cap` and moves every element,
+    /// so any growth factor behaves as Go's append.
+    fn slot(&mut self, i: usize, arena: &'a Bump) -> &mut T {
+        if i >= self.items.len() {
+            let old = std::mem::take(&mut self.items);
+            self.items = arena.alloc_slice_fill_with((2 * old.len()).max(4), |j| {
+                old.get_mut(j).map(std::mem::take).unwrap_or_default()
+            });
+        }
+        &mut self.items[i]
+    }
 }
+
+// Nothing in a decoded container needs freeing: the arena never runs destructors, so a
+// `Vec`, `String` or `Box` added to any of these structs would leak once per container.
+const _: () = assert!(!std::mem::needs_drop::<Container<'static>>());
 
 /// Go's IntOrString: both members persist; `Type` picks one.
 #[derive(Debug, Default)]
@@ -77,7 +94,7 @@ impl Qty<'_> {
 
 /// map[ResourceName]Quantity as (name, quantity) sorted by name, bytewise like Go's encoder
 /// sorts map keys (short lists: one allocation instead of a tree).
-pub type ResourceList<'a> = &'a [(Str<'a>, Qty<'a>)];
+pub type ResourceList<'a> = GoSlice<'a, (Str<'a>, Qty<'a>)>;
 
 #[derive(Debug, Default)]
 pub struct Container<'a> {
@@ -135,7 +152,8 @@ struct OptionalRef<'a> {
 pub struct EnvVar<'a> {
     pub name: Str<'a>,
     pub value: Str<'a>,
-    pub value_from: Option<EnvVarSource<'a>>,
+    /// In the arena, as Go's pointer: list elements stay small.
+    pub value_from: Option<&'a mut EnvVarSource<'a>>,
 }
 
 #[derive(Debug, Default)]
@@ -442,16 +460,7 @@ fn dec_slice<'a, T: Default>(
             let mut first = true;
             let mut i = 0;
             while p.next_elem(&mut first)? {
-                if i >= s.items.len() {
-                    // Go's append: a backing array twice the size, the old elements moved in.
-                    let old = std::mem::take(&mut s.items);
-                    s.items = ctx
-                        .arena
-                        .alloc_slice_fill_with((2 * old.len()).max(4), |j| {
-                            old.get_mut(j).map(std::mem::take).unwrap_or_default()
-                        });
-                }
-                elem(p, &mut s.items[i]).map_err(|e| e.at(PathSeg::Index(i)))?;
+                elem(p, s.slot(i, ctx.arena)).map_err(|e| e.at(PathSeg::Index(i)))?;
                 i += 1;
             }
             if i == 0 {
@@ -486,6 +495,28 @@ fn dec_ptr<'a, T: Default>(
             Ok(())
         }
         b'{' => obj(p, out.get_or_insert_with(Default::default), ctx),
+        _ => p.type_error("object"),
+    }
+}
+
+/// [`dec_ptr`] for a pointer whose struct is kept in the arena.
+fn dec_arena_ptr<'a, T: Default>(
+    p: &mut Parser<'a>,
+    out: &mut Option<&'a mut T>,
+    ctx: &Ctx<'a>,
+    obj: fn(&mut Parser<'a>, &mut T, &Ctx<'a>) -> DResult<()>,
+) -> DResult<()> {
+    match p.peek_value()? {
+        b'n' => {
+            p.literal()?;
+            *out = None;
+            Ok(())
+        }
+        b'{' => obj(
+            p,
+            out.get_or_insert_with(|| ctx.arena.alloc(T::default())),
+            ctx,
+        ),
         _ => p.type_error("object"),
     }
 }
@@ -640,7 +671,7 @@ fields! {
     {
         "name": Kind::Str => dec_str(p, ctx, &mut t.name),
         "value": Kind::Str => dec_str(p, ctx, &mut t.value),
-        "valueFrom": Kind::Object(&ENV_SOURCE) => dec_ptr(p, &mut t.value_from, ctx, env_source_obj),
+        "valueFrom": Kind::Object(&ENV_SOURCE) => dec_arena_ptr(p, &mut t.value_from, ctx, env_source_obj),
     }
 }
 
@@ -1028,9 +1059,7 @@ fn dec_resource_list<'a>(
         }
         b'{' => {
             // A second object for the same map adds to it (Go decodes into the existing map).
-            let earlier = m.unwrap_or_default();
-            let mut map =
-                bumpalo::collections::Vec::from_iter_in(earlier.iter().copied(), ctx.arena);
+            let map = m.get_or_insert_with(GoSlice::default);
             p.begin_object()?;
             let mut first = true;
             while let Some(key) = p.next_key(&mut first)? {
@@ -1042,14 +1071,22 @@ fn dec_resource_list<'a>(
                     Cow::Borrowed(k) => k,
                     Cow::Owned(k) => ctx.arena.alloc_slice_copy(&k),
                 };
-                map.push((key, q));
+                *map.slot(map.len, ctx.arena) = (key, q);
+                map.len += 1;
             }
             // Sorted by name, the last value of a name winning (Go's map assignment): newest
             // first, a stable sort, then the first of each name kept.
-            map.reverse();
-            map.sort_by(|a, b| a.0.cmp(b.0));
-            map.dedup_by(|later, kept| later.0 == kept.0);
-            *m = Some(map.into_bump_slice());
+            let entries = &mut map.items[..map.len];
+            entries.reverse();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            let mut kept = 0;
+            for i in 0..entries.len() {
+                if kept == 0 || entries[i].0 != entries[kept - 1].0 {
+                    entries.swap(kept, i);
+                    kept += 1;
+                }
+            }
+            map.len = kept;
             Ok(())
         }
         _ => p.type_error("object"),
@@ -1404,7 +1441,7 @@ pub fn enc_env_var(e: &mut Encoder, v: &EnvVar<'_>) {
 
 fn enc_resource_list(e: &mut Encoder, m: &ResourceList<'_>) {
     e.frag(frag!(b"{"));
-    for (i, (k, q)) in m.iter().enumerate() {
+    for (i, (k, q)) in m.as_slice().iter().enumerate() {
         if i > 0 {
             e.frag(frag!(b","));
         }
