@@ -1176,15 +1176,18 @@ macro_rules! key {
     };
 }
 
+/// A list of strings; the quotes and commas between them are one constant step each.
 fn enc_str_slice(e: &mut Encoder, s: &[Str<'_>]) {
-    e.frag(frag!(b"["));
-    for (i, v) in s.iter().enumerate() {
-        if i > 0 {
-            e.frag(frag!(b","));
-        }
-        e.string(v);
+    let Some((first, rest)) = s.split_first() else {
+        return e.frag(frag!(b"[]"));
+    };
+    e.frag(frag!(b"[\""));
+    e.string_body(first);
+    for v in rest {
+        e.frag(frag!(b"\",\""));
+        e.string_body(v);
     }
-    e.frag(frag!(b"]"));
+    e.frag(frag!(b"\"]"));
 }
 
 fn enc_slice<T>(e: &mut Encoder, s: &[T], f: impl Fn(&mut Encoder, &T)) {
