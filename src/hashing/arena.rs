@@ -6,7 +6,7 @@
 //! pointer bump into memory the previous container used, still in cache, and nothing is freed
 //! one by one: the container borrows the arena, which is emptied when the borrow ends.
 
-use std::cell::RefCell;
+use std::cell::{RefCell, RefMut};
 
 use bumpalo::Bump;
 
@@ -18,21 +18,26 @@ thread_local! {
     static ARENA: RefCell<Bump> = RefCell::new(Bump::new());
 }
 
-/// Runs `f` with this thread's arena, emptied afterwards. A nested call (the arena already
-/// lent out on this thread) gets an arena of its own.
+/// Runs `f` with this thread's arena, emptied afterwards (even if `f` panics). A nested call
+/// (the arena already lent out on this thread) gets an arena of its own.
 pub fn with<R>(f: impl FnOnce(&Bump) -> R) -> R {
     ARENA.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut bump) => {
-            let r = f(&bump);
-            if bump.allocated_bytes() > KEEP_BYTES {
-                *bump = Bump::new();
-            } else {
-                bump.reset();
-            }
-            r
-        }
+        Ok(bump) => f(&Emptied(bump).0),
         Err(_) => f(&Bump::new()),
     })
+}
+
+/// Empties the lent arena when the loan ends; an arena grown past [`KEEP_BYTES`] is replaced.
+struct Emptied<'a>(RefMut<'a, Bump>);
+
+impl Drop for Emptied<'_> {
+    fn drop(&mut self) {
+        if self.0.allocated_bytes() > KEEP_BYTES {
+            *self.0 = Bump::new();
+        } else {
+            self.0.reset();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -58,6 +63,20 @@ mod tests {
         assert_eq!(held(), kept);
         with(|a| a.alloc_slice_fill_copy(4 * KEEP_BYTES, 1u8).len());
         assert!(held() <= KEEP_BYTES, "{}", held());
+    }
+
+    #[test]
+    fn emptied_when_the_user_panics() {
+        let panicked = std::panic::catch_unwind(|| {
+            with(|a| {
+                a.alloc_slice_fill_copy(4 * KEEP_BYTES, 1u8);
+                panic!("decoder bug");
+            })
+        });
+        assert!(panicked.is_err());
+        assert!(held() <= KEEP_BYTES, "{}", held());
+        // And lent out again.
+        assert_eq!(with(|a| a.alloc_slice_fill_copy(3, 1u8).len()), 3);
     }
 
     #[test]

@@ -27,10 +27,19 @@ pub type Str<'a> = &'a [u8];
 /// Decoding context: which kubelet minor release's schema applies.
 struct Ctx<'a> {
     minor: u32,
-    /// False when only validation is needed (era C): skips canonicalising quantities.
-    need_output: bool,
+    purpose: Purpose,
     /// Where the container's lists and unescaped strings go.
     arena: &'a Bump,
+}
+
+/// What a decoded container is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Encoding it again (eras A and B): quantities get apimachinery's canonical text.
+    Encode,
+    /// Go's verdict and its plain fields only (era C's fallback, validation, kruise's env
+    /// hash): quantities are only checked.
+    Check,
 }
 
 /// A Go slice with its reused backing array (see module docs).
@@ -1025,13 +1034,13 @@ fn dec_qty<'a>(p: &mut Parser<'a>, q: &mut Qty<'a>, ctx: &Ctx<'a>) -> DResult<()
             );
         }
     };
-    let parsed = if ctx.need_output {
+    let parsed = if ctx.purpose == Purpose::Encode {
         quantity::json_text(text)
     } else {
         quantity::validate(text).map(|()| None)
     };
     match parsed {
-        Ok(None) if ctx.need_output => {
+        Ok(None) if ctx.purpose == Purpose::Encode => {
             q.cached = Some(text);
             q.canonical = None;
             Ok(())
@@ -1094,19 +1103,17 @@ fn dec_resource_list<'a>(
 }
 
 /// Decodes a v1.Container document as release `minor`'s kubelet would and hands the container
-/// to `f`. `need_output`: false when only Go's verdict and the plain fields are wanted (era C,
-/// kruise), which skips canonicalising quantities. The container's lists live in this thread's
-/// arena until `f` returns.
+/// to `f`. The container's lists live in this thread's arena until `f` returns.
 pub fn with_decoded<R>(
     src: &[u8],
     minor: u32,
-    need_output: bool,
+    purpose: Purpose,
     f: impl FnOnce(&Container<'_>) -> R,
 ) -> DResult<R> {
     arena::with(|arena| {
         let ctx = Ctx {
             minor,
-            need_output,
+            purpose,
             arena,
         };
         let mut c = Container::default();

@@ -568,18 +568,17 @@ impl<'a> Parser<'a> {
     pub fn string_changed(&mut self) -> DResult<(&'a [u8], bool)> {
         let sc = self.scan_string()?;
         let raw = &self.src[sc.start..sc.end];
-        let changed = sc.escaped || (sc.non_ascii && simdutf8::basic::from_utf8(raw).is_err());
-        Ok((raw, changed))
+        Ok((raw, decoding_changes(raw, sc.escaped, sc.non_ascii)))
     }
 
     /// A scanned string's decoded bytes: borrowed unless Go's decoding changes them.
     #[inline(always)]
     fn decoded(&self, sc: &StrScan) -> Cow<'a, [u8]> {
         let raw = &self.src[sc.start..sc.end];
-        if !sc.escaped && (!sc.non_ascii || simdutf8::basic::from_utf8(raw).is_ok()) {
-            Cow::Borrowed(raw)
-        } else {
+        if decoding_changes(raw, sc.escaped, sc.non_ascii) {
             Cow::Owned(unquote(raw))
+        } else {
+            Cow::Borrowed(raw)
         }
     }
 
@@ -739,6 +738,13 @@ fn hex4(s: &[u8]) -> Option<u32> {
         v = v * 16 + d;
     }
     Some(v)
+}
+
+/// Whether Go's decoding changes a string's raw text (`escaped`: it has a backslash;
+/// `non_ascii`: a byte above 0x7f, which may be invalid UTF-8 that Go replaces).
+#[inline(always)]
+pub fn decoding_changes(raw: &[u8], escaped: bool, non_ascii: bool) -> bool {
+    escaped || (non_ascii && simdutf8::basic::from_utf8(raw).is_err())
 }
 
 /// Where [`unquote_into`] writes.

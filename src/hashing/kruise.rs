@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use super::HashError;
-use super::container::{self, Str};
+use super::container::{self, Purpose, Str};
 use super::encode::{Encoder, GoJsonEscaping, frag};
 use super::version::NEWEST_KNOWN_MINOR;
 
@@ -38,7 +38,7 @@ pub fn extracted_env_from_metadata_hash(
     labels: &BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
 ) -> Result<u64, HashError> {
-    container::with_decoded(container_json, NEWEST_KNOWN_MINOR, false, |c| {
+    container::with_decoded(container_json, NEWEST_KNOWN_MINOR, Purpose::Check, |c| {
         env_hash(c, labels, annotations)
     })
     .map_err(HashError::from)

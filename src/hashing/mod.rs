@@ -46,6 +46,7 @@ pub use json::MAX_DEPTH;
 pub use kruise::{SIDECARSET_EXCLUDED_ENVS, extracted_env_from_metadata_hash};
 pub use version::{Era, KubeletVersion, NEWEST_KNOWN_MINOR, OLDEST_MINOR};
 
+use container::Purpose;
 use encode::Encoder;
 use json::{DecodeError, DecodeErrorKind};
 
@@ -151,7 +152,7 @@ fn encode_era_c(
     match container::accept_name_image(container_json, minor) {
         Some((name, image)) => container::encode_name_image(enc, &name, &image),
         // Rejected, or left to the decoder: it accepts or rejects as Go does and says why.
-        None => container::with_decoded(container_json, minor, false, |c| {
+        None => container::with_decoded(container_json, minor, Purpose::Check, |c| {
             container::encode_name_image(enc, c.name, c.image)
         })?,
     }
@@ -176,19 +177,24 @@ pub fn hash_container(
             hash_without_resources: None,
         });
     }
-    let hashes = container::with_decoded(container_json, schema_minor(version), true, |c| {
-        container::encode_container(&mut enc, c, false);
-        let mut without = None;
-        if era == Era::B && !options.skip_without_resources {
-            let mut enc = Encoder::hashing(escaping);
-            container::encode_container(&mut enc, c, true);
-            without = Some(u64::from(enc.hash()));
-        }
-        ContainerHashes {
-            hash: u64::from(enc.hash()),
-            hash_without_resources: without,
-        }
-    })?;
+    let hashes = container::with_decoded(
+        container_json,
+        schema_minor(version),
+        Purpose::Encode,
+        |c| {
+            container::encode_container(&mut enc, c, false);
+            let mut without = None;
+            if era == Era::B && !options.skip_without_resources {
+                let mut enc = Encoder::hashing(escaping);
+                container::encode_container(&mut enc, c, true);
+                without = Some(u64::from(enc.hash()));
+            }
+            ContainerHashes {
+                hash: u64::from(enc.hash()),
+                hash_without_resources: without,
+            }
+        },
+    )?;
     Ok(hashes)
 }
 
@@ -209,9 +215,12 @@ pub fn hashed_json(
         encode_era_c(&mut enc, container_json, version)?;
     } else {
         let without_resources = era == Era::B && payload == HashedPayload::WithoutResources;
-        container::with_decoded(container_json, schema_minor(version), true, |c| {
-            container::encode_container(&mut enc, c, without_resources)
-        })?;
+        container::with_decoded(
+            container_json,
+            schema_minor(version),
+            Purpose::Encode,
+            |c| container::encode_container(&mut enc, c, without_resources),
+        )?;
     }
     Ok(enc.into_bytes())
 }
@@ -221,7 +230,12 @@ pub fn validate_container(
     container_json: &[u8],
     version: &KubeletVersion,
 ) -> Result<(), HashError> {
-    container::with_decoded(container_json, schema_minor(version), false, |_| ())?;
+    container::with_decoded(
+        container_json,
+        schema_minor(version),
+        Purpose::Check,
+        |_| (),
+    )?;
     Ok(())
 }
 
