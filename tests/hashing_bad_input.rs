@@ -120,7 +120,10 @@ fn ten_megabyte_strings_hash_in_memory_bounded_by_the_input() {
 fn repeated_keys_merge_in_memory_bounded_by_the_input() {
     let _one_at_a_time = measuring();
     let keys: Vec<String> = (0..2000).map(|i| format!(r#""r{i}":"{i}""#)).collect();
-    let mut doc = format!(r#"{{"name":"c","resources":{{"limits":{{{}}}"#, keys.join(","));
+    let mut doc = format!(
+        r#"{{"name":"c","resources":{{"limits":{{{}}}"#,
+        keys.join(",")
+    );
     doc.push_str(&r#","limits":{}"#.repeat(2000));
     doc.push_str(r#"},"args":["a","b","c","d","e","f","g","h"]"#);
     doc.push_str(&r#","args":["x"]"#.repeat(2000));

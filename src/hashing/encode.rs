@@ -98,6 +98,9 @@ pub struct Encoder {
     fnv: SpewFnv,
     out: Option<Vec<u8>>,
     modern: bool,
+    /// A string's closing quote not yet hashed: it goes with the next constant text, in one
+    /// step ([`Frag`]'s quoted form), or alone before anything else.
+    quote_pending: bool,
 }
 
 impl Encoder {
@@ -107,6 +110,7 @@ impl Encoder {
             fnv: SpewFnv::default(),
             out: None,
             modern: escaping == GoJsonEscaping::Modern,
+            quote_pending: false,
         }
     }
 
@@ -120,12 +124,25 @@ impl Encoder {
 
     /// The kubelet hash of everything written so far.
     pub fn hash(&self) -> u32 {
-        self.fnv.finish()
+        let mut fnv = self.fnv;
+        if self.quote_pending {
+            fnv.frag(frag!(b""), true);
+        }
+        fnv.finish()
     }
 
     /// The bytes written (empty unless [`Encoder::recording`]).
-    pub fn into_bytes(self) -> Vec<u8> {
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        self.close_quote();
         self.out.unwrap_or_default()
+    }
+
+    /// Hashes a pending closing quote on its own (before text that is not a [`Frag`]).
+    #[inline]
+    fn close_quote(&mut self) {
+        if self.quote_pending {
+            self.frag(frag!(b""));
+        }
     }
 
     #[inline]
@@ -133,6 +150,7 @@ impl Encoder {
         if b.is_empty() {
             return;
         }
+        self.close_quote();
         self.fnv.write(b);
         if let Some(out) = &mut self.out {
             out.extend_from_slice(b);
@@ -142,10 +160,14 @@ impl Encoder {
     /// Constant text (keys, punctuation, escapes): one hash step whatever its length.
     #[inline]
     pub fn frag(&mut self, f: &'static Frag) {
-        self.fnv.frag(f);
+        self.fnv.frag(f, self.quote_pending);
         if let Some(out) = &mut self.out {
+            if self.quote_pending {
+                out.push(b'"');
+            }
             out.extend_from_slice(f.bytes);
         }
+        self.quote_pending = false;
     }
 
     pub fn bool(&mut self, v: bool) {
@@ -182,7 +204,7 @@ impl Encoder {
         debug_assert!(prefix.bytes.ends_with(b"\""));
         self.frag(prefix);
         self.string_body(s);
-        self.frag(frag!(b"\""));
+        self.quote_pending = true;
     }
 
     /// A string's escaped text without its quotes.
@@ -194,6 +216,7 @@ impl Encoder {
     /// the careful way, [`Encoder::escaped_body`], with its UTF-8 validity checked once here.
     #[inline]
     pub fn string_body(&mut self, s: &[u8]) {
+        self.close_quote();
         let seen = self.fnv.write_unless_marked(s, &NOT_PLAIN);
         if seen != 0 {
             let valid = seen & NON_ASCII == 0 || simdutf8::basic::from_utf8(s).is_ok();
