@@ -216,7 +216,8 @@ impl Encoder {
     /// the careful way, [`Encoder::escaped_body`], with its UTF-8 validity checked once here.
     #[inline]
     pub fn string_body(&mut self, s: &[u8]) {
-        self.close_quote();
+        // Always after constant text (a key, `[\"`, `\",\"`), which took any pending quote.
+        debug_assert!(!self.quote_pending);
         let seen = self.fnv.write_unless_marked(s, &NOT_PLAIN);
         if seen != 0 {
             let valid = seen & NON_ASCII == 0 || simdutf8::basic::from_utf8(s).is_ok();
