@@ -497,15 +497,7 @@ fn dec_ptr<'a, T: Default>(
     ctx: &Ctx<'a>,
     obj: fn(&mut Parser<'a>, &mut T, &Ctx<'a>) -> DResult<()>,
 ) -> DResult<()> {
-    match p.peek_value()? {
-        b'n' => {
-            p.literal()?;
-            *out = None;
-            Ok(())
-        }
-        b'{' => obj(p, out.get_or_insert_with(Default::default), ctx),
-        _ => p.type_error("object"),
-    }
+    dec_nullable(p, out, ctx, |o| o.get_or_insert_with(T::default), obj)
 }
 
 /// [`dec_ptr`] for a pointer whose struct is kept in the arena.
@@ -515,17 +507,32 @@ fn dec_arena_ptr<'a, T: Default>(
     ctx: &Ctx<'a>,
     obj: fn(&mut Parser<'a>, &mut T, &Ctx<'a>) -> DResult<()>,
 ) -> DResult<()> {
+    let arena = ctx.arena;
+    dec_nullable(
+        p,
+        out,
+        ctx,
+        |o| &mut **o.get_or_insert_with(|| arena.alloc(T::default())),
+        obj,
+    )
+}
+
+/// Go's decoding into a pointer `out`: null sets nil; an object decodes into the value `get`
+/// gives (the existing one, or a new one when nil).
+fn dec_nullable<'a, P, T>(
+    p: &mut Parser<'a>,
+    out: &mut Option<P>,
+    ctx: &Ctx<'a>,
+    get: impl FnOnce(&mut Option<P>) -> &mut T,
+    obj: fn(&mut Parser<'a>, &mut T, &Ctx<'a>) -> DResult<()>,
+) -> DResult<()> {
     match p.peek_value()? {
         b'n' => {
             p.literal()?;
             *out = None;
             Ok(())
         }
-        b'{' => obj(
-            p,
-            out.get_or_insert_with(|| ctx.arena.alloc(T::default())),
-            ctx,
-        ),
+        b'{' => obj(p, get(out), ctx),
         _ => p.type_error("object"),
     }
 }
