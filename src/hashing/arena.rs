@@ -22,15 +22,15 @@ thread_local! {
 /// (the arena already lent out on this thread) gets an arena of its own.
 pub fn with<R>(f: impl FnOnce(&Bump) -> R) -> R {
     ARENA.with(|cell| match cell.try_borrow_mut() {
-        Ok(bump) => f(&Emptied(bump).0),
+        Ok(bump) => f(&EmptyOnDrop(bump).0),
         Err(_) => f(&Bump::new()),
     })
 }
 
 /// Empties the lent arena when the loan ends; an arena grown past [`KEEP_BYTES`] is replaced.
-struct Emptied<'a>(RefMut<'a, Bump>);
+struct EmptyOnDrop<'a>(RefMut<'a, Bump>);
 
-impl Drop for Emptied<'_> {
+impl Drop for EmptyOnDrop<'_> {
     fn drop(&mut self) {
         if self.0.allocated_bytes() > KEEP_BYTES {
             *self.0 = Bump::new();
@@ -70,7 +70,7 @@ mod tests {
         let panicked = std::panic::catch_unwind(|| {
             with(|a| {
                 a.alloc_slice_fill_copy(4 * KEEP_BYTES, 1u8);
-                panic!("decoder bug");
+                std::panic::resume_unwind(Box::new("a decoder bug"))
             })
         });
         assert!(panicked.is_err());

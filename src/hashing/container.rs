@@ -1190,18 +1190,17 @@ macro_rules! key {
     };
 }
 
-/// A list of strings; the quotes and commas between them are one constant step each.
+/// A list of strings; the quotes and commas between them are one constant step each (`["`,
+/// `","` with the pending closing quote, `"]`).
 fn enc_str_slice(e: &mut Encoder, s: &[Str<'_>]) {
     let Some((first, rest)) = s.split_first() else {
         return e.frag(frag!(b"[]"));
     };
-    e.frag(frag!(b"[\""));
-    e.string_body(first);
+    e.string_after(frag!(b"[\""), first);
     for v in rest {
-        e.frag(frag!(b"\",\""));
-        e.string_body(v);
+        e.string_after(frag!(b",\""), v);
     }
-    e.frag(frag!(b"\"]"));
+    e.frag(frag!(b"]"));
 }
 
 fn enc_slice<T>(e: &mut Encoder, s: &[T], f: impl Fn(&mut Encoder, &T)) {
@@ -1330,11 +1329,9 @@ pub fn encode_container(e: &mut Encoder, c: &Container<'_>, without_resources: b
 
 /// Era C: `json.Marshal(map[string]string{"name":..,"image":..})` (keys sorted).
 pub fn encode_name_image(e: &mut Encoder, name: &[u8], image: &[u8]) {
-    e.frag(frag!(b"{\"image\":\""));
-    e.string_body(image);
-    e.frag(frag!(b"\",\"name\":\""));
-    e.string_body(name);
-    e.frag(frag!(b"\"}"));
+    e.string_after(frag!(b"{\"image\":\""), image);
+    e.string_after(frag!(b",\"name\":\""), name);
+    e.frag(frag!(b"}"));
 }
 
 fn enc_port(e: &mut Encoder, p: &ContainerPort<'_>) {

@@ -93,7 +93,8 @@ macro_rules! frag {
 pub(crate) use frag;
 
 /// Go's `json.Marshal` output, fed straight into the kubelet's hash as it is produced (nothing
-/// is buffered), and also kept as bytes when they are wanted (`--explain`).
+/// is buffered but a string's closing quote, which is hashed with the constant text after it),
+/// and also kept as bytes when they are wanted (`--explain`).
 pub struct Encoder {
     fnv: SpewFnv,
     out: Option<Vec<u8>>,
@@ -157,7 +158,8 @@ impl Encoder {
         }
     }
 
-    /// Constant text (keys, punctuation, escapes): one hash step whatever its length.
+    /// Constant text (keys, punctuation, escapes): one hash step whatever its length, a pending
+    /// closing quote included.
     #[inline]
     pub fn frag(&mut self, f: &'static Frag) {
         self.fnv.frag(f, self.quote_pending);
@@ -199,7 +201,9 @@ impl Encoder {
     }
 
     /// Constant text ending in a string's opening quote (`,"key":"`), then the string: one hash
-    /// step for the key and the quote.
+    /// step for the key and the quote. The closing quote is left pending, for the next
+    /// [`Encoder::frag`] to take in its step (or [`Encoder::raw`], [`Encoder::hash`] or
+    /// [`Encoder::into_bytes`] to add on its own).
     pub fn string_after(&mut self, prefix: &'static Frag, s: &[u8]) {
         debug_assert!(prefix.bytes.ends_with(b"\""));
         self.frag(prefix);
@@ -214,9 +218,11 @@ impl Encoder {
     /// chain, long ones 64 bytes at a time first). Non-ASCII text is copied as it is when it is
     /// valid UTF-8 and has no 0xe2 (the first byte of U+2028 and U+2029); anything else goes
     /// the careful way, [`Encoder::escaped_body`], with its UTF-8 validity checked once here.
+    ///
+    /// Private so that it only ever follows the opening quote's fragment (which took any pending
+    /// quote): the one caller is [`Encoder::string_after`].
     #[inline]
-    pub fn string_body(&mut self, s: &[u8]) {
-        // Always after constant text (a key, `[\"`, `\",\"`), which took any pending quote.
+    fn string_body(&mut self, s: &[u8]) {
         debug_assert!(!self.quote_pending);
         let seen = self.fnv.write_unless_marked(s, &NOT_PLAIN);
         if seen != 0 {
@@ -386,6 +392,33 @@ mod tests {
             quoted("a\u{2014}\\u003cb\\u2028")
         );
         assert_eq!(m(b"\xc3\xa9\xff<"), quoted("\u{e9}\\ufffd\\u003c"));
+    }
+
+    /// A string's closing quote, held back for the constant text after it, is hashed and
+    /// written whatever comes next: a fragment, a number, or the end.
+    #[test]
+    fn pending_closing_quote_before_anything() {
+        type Step = fn(&mut Encoder);
+        let nothing: Step = |_| {};
+        let number: Step = |e| e.int(-42);
+        let fragment: Step = |e| e.frag(frag!(b",\"n\":"));
+        for (then, want) in [
+            (nothing, &br#"["a""#[..]),
+            (number, br#"["a"-42"#),
+            (fragment, br#"["a","n":"#),
+        ] {
+            let mut hashing = Encoder::hashing(GoJsonEscaping::Modern);
+            let mut recording = Encoder::recording(GoJsonEscaping::Modern, 16);
+            for e in [&mut hashing, &mut recording] {
+                e.frag(frag!(b"["));
+                e.string(b"a");
+                then(e);
+            }
+            let want_hash = crate::hashing::spew_fnv32a(want);
+            assert_eq!(hashing.hash(), want_hash);
+            assert_eq!(recording.hash(), want_hash);
+            assert_eq!(recording.into_bytes(), want);
+        }
     }
 
     /// The hash of a string, whether it is copied as it is or goes the escaping path, short or

@@ -13,7 +13,8 @@
 //!
 //! The same holds for any fixed byte string: [`Frag`] precomputes, at compile time, its whole
 //! effect as one multiply-add, so the constant parts of the encoded JSON (keys, punctuation,
-//! escapes) cost one step instead of one serial step per byte.
+//! escapes) cost one step instead of one serial step per byte. Each also has a quoted form, its
+//! effect after a `"`, so that a string's closing quote and the text after it are one step.
 //!
 //! The hash starts one space before the first byte ([`START_STATE`]), so the first byte, which
 //! spew writes without a space, needs no case of its own.
@@ -229,7 +230,6 @@ impl SpewFnv {
     /// it is.
     #[inline]
     pub fn frag(&mut self, f: &Frag, quoted: bool) {
-        // A select, not a branch: whether a quote is pending varies from container to container.
         let (p, k) = if quoted { (f.pq, &f.kq) } else { (f.p, &f.k) };
         self.h = self
             .h
