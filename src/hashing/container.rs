@@ -11,8 +11,6 @@
 //!   earlier occurrence left behind (structs merge), `[]` and `null` start afresh.
 //! - A field a release does not know is skipped (still validated) and therefore never encoded.
 
-use std::borrow::Cow;
-
 use bumpalo::Bump;
 
 use super::accept::NameImage;
@@ -368,12 +366,18 @@ struct Profile<'a> {
 /// A decoded string: the input's own bytes, or (escapes undone) a copy in the arena.
 fn string_in<'a>(p: &mut Parser<'a>, ctx: &Ctx<'a>) -> DResult<Str<'a>> {
     let (raw, changed) = p.string_changed()?;
+    Ok(decoded_in(raw, changed, ctx.arena))
+}
+
+/// A string's raw text as Go decodes it: itself unless `changed`, else unescaped straight into
+/// the arena (no heap copy in between: a huge string is held once).
+fn decoded_in<'a>(raw: &'a [u8], changed: bool, arena: &'a Bump) -> Str<'a> {
     if !changed {
-        return Ok(raw);
+        return raw;
     }
-    let mut out = bumpalo::collections::Vec::with_capacity_in(raw.len(), ctx.arena);
+    let mut out = bumpalo::collections::Vec::with_capacity_in(raw.len(), arena);
     unquote_into(raw, &mut out);
-    Ok(out.into_bump_slice())
+    out.into_bump_slice()
 }
 
 fn dec_str<'a>(p: &mut Parser<'a>, ctx: &Ctx<'a>, out: &mut Str<'a>) -> DResult<()> {
@@ -1078,15 +1082,12 @@ fn dec_resource_list<'a>(
             let map = m.get_or_insert_with(GoSlice::default);
             p.begin_object()?;
             let mut first = true;
-            while let Some(key) = p.next_key(&mut first)? {
+            while let Some((raw, changed)) = p.next_key_changed(&mut first)? {
+                let key = decoded_in(raw, changed, ctx.arena);
                 let mut q = Qty::default();
                 if let Err(e) = dec_qty(p, &mut q, ctx) {
-                    return Err(e.at(PathSeg::Key(String::from_utf8_lossy(&key).into_owned())));
+                    return Err(e.at(PathSeg::Key(String::from_utf8_lossy(key).into_owned())));
                 }
-                let key: Str<'a> = match key {
-                    Cow::Borrowed(k) => k,
-                    Cow::Owned(k) => ctx.arena.alloc_slice_copy(&k),
-                };
                 *map.slot(map.len, ctx.arena) = (key, q);
                 map.len += 1;
             }

@@ -562,6 +562,16 @@ impl<'a> Parser<'a> {
         Ok(self.decoded(&sc))
     }
 
+    /// [`Parser::next_key`] as [`Parser::string_changed`] gives it.
+    pub fn next_key_changed(&mut self, first: &mut bool) -> DResult<Option<(&'a [u8], bool)>> {
+        if !self.key_start(first)? {
+            return Ok(None);
+        }
+        let key = self.string_changed()?;
+        self.colon()?;
+        Ok(Some(key))
+    }
+
     /// Consumes a string: its raw text, and whether Go's decoding changes it (escapes or
     /// invalid UTF-8), when [`unquote_into`] gives the decoded bytes.
     #[inline(always)]
@@ -747,34 +757,10 @@ pub fn decoding_changes(raw: &[u8], escaped: bool, non_ascii: bool) -> bool {
     escaped || (non_ascii && simdutf8::basic::from_utf8(raw).is_err())
 }
 
-/// Where [`unquote_into`] writes.
-pub trait ByteSink {
-    fn push(&mut self, b: u8);
-    fn extend_from_slice(&mut self, s: &[u8]);
-}
-
-impl ByteSink for Vec<u8> {
-    fn push(&mut self, b: u8) {
-        Vec::push(self, b)
-    }
-    fn extend_from_slice(&mut self, s: &[u8]) {
-        Vec::extend_from_slice(self, s)
-    }
-}
-
-impl ByteSink for bumpalo::collections::Vec<'_, u8> {
-    fn push(&mut self, b: u8) {
-        bumpalo::collections::Vec::push(self, b)
-    }
-    fn extend_from_slice(&mut self, s: &[u8]) {
-        bumpalo::collections::Vec::extend_from_slice(self, s)
-    }
-}
-
-fn push_char(out: &mut impl ByteSink, c: u32) {
+fn push_char(out: &mut impl for<'x> Extend<&'x u8>, c: u32) {
     let ch = char::from_u32(c).unwrap_or('\u{fffd}');
     let mut buf = [0u8; 4];
-    out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+    out.extend(ch.encode_utf8(&mut buf).as_bytes());
 }
 
 /// Go's `unquoteBytes` on the raw content of an already-validated string.
@@ -785,7 +771,7 @@ pub fn unquote(raw: &[u8]) -> Vec<u8> {
 }
 
 /// [`unquote`] into a buffer of the caller's.
-pub fn unquote_into(raw: &[u8], out: &mut impl ByteSink) {
+pub fn unquote_into(raw: &[u8], out: &mut impl for<'x> Extend<&'x u8>) {
     let mut i = 0;
     while i < raw.len() {
         let c = raw[i];
@@ -793,11 +779,11 @@ pub fn unquote_into(raw: &[u8], out: &mut impl ByteSink) {
             let e = raw.get(i + 1).copied().unwrap_or(b'\\');
             i += 2;
             match e {
-                b'b' => out.push(0x08),
-                b'f' => out.push(0x0c),
-                b'n' => out.push(b'\n'),
-                b'r' => out.push(b'\r'),
-                b't' => out.push(b'\t'),
+                b'b' => out.extend(&[0x08]),
+                b'f' => out.extend(&[0x0c]),
+                b'n' => out.extend(b"\n"),
+                b'r' => out.extend(b"\r"),
+                b't' => out.extend(b"\t"),
                 b'u' => {
                     let mut r = hex4(&raw[i..]).unwrap_or(0xfffd);
                     i += 4;
@@ -821,19 +807,19 @@ pub fn unquote_into(raw: &[u8], out: &mut impl ByteSink) {
                     }
                     push_char(out, r);
                 }
-                other => out.push(other),
+                other => out.extend(&[other]),
             }
         } else if c < 0x80 {
-            out.push(c);
+            out.extend(&[c]);
             i += 1;
         } else {
             match utf8_len(&raw[i..]) {
                 Some(n) => {
-                    out.extend_from_slice(&raw[i..i + n]);
+                    out.extend(&raw[i..i + n]);
                     i += n;
                 }
                 None => {
-                    out.extend_from_slice("\u{fffd}".as_bytes());
+                    out.extend("\u{fffd}".as_bytes());
                     i += 1;
                 }
             }
