@@ -371,10 +371,19 @@ fn string_in<'a>(p: &mut Parser<'a>, ctx: &Ctx<'a>) -> DResult<Str<'a>> {
 
 /// A string's raw text as Go decodes it: itself unless `changed`, else unescaped straight into
 /// the arena (no heap copy in between: a huge string is held once).
+#[inline(always)]
 fn decoded_in<'a>(raw: &'a [u8], changed: bool, arena: &'a Bump) -> Str<'a> {
-    if !changed {
-        return raw;
+    if changed {
+        unescaped_in(raw, arena)
+    } else {
+        raw
     }
+}
+
+/// [`decoded_in`] of a string Go's decoding changes (out of line: the rare case).
+#[cold]
+#[inline(never)]
+fn unescaped_in<'a>(raw: &'a [u8], arena: &'a Bump) -> Str<'a> {
     let mut out = bumpalo::collections::Vec::with_capacity_in(raw.len(), arena);
     unquote_into(raw, &mut out);
     out.into_bump_slice()

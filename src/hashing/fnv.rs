@@ -243,34 +243,25 @@ impl SpewFnv {
     }
 }
 
-/// Hashes `data` from state `h`, one table load per byte on the
-/// serial chain; returns the new state and the OR of the bytes' marks when `MARKS`.
+/// Hashes `data` from state `h`, one table load per byte on the serial chain; returns the new
+/// state and the OR of the bytes' marks when `MARKS`.
+///
+/// One byte per step: the state's multiply-add (4 cycles) is shorter than the chain's load, so
+/// steps taken two bytes at a time (one multiply per pair) gained nothing, and their odd last
+/// byte was a branch that half of all strings mispredicted (measured: 1 % faster over the
+/// corpus one byte at a time).
 #[inline(always)]
 fn write_scalar<const MARKS: bool>(mut h: u32, data: &[u8], marks: &[u8; 256]) -> (u32, u8) {
     let (k, low, p) = (&TABLES.k, &TABLES.low, &TABLES.p);
     let mut seen = 0u8;
     let mut l = (h & 63) as u8;
-    let mut pairs = data.chunks_exact(2);
-    for pair in &mut pairs {
-        let (a, b) = (usize::from(pair[0]), usize::from(pair[1]));
-        if MARKS {
-            seen |= marks[a] | marks[b];
-        }
-        let ka = k[a][usize::from(l) & 63];
-        let mid = low[a][usize::from(l)];
-        let kb = k[b][usize::from(mid) & 63];
-        l = low[b][usize::from(mid)];
-        let pb = p[b];
-        h = h
-            .wrapping_mul(p[a].wrapping_mul(pb))
-            .wrapping_add(ka.wrapping_mul(pb).wrapping_add(kb));
-    }
-    if let [v] = *pairs.remainder() {
+    for &v in data {
         let v = usize::from(v);
         if MARKS {
             seen |= marks[v];
         }
         h = h.wrapping_mul(p[v]).wrapping_add(k[v][usize::from(l) & 63]);
+        l = low[v][usize::from(l)];
     }
     (h, seen)
 }
