@@ -264,12 +264,8 @@ impl<'a> Parser<'a> {
     /// The next key of an object (decoded), positioned at its value; `None` at `}`.
     #[inline(always)]
     pub fn next_key(&mut self, first: &mut bool) -> DResult<Option<Cow<'a, [u8]>>> {
-        if !self.key_start(first)? {
-            return Ok(None);
-        }
-        let key = self.string()?;
-        self.colon()?;
-        Ok(Some(key))
+        let key = self.next_key_changed(first)?;
+        Ok(key.map(|(raw, changed)| decoded_cow(raw, changed)))
     }
 
     /// [`Parser::next_key`] handing the decoded key to `f` (no `Cow` is built for the usual
@@ -558,8 +554,8 @@ impl<'a> Parser<'a> {
     /// Consumes a string and returns its decoded bytes (always valid UTF-8).
     #[inline(always)]
     pub fn string(&mut self) -> DResult<Cow<'a, [u8]>> {
-        let sc = self.scan_string()?;
-        Ok(self.decoded(&sc))
+        let (raw, changed) = self.string_changed()?;
+        Ok(decoded_cow(raw, changed))
     }
 
     /// [`Parser::next_key`] as [`Parser::string_changed`] gives it.
@@ -585,11 +581,7 @@ impl<'a> Parser<'a> {
     #[inline(always)]
     fn decoded(&self, sc: &StrScan) -> Cow<'a, [u8]> {
         let raw = &self.src[sc.start..sc.end];
-        if decoding_changes(raw, sc.escaped, sc.non_ascii) {
-            Cow::Owned(unquote(raw))
-        } else {
-            Cow::Borrowed(raw)
-        }
+        decoded_cow(raw, decoding_changes(raw, sc.escaped, sc.non_ascii))
     }
 
     /// Skips one value of any type, validating it (iteratively, depth-limited).
@@ -755,6 +747,15 @@ fn hex4(s: &[u8]) -> Option<u32> {
 #[inline(always)]
 pub fn decoding_changes(raw: &[u8], escaped: bool, non_ascii: bool) -> bool {
     escaped || (non_ascii && simdutf8::basic::from_utf8(raw).is_err())
+}
+
+/// A string's decoded bytes from its raw text: borrowed unless Go's decoding `changed` them.
+fn decoded_cow(raw: &[u8], changed: bool) -> Cow<'_, [u8]> {
+    if changed {
+        Cow::Owned(unquote(raw))
+    } else {
+        Cow::Borrowed(raw)
+    }
 }
 
 fn push_char(out: &mut impl for<'x> Extend<&'x u8>, c: u32) {
