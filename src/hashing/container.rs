@@ -363,7 +363,9 @@ struct Profile<'a> {
 // ---------------------------------------------------------------------------------------------
 // Decoding primitives (Go's literalStore / indirect semantics per Go kind).
 
-/// A decoded string: the input's own bytes, or (escapes undone) a copy in the arena.
+/// A decoded string: the input's own bytes, or (escapes undone) a copy in the arena. Inline:
+/// the call cost more than the scan of a usual short string (measured: 1 % of era A).
+#[inline(always)]
 fn string_in<'a>(p: &mut Parser<'a>, ctx: &Ctx<'a>) -> DResult<Str<'a>> {
     let (raw, changed) = p.string_changed()?;
     Ok(decoded_in(raw, changed, ctx.arena))
