@@ -379,7 +379,9 @@ impl<'a> Parser<'a> {
         self.syntax("invalid literal")
     }
 
-    /// Consumes a number and returns its literal text (JSON grammar checked).
+    /// Consumes a number and returns its literal text (JSON grammar checked). Inline: its
+    /// callers' numbers are short (measured: 0.7 % of era A).
+    #[inline(always)]
     pub fn number(&mut self) -> DResult<&'a [u8]> {
         let s = self.src;
         let start = self.pos;
