@@ -382,7 +382,7 @@ fn decoded_in<'a>(raw: &'a [u8], changed: bool, arena: &'a Bump) -> Str<'a> {
     }
 }
 
-/// [`decoded_in`] of a string Go's decoding changes (out of line: the rare case).
+/// [`decoded_in`] of a string Go's decoding changes (out of line: the less common case).
 #[cold]
 #[inline(never)]
 fn unescaped_in<'a>(raw: &'a [u8], arena: &'a Bump) -> Str<'a> {
