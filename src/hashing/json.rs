@@ -969,27 +969,34 @@ mod tests {
 
     /// The scan of a string (16 bytes at once at its start where the CPU can, then eight at
     /// a time, then byte by byte) against a byte-by-byte reading of the grammar: every length
-    /// up to 40, an escape, a control byte or non-ASCII text at every position, the input
-    /// ending right after the string, long after it, or inside it.
+    /// up to 40, an escape (an escaped quote too), a control byte (the lowest, the highest) or
+    /// non-ASCII text at every position, the input ending right after the string, long after
+    /// it (with non-ASCII text after the closing quote), or inside it. Errors are compared by
+    /// where they are found.
     #[test]
     fn string_scan_equals_bytewise_reading() {
-        // (end of the text, escaped, non-ASCII), or None for a syntax error.
-        fn reference(doc: &[u8]) -> Option<(usize, bool, bool)> {
+        // (end of the text, escaped, non-ASCII), or where the syntax error is.
+        fn reference(doc: &[u8]) -> Result<(usize, bool, bool), usize> {
             let (mut i, mut escaped, mut non_ascii) = (1, false, false);
             loop {
-                match *doc.get(i)? {
-                    b'"' => return Some((i, escaped, non_ascii)),
+                match *doc.get(i).ok_or(i)? {
+                    b'"' => return Ok((i, escaped, non_ascii)),
                     b'\\' => {
                         escaped = true;
-                        match *doc.get(i + 1)? {
+                        match *doc.get(i + 1).ok_or(i + 1)? {
                             b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
-                            b'u' if doc.get(i + 2..i + 6)?.iter().all(u8::is_ascii_hexdigit) => {
-                                i += 6
+                            b'u' => {
+                                for j in i + 2..i + 6 {
+                                    if !doc.get(j).is_some_and(u8::is_ascii_hexdigit) {
+                                        return Err(j);
+                                    }
+                                }
+                                i += 6;
                             }
-                            _ => return None,
+                            _ => return Err(i + 1),
                         }
                     }
-                    c if c < 0x20 => return None,
+                    c if c < 0x20 => return Err(i),
                     c => {
                         non_ascii |= c >= 0x80;
                         i += 1;
@@ -997,31 +1004,41 @@ mod tests {
                 }
             }
         }
-        let inserts: [&[u8]; 7] = [
+        let inserts: [&[u8]; 11] = [
             b"",
             b"\\n",
+            b"\\\"",
             b"\\u00e9",
-            b"\x01",
+            b"\\u00",
+            b"\x00",
+            b"\x1f",
             "\u{e9}".as_bytes(),
             b"\\x",
             b"\xff",
+            b" ~",
+        ];
+        let tails: [&[u8]; 4] = [
+            b"\"",
+            b"\",\"next\":\"value\"}",
+            "\",\"n\u{e9}xt\":\"\u{e9}\"}".as_bytes(),
+            b"",
         ];
         let mut checked = 0;
         for len in 0..=40 {
             let text: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
             for at in 0..=len {
                 for insert in inserts {
-                    for tail in [&b"\""[..], b"\",\"next\":\"value\"}", b""] {
+                    for tail in tails {
                         let mut doc = b"\"".to_vec();
                         doc.extend_from_slice(&text[..at]);
                         doc.extend_from_slice(insert);
                         doc.extend_from_slice(&text[at..]);
                         doc.extend_from_slice(tail);
                         let mut p = Parser::new(&doc);
-                        let got = p
-                            .scan_string()
-                            .ok()
-                            .map(|sc| (sc.end, sc.escaped, sc.non_ascii, p.pos));
+                        let got = match p.scan_string() {
+                            Ok(sc) => Ok((sc.end, sc.escaped, sc.non_ascii, p.pos)),
+                            Err(e) => Err(e.offset),
+                        };
                         let want = reference(&doc).map(|(end, e, n)| (end, e, n, end + 1));
                         assert_eq!(got, want, "{:?}", String::from_utf8_lossy(&doc));
                         checked += 1;
@@ -1029,7 +1046,7 @@ mod tests {
                 }
             }
         }
-        assert!(checked > 10_000);
+        assert!(checked > 30_000);
     }
 
     #[test]
