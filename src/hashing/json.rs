@@ -398,18 +398,28 @@ impl<'a> Parser<'a> {
 
     /// Consumes one of `true`, `false`, `null` (first byte already peeked).
     pub fn literal(&mut self) -> DResult<&'a [u8]> {
+        // Each word compared as a constant (a compare of a length known only at run time is a
+        // library call).
+        let rest = self.src.get(self.pos..).unwrap_or_default();
+        let len = match rest.first() {
+            Some(b't') if rest.starts_with(b"true") => 4,
+            Some(b'f') if rest.starts_with(b"false") => 5,
+            Some(b'n') if rest.starts_with(b"null") => 4,
+            _ => return self.literal_error(),
+        };
+        self.pos += len;
+        Ok(&rest[..len])
+    }
+
+    /// Go's error for a misspelt literal: the first byte that differs.
+    #[cold]
+    #[inline(never)]
+    fn literal_error<T>(&mut self) -> DResult<T> {
         let word: &[u8] = match self.src.get(self.pos) {
             Some(b't') => b"true",
             Some(b'f') => b"false",
             _ => b"null",
         };
-        let end = self.pos + word.len();
-        if self.src.get(self.pos..end) == Some(word) {
-            let lit = &self.src[self.pos..end];
-            self.pos = end;
-            return Ok(lit);
-        }
-        // Report the first byte that differs, like Go's scanner.
         for (i, &w) in word.iter().enumerate() {
             if self.src.get(self.pos + i) != Some(&w) {
                 self.pos += i;
@@ -978,6 +988,37 @@ mod tests {
             b"\"\xff\"",
         ] {
             assert!(validate(good).is_ok(), "{good:?}");
+        }
+    }
+
+    /// Literals: the word and the position after it; for a misspelt one, the first byte that
+    /// differs (or the end of the input), as Go's scanner reports it.
+    #[test]
+    fn literals() {
+        for (doc, len) in [
+            ("true", 4),
+            ("false", 5),
+            ("null", 4),
+            ("true,", 4),
+            ("null]", 4),
+        ] {
+            let mut p = Parser::new(doc.as_bytes());
+            assert_eq!(p.literal().ok(), Some(&doc.as_bytes()[..len]), "{doc:?}");
+            assert_eq!(p.offset(), len, "{doc:?}");
+        }
+        for (doc, at) in [
+            ("tru", 3),
+            ("trUe", 2),
+            ("fals", 4),
+            ("falsE", 4),
+            ("fxlse", 1),
+            ("nul", 3),
+            ("nulL", 3),
+            ("n", 1),
+            ("t", 1),
+        ] {
+            let err = Parser::new(doc.as_bytes()).literal().err();
+            assert_eq!(err.map(|e| e.offset), Some(at), "{doc:?}");
         }
     }
 
