@@ -119,8 +119,9 @@ impl Frag {
 #[repr(C, align(64))]
 struct Tables {
     /// `low[v][l]`: the low 6 bits after byte `v` from low bits `l`. Rows are 256 wide although
-    /// only 64 entries are used, so that indexing with the previous `u8` needs no mask and no
-    /// bounds check on the serial chain (the unused entries are never touched).
+    /// only 64 entries are used, so that a `u8` index needs no mask and no bounds check (the
+    /// unused entries are never touched); the scalar chain's index is a full register, whose
+    /// check runs beside the chain.
     low: [[u8; 256]; 256],
     k: [[u32; 64]; 256],
     p: [u32; 256],
@@ -245,12 +246,20 @@ impl SpewFnv {
 
 /// `x`, with where it comes from hidden from the optimiser, so that it cannot rewrite the hash's
 /// serial chain into a slower form (narrow a register, or move a multiply onto the chain).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[inline(always)]
 fn opaque(mut x: usize) -> usize {
     // SAFETY: the assembly is empty (a comment); it only keeps `x` in a register.
     unsafe {
         std::arch::asm!("/* {0} */", inout(reg) x, options(pure, nomem, nostack, preserves_flags));
     }
+    x
+}
+
+/// `x` (where `asm!` is not stable; the code is only slower).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[inline(always)]
+fn opaque(x: usize) -> usize {
     x
 }
 
@@ -332,6 +341,7 @@ mod vbmi {
             // The low bits between the two bytes: a load beside the chain.
             let l1 = usize::from(low[a][l0]);
             let (ka, kb, pb) = (k[a][l0 & 63], k[b][l1 & 63], p[b]);
+            // The product hidden: else `h * (pa * pb)` becomes two multiplies on the chain.
             h = h
                 .wrapping_mul(opaque(p[a].wrapping_mul(pb) as usize) as u32)
                 .wrapping_add(ka.wrapping_mul(pb).wrapping_add(kb));

@@ -194,7 +194,7 @@ impl<'a> Parser<'a> {
     }
 
     // The error builders here are cold and out of line: inlined, their allocation and
-    // formatting made the hot callers larger and save more registers (about 1 % of era A).
+    // formatting made the hot callers larger and saved more registers (about 1 % of era A).
     #[cold]
     #[inline(never)]
     fn syntax<T>(&self, msg: impl Into<String>) -> DResult<T> {
@@ -411,7 +411,8 @@ impl<'a> Parser<'a> {
         Ok(&rest[..len])
     }
 
-    /// Go's error for a misspelt literal: the first byte that differs.
+    /// A misspelt literal: the error is at the first byte that differs, where Go's scanner
+    /// stops.
     #[cold]
     #[inline(never)]
     fn literal_error<T>(&mut self) -> DResult<T> {
@@ -995,16 +996,19 @@ mod tests {
     /// differs (or the end of the input), as Go's scanner reports it.
     #[test]
     fn literals() {
-        for (doc, len) in [
-            ("true", 4),
-            ("false", 5),
-            ("null", 4),
-            ("true,", 4),
-            ("null]", 4),
+        for (doc, lit) in [
+            ("true", "true"),
+            ("false", "false"),
+            ("null", "null"),
+            ("true,", "true"),
+            ("  null]", "null"),
+            (" \tfalse}", "false"),
         ] {
             let mut p = Parser::new(doc.as_bytes());
-            assert_eq!(p.literal().ok(), Some(&doc.as_bytes()[..len]), "{doc:?}");
-            assert_eq!(p.offset(), len, "{doc:?}");
+            p.ws();
+            let at = p.offset();
+            assert_eq!(p.literal().ok(), Some(lit.as_bytes()), "{doc:?}");
+            assert_eq!(p.offset(), at + lit.len(), "{doc:?}");
         }
         for (doc, at) in [
             ("tru", 3),
@@ -1016,9 +1020,24 @@ mod tests {
             ("nulL", 3),
             ("n", 1),
             ("t", 1),
+            (" x", 1),
+            ("", 0),
+            ("  tru", 5),
+            (" nuLL", 3),
         ] {
-            let err = Parser::new(doc.as_bytes()).literal().err();
-            assert_eq!(err.map(|e| e.offset), Some(at), "{doc:?}");
+            let mut p = Parser::new(doc.as_bytes());
+            p.ws();
+            let err = p.literal().err();
+            assert_eq!(err.as_ref().map(|e| e.offset), Some(at), "{doc:?}");
+            let msg = err.map(|e| e.to_string()).unwrap_or_default();
+            if at == doc.len() {
+                assert!(
+                    msg.contains("unexpected end of JSON input"),
+                    "{doc:?}: {msg}"
+                );
+            } else {
+                assert!(msg.contains("in literal"), "{doc:?}: {msg}");
+            }
         }
     }
 
