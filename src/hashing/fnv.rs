@@ -256,7 +256,7 @@ fn opaque(mut x: usize) -> usize {
     x
 }
 
-/// `x` (where `asm!` is not stable; the code is only slower).
+/// `x`, on targets the empty `asm!` above is not written for (the hash is right, only slower).
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 #[inline(always)]
 fn opaque(x: usize) -> usize {
