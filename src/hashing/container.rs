@@ -467,6 +467,7 @@ fn dec_opt_i64(p: &mut Parser<'_>, out: &mut Option<i64>) -> DResult<()> {
     }
 }
 
+#[inline(never)]
 fn dec_slice<'a, T: Default>(
     p: &mut Parser<'a>,
     ctx: &Ctx<'a>,

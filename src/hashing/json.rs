@@ -657,7 +657,7 @@ impl<'a> Parser<'a> {
 
     /// Skips one value of any type, validating it (iteratively, depth-limited).
     pub fn skip_value(&mut self) -> DResult<()> {
-        let mut stack: Vec<u8> = Vec::new();
+        let mut stack = Opened::default();
         loop {
             let c = self.peek_value()?;
             match c {
@@ -699,7 +699,7 @@ impl<'a> Parser<'a> {
             }
             // A value is complete: close containers or move to the next element.
             loop {
-                let Some(&top) = stack.last() else {
+                let Some(top) = stack.last() else {
                     return Ok(());
                 };
                 self.ws();
@@ -740,6 +740,43 @@ impl<'a> Parser<'a> {
         }
         self.pos += 1;
         Ok(())
+    }
+}
+
+/// The containers [`Parser::skip_value`] is inside, innermost last: one bit each (object or
+/// array), the innermost 64 in a register, so that skipping a nested value allocates nothing
+/// unless it is nested more than 64 deep.
+#[derive(Default)]
+struct Opened {
+    /// The innermost `len % 64` (64 when that is 0 and `len > 0`) containers, innermost lowest.
+    bits: u64,
+    len: usize,
+    /// Full words of outer containers.
+    outer: Vec<u64>,
+}
+
+impl Opened {
+    /// `c`: `{` or `[`.
+    fn push(&mut self, c: u8) {
+        if self.len > 0 && self.len % 64 == 0 {
+            self.outer.push(self.bits);
+            self.bits = 0;
+        }
+        self.bits = (self.bits << 1) | u64::from(c == b'{');
+        self.len += 1;
+    }
+
+    fn pop(&mut self) {
+        self.len = self.len.saturating_sub(1);
+        self.bits >>= 1;
+        if self.len > 0 && self.len % 64 == 0 {
+            self.bits = self.outer.pop().unwrap_or_default();
+        }
+    }
+
+    /// The innermost container's opening byte.
+    fn last(&self) -> Option<u8> {
+        (self.len > 0).then_some(if self.bits & 1 != 0 { b'{' } else { b'[' })
     }
 }
 
@@ -954,6 +991,44 @@ mod tests {
         assert!(validate(deep.as_bytes()).is_err());
         let unclosed = "[".repeat(1_000_000);
         assert!(validate(unclosed.as_bytes()).is_err());
+    }
+
+    /// Objects and arrays nested across the 64-level words of [`Opened`]: every closer must
+    /// match its own opener at every depth, and the value ends where it should.
+    #[test]
+    fn skip_value_matches_closers_at_every_depth() {
+        // Level i is an object for i % 3 == 0, else an array; objects hold their child under "k".
+        let nested = |depth: usize| {
+            let mut open = String::new();
+            let mut close = String::new();
+            for i in 0..depth {
+                if i % 3 == 0 {
+                    open.push_str("{\"k\": ");
+                    close.insert(0, '}');
+                } else {
+                    open.push_str("[1, ");
+                    close.insert(0, ']');
+                }
+            }
+            (open, close)
+        };
+        for depth in [1, 2, 63, 64, 65, 127, 128, 129, 200] {
+            let (open, close) = nested(depth);
+            let doc = format!("{open}0{close} ,");
+            let mut p = Parser::new(doc.as_bytes());
+            assert!(p.skip_value().is_ok(), "depth {depth}");
+            assert_eq!(p.offset(), doc.len() - 2, "depth {depth}");
+            // The closer at each depth swapped for the other kind is an error.
+            for at in [0, depth / 2, depth - 1] {
+                let mut wrong = close.clone().into_bytes();
+                wrong[at] = if wrong[at] == b'}' { b']' } else { b'}' };
+                let doc = format!("{open}0{}", String::from_utf8_lossy(&wrong));
+                assert!(
+                    Parser::new(doc.as_bytes()).skip_value().is_err(),
+                    "depth {depth}, closer {at} swapped"
+                );
+            }
+        }
     }
 
     #[test]
