@@ -482,6 +482,54 @@ impl<'a> Parser<'a> {
     /// A JSON integer for a Go int of the given range; `None` for null.
     pub fn int(&mut self, min: i64, max: i64, ty: &'static str) -> DResult<Option<i64>> {
         match self.peek_value()? {
+            b'0'..=b'9' => {
+                if let Some((v, len)) = self.short_uint()
+                    && v >= min
+                    && v <= max
+                {
+                    self.pos += len;
+                    return Ok(Some(v));
+                }
+                self.int_literal(min, max, ty)
+            }
+            b'-' => self.int_literal(min, max, ty),
+            b'n' => {
+                self.literal()?;
+                Ok(None)
+            }
+            _ => self.type_error(ty),
+        }
+    }
+
+    /// The usual integer (up to seven digits, no sign, and the byte after them ends the
+    /// number) and its length, read as one word without a loop: no branch on how many digits
+    /// there are, which varies from number to number. `None` leaves it to the full reading.
+    #[inline(always)]
+    fn short_uint(&self) -> Option<(i64, usize)> {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(self.src.get(self.pos..self.pos + 8)?);
+        let digits = u64::from_le_bytes(w) ^ (ONES * u64::from(b'0'));
+        // A byte is flagged unless it was a digit (now 0..=9); the lowest flag is exact (a
+        // carry only goes upwards, from a byte that is flagged anyway).
+        let flags = (digits.wrapping_add(ONES * (0x80 - 10)) | digits) & HIGHS;
+        let len = (flags.trailing_zeros() / 8) as usize;
+        let after = *w.get(len)?;
+        if len == 0 || after == b'.' || after | 0x20 == b'e' || (w[0] == b'0' && len > 1) {
+            // A fraction, an exponent or a leading zero: Go's own errors, from the full reading.
+            return None;
+        }
+        // The digits moved to the top bytes (zeros below them are leading zeros), then summed
+        // pairwise: 8 digits to 4 pairs, to 2 quadruples, to one number.
+        let v = digits << (8 * (8 - len));
+        let v = (v.wrapping_mul(10 * 256 + 1) >> 8) & 0x00ff_00ff_00ff_00ff;
+        let v = (v.wrapping_mul(100 * 65536 + 1) >> 16) & 0x0000_ffff_0000_ffff;
+        let v = v.wrapping_mul((10000 << 32) + 1) >> 32;
+        Some((v as i64, len))
+    }
+
+    /// [`Parser::int`] of a number, read in full.
+    fn int_literal(&mut self, min: i64, max: i64, ty: &'static str) -> DResult<Option<i64>> {
+        match self.peek_value()? {
             b'-' | b'0'..=b'9' => {
                 let at = self.pos;
                 let lit = self.number()?;
@@ -1196,6 +1244,68 @@ mod tests {
             }
         }
         assert!(checked > 30_000);
+    }
+
+    /// [`Parser::int`] (whose usual numbers take the one-word path) against the full reading,
+    /// `number` then `parse_int`: the value or the error, and where the parser stops, for
+    /// every length up to ten digits with each byte that can follow, leading zeros, signs,
+    /// fractions and exponents, at the input's end and not.
+    #[test]
+    fn int_reads_as_the_full_reading() {
+        let full = |doc: &[u8], min: i64, max: i64| -> (Result<Option<i64>, String>, usize) {
+            let mut p = Parser::new(doc);
+            let at = p.pos;
+            let r = match p.number() {
+                Ok(lit) => match parse_int(lit) {
+                    Some(v) if v >= min && v <= max => Ok(Some(v)),
+                    _ => p
+                        .number_type_error(lit, "int32", at)
+                        .map_err(|e| e.to_string()),
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            (r, p.pos)
+        };
+        let mut numbers: Vec<String> = Vec::new();
+        for len in 1..=10 {
+            let digits: String = "9876543210".chars().cycle().skip(len).take(len).collect();
+            numbers.push(digits.clone());
+            numbers.push(format!("0{digits}"));
+            numbers.push(format!("-{digits}"));
+            numbers.push(format!("{digits}.5"));
+            numbers.push(format!("{digits}e2"));
+            numbers.push(format!("{digits}E+2"));
+            numbers.push("9".repeat(len));
+        }
+        numbers.extend(
+            ["0", "-0", "0.0", "2147483647", "2147483648", "-2147483648"].map(String::from),
+        );
+        for n in &numbers {
+            for after in [
+                "",
+                ",",
+                "}",
+                "]",
+                " ",
+                "\n",
+                "x",
+                ".",
+                "e",
+                "-",
+                "\"\"",
+                ",\"k\":1}",
+            ] {
+                let doc = format!("{n}{after}");
+                for (min, max) in [
+                    (i64::from(i32::MIN), i64::from(i32::MAX)),
+                    (i64::MIN, i64::MAX),
+                ] {
+                    let mut p = Parser::new(doc.as_bytes());
+                    let got = p.int(min, max, "int32").map_err(|e| e.to_string());
+                    assert_eq!((got, p.pos), full(doc.as_bytes(), min, max), "{doc:?}");
+                }
+            }
+        }
     }
 
     #[test]
