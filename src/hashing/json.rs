@@ -806,7 +806,7 @@ struct Opened {
 impl Opened {
     /// `c`: `{` or `[`.
     fn push(&mut self, c: u8) {
-        if self.len > 0 && self.len % 64 == 0 {
+        if self.len > 0 && self.len.is_multiple_of(64) {
             self.outer.push(self.bits);
             self.bits = 0;
         }
@@ -817,7 +817,7 @@ impl Opened {
     fn pop(&mut self) {
         self.len = self.len.saturating_sub(1);
         self.bits >>= 1;
-        if self.len > 0 && self.len % 64 == 0 {
+        if self.len > 0 && self.len.is_multiple_of(64) {
             self.bits = self.outer.pop().unwrap_or_default();
         }
     }
