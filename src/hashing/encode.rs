@@ -92,12 +92,32 @@ macro_rules! frag {
 }
 pub(crate) use frag;
 
+/// Where an [`Encoder`] also puts the JSON it hashes: nowhere (`()`, [`Encoder::hashing`]) or
+/// a buffer (`Vec<u8>`, [`Encoder::recording`], for `--explain`). A type parameter rather than
+/// an `Option`, so that the hashing encoder carries no recording code: about 1 % of era A, its
+/// `encode_container` half the size.
+pub trait Record {
+    fn record(&mut self, bytes: &[u8]);
+}
+
+impl Record for () {
+    #[inline(always)]
+    fn record(&mut self, _: &[u8]) {}
+}
+
+impl Record for Vec<u8> {
+    #[inline]
+    fn record(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
 /// Go's `json.Marshal` output, fed straight into the kubelet's hash as it is produced (nothing
 /// is buffered but a string's closing quote, which is hashed with the constant text after it),
 /// and also kept as bytes when they are wanted (`--explain`).
-pub struct Encoder {
+pub struct Encoder<R: Record = ()> {
     fnv: SpewFnv,
-    out: Option<Vec<u8>>,
+    out: R,
     modern: bool,
     /// A string's closing quote not yet hashed: it goes with the next constant text, in one
     /// step ([`Frag`]'s quoted form), or alone before anything else.
@@ -109,20 +129,32 @@ impl Encoder {
     pub fn hashing(escaping: GoJsonEscaping) -> Self {
         Encoder {
             fnv: SpewFnv::default(),
-            out: None,
+            out: (),
+            modern: escaping == GoJsonEscaping::Modern,
+            quote_pending: false,
+        }
+    }
+}
+
+impl Encoder<Vec<u8>> {
+    /// The bytes are wanted too.
+    pub fn recording(escaping: GoJsonEscaping, capacity: usize) -> Self {
+        Encoder {
+            fnv: SpewFnv::default(),
+            out: Vec::with_capacity(capacity),
             modern: escaping == GoJsonEscaping::Modern,
             quote_pending: false,
         }
     }
 
-    /// The bytes are wanted too.
-    pub fn recording(escaping: GoJsonEscaping, capacity: usize) -> Self {
-        Encoder {
-            out: Some(Vec::with_capacity(capacity)),
-            ..Encoder::hashing(escaping)
-        }
+    /// The bytes written.
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        self.close_quote();
+        self.out
     }
+}
 
+impl<R: Record> Encoder<R> {
     /// The kubelet hash of everything written so far.
     pub fn hash(&self) -> u32 {
         let mut fnv = self.fnv;
@@ -130,12 +162,6 @@ impl Encoder {
             fnv.frag(frag!(b""), true);
         }
         fnv.finish()
-    }
-
-    /// The bytes written (empty unless [`Encoder::recording`]).
-    pub fn into_bytes(mut self) -> Vec<u8> {
-        self.close_quote();
-        self.out.unwrap_or_default()
     }
 
     /// Hashes a pending closing quote on its own (before text that is not a [`Frag`]).
@@ -153,9 +179,7 @@ impl Encoder {
         }
         self.close_quote();
         self.fnv.write(b);
-        if let Some(out) = &mut self.out {
-            out.extend_from_slice(b);
-        }
+        self.out.record(b);
     }
 
     /// Constant text (keys, punctuation, escapes): one hash step whatever its length, a pending
@@ -163,12 +187,10 @@ impl Encoder {
     #[inline]
     pub fn frag(&mut self, f: &'static Frag) {
         self.fnv.frag(f, self.quote_pending);
-        if let Some(out) = &mut self.out {
-            if self.quote_pending {
-                out.push(b'"');
-            }
-            out.extend_from_slice(f.bytes);
+        if self.quote_pending {
+            self.out.record(b"\"");
         }
+        self.out.record(f.bytes);
         self.quote_pending = false;
     }
 
@@ -232,9 +254,7 @@ impl Encoder {
             }
             self.fnv.write(s);
         }
-        if let Some(out) = &mut self.out {
-            out.extend_from_slice(s);
-        }
+        self.out.record(s);
     }
 
     /// [`Encoder::string_body`] for a string that needs escaping or holds 0xe2 or invalid
@@ -398,22 +418,30 @@ mod tests {
     /// written whatever comes next: a fragment, a number, or the end.
     #[test]
     fn pending_closing_quote_before_anything() {
-        type Step = fn(&mut Encoder);
-        let nothing: Step = |_| {};
-        let number: Step = |e| e.int(-42);
-        let fragment: Step = |e| e.frag(frag!(b",\"n\":"));
+        #[derive(Clone, Copy)]
+        enum Then {
+            Nothing,
+            Number,
+            Fragment,
+        }
+        fn write<R: Record>(e: &mut Encoder<R>, then: Then) {
+            e.frag(frag!(b"["));
+            e.string(b"a");
+            match then {
+                Then::Nothing => {}
+                Then::Number => e.int(-42),
+                Then::Fragment => e.frag(frag!(b",\"n\":")),
+            }
+        }
         for (then, want) in [
-            (nothing, &br#"["a""#[..]),
-            (number, br#"["a"-42"#),
-            (fragment, br#"["a","n":"#),
+            (Then::Nothing, &br#"["a""#[..]),
+            (Then::Number, br#"["a"-42"#),
+            (Then::Fragment, br#"["a","n":"#),
         ] {
             let mut hashing = Encoder::hashing(GoJsonEscaping::Modern);
             let mut recording = Encoder::recording(GoJsonEscaping::Modern, 16);
-            for e in [&mut hashing, &mut recording] {
-                e.frag(frag!(b"["));
-                e.string(b"a");
-                then(e);
-            }
+            write(&mut hashing, then);
+            write(&mut recording, then);
             let want_hash = crate::hashing::spew_fnv32a(want);
             assert_eq!(hashing.hash(), want_hash);
             assert_eq!(recording.hash(), want_hash);

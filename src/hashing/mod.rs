@@ -47,7 +47,7 @@ pub use kruise::{SIDECARSET_EXCLUDED_ENVS, extracted_env_from_metadata_hash};
 pub use version::{Era, KubeletVersion, NEWEST_KNOWN_MINOR, OLDEST_MINOR};
 
 use container::Purpose;
-use encode::Encoder;
+use encode::{Encoder, Record};
 use json::{DecodeError, DecodeErrorKind};
 
 /// Everything that can go wrong, with the JSON path where there is one.
@@ -144,7 +144,7 @@ fn schema_minor(version: &KubeletVersion) -> u32 {
 /// Encodes era C's payload `{"image":..,"name":..}`, the rest of the container validated as Go
 /// does.
 fn encode_era_c(
-    enc: &mut Encoder,
+    enc: &mut Encoder<impl Record>,
     container_json: &[u8],
     version: &KubeletVersion,
 ) -> Result<(), HashError> {
