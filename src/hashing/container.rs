@@ -467,7 +467,7 @@ fn dec_opt_i64(p: &mut Parser<'_>, out: &mut Option<i64>) -> DResult<()> {
     }
 }
 
-/// Out of line, one copy per element type: inlined, the element loops made the container's
+/// Out of line, one copy per call site: inlined, the element loops made the container's
 /// field dispatch too large to inline into its key loop (measured: about 2 % of era A).
 #[inline(never)]
 fn dec_slice<'a, T: Default>(

@@ -503,14 +503,16 @@ impl<'a> Parser<'a> {
 
     /// The usual integer (up to seven digits, no sign, and the byte after them ends the
     /// number) and its length, read as one word without a loop: no branch on how many digits
-    /// there are, which varies from number to number. `None` leaves it to the full reading.
+    /// there are, which varies from number to number. It needs eight bytes of input from the
+    /// number's start; `None` (fewer, or another number) leaves it to the full reading.
     #[inline(always)]
     fn short_uint(&self) -> Option<(i64, usize)> {
         let mut w = [0u8; 8];
         w.copy_from_slice(self.src.get(self.pos..self.pos + 8)?);
         let digits = u64::from_le_bytes(w) ^ (ONES * u64::from(b'0'));
-        // A byte is flagged unless it was a digit (now 0..=9); the lowest flag is exact (a
-        // carry only goes upwards, from a byte that is flagged anyway).
+        // Every non-digit byte is flagged (digits are now 0..=9). Flags above the lowest may be
+        // wrong (a carry from a byte of 0x8a or more), but only the lowest is used, and no carry
+        // reaches it: the bytes below it are digits.
         let flags = (digits.wrapping_add(ONES * (0x80 - 10)) | digits) & HIGHS;
         let len = (flags.trailing_zeros() / 8) as usize;
         let after = *w.get(len)?;
@@ -527,22 +529,13 @@ impl<'a> Parser<'a> {
         Some((v as i64, len))
     }
 
-    /// [`Parser::int`] of a number, read in full.
+    /// [`Parser::int`] of a number (at its `-` or first digit), read in full.
     fn int_literal(&mut self, min: i64, max: i64, ty: &'static str) -> DResult<Option<i64>> {
-        match self.peek_value()? {
-            b'-' | b'0'..=b'9' => {
-                let at = self.pos;
-                let lit = self.number()?;
-                match parse_int(lit) {
-                    Some(v) if v >= min && v <= max => Ok(Some(v)),
-                    _ => self.number_type_error(lit, ty, at),
-                }
-            }
-            b'n' => {
-                self.literal()?;
-                Ok(None)
-            }
-            _ => self.type_error(ty),
+        let at = self.pos;
+        let lit = self.number()?;
+        match parse_int(lit) {
+            Some(v) if v >= min && v <= max => Ok(Some(v)),
+            _ => self.number_type_error(lit, ty, at),
         }
     }
 
@@ -815,6 +808,7 @@ impl Opened {
     }
 
     fn pop(&mut self) {
+        debug_assert!(self.len > 0, "a pop without a push");
         self.len = self.len.saturating_sub(1);
         self.bits >>= 1;
         if self.len > 0 && self.len.is_multiple_of(64) {
@@ -1071,9 +1065,11 @@ mod tests {
                 let mut wrong = close.clone().into_bytes();
                 wrong[at] = if wrong[at] == b'}' { b']' } else { b'}' };
                 let doc = format!("{open}0{}", String::from_utf8_lossy(&wrong));
-                assert!(
-                    Parser::new(doc.as_bytes()).skip_value().is_err(),
-                    "depth {depth}, closer {at} swapped"
+                let error = Parser::new(doc.as_bytes()).skip_value().err();
+                assert_eq!(
+                    error.map(|e| e.offset),
+                    Some(open.len() + 1 + at),
+                    "depth {depth}, closer {at} swapped: the error is at that closer"
                 );
             }
         }
@@ -1248,8 +1244,9 @@ mod tests {
 
     /// [`Parser::int`] (whose usual numbers take the one-word path) against the full reading,
     /// `number` then `parse_int`: the value or the error, and where the parser stops, for
-    /// every length up to ten digits with each byte that can follow, leading zeros, signs,
-    /// fractions and exponents, at the input's end and not.
+    /// every length up to ten digits, with leading zeros, signs, fractions and exponents,
+    /// followed by every byte value (then enough input for the one-word path to run), and at
+    /// the input's end.
     #[test]
     fn int_reads_as_the_full_reading() {
         let full = |doc: &[u8], min: i64, max: i64| -> (Result<Option<i64>, String>, usize) {
@@ -1268,7 +1265,13 @@ mod tests {
         };
         let mut numbers: Vec<String> = Vec::new();
         for len in 1..=10 {
-            let digits: String = "9876543210".chars().cycle().skip(len).take(len).collect();
+            // No leading zero: the first digit is 1..=9.
+            let digits: String = "1234567890"
+                .chars()
+                .cycle()
+                .skip(len % 9)
+                .take(len)
+                .collect();
             numbers.push(digits.clone());
             numbers.push(format!("0{digits}"));
             numbers.push(format!("-{digits}"));
@@ -1280,30 +1283,30 @@ mod tests {
         numbers.extend(
             ["0", "-0", "0.0", "2147483647", "2147483648", "-2147483648"].map(String::from),
         );
+        let mut docs: Vec<Vec<u8>> = Vec::new();
         for n in &numbers {
-            for after in [
-                "",
-                ",",
-                "}",
-                "]",
-                " ",
-                "\n",
-                "x",
-                ".",
-                "e",
-                "-",
-                "\"\"",
-                ",\"k\":1}",
+            docs.push(n.clone().into_bytes());
+            for after in 0..=255u8 {
+                let mut doc = n.clone().into_bytes();
+                doc.push(after);
+                docs.push(doc.clone());
+                doc.extend_from_slice(b" 1234567,\"k\":1}");
+                docs.push(doc);
+            }
+        }
+        for doc in &docs {
+            for (min, max) in [
+                (i64::from(i32::MIN), i64::from(i32::MAX)),
+                (i64::MIN, i64::MAX),
             ] {
-                let doc = format!("{n}{after}");
-                for (min, max) in [
-                    (i64::from(i32::MIN), i64::from(i32::MAX)),
-                    (i64::MIN, i64::MAX),
-                ] {
-                    let mut p = Parser::new(doc.as_bytes());
-                    let got = p.int(min, max, "int32").map_err(|e| e.to_string());
-                    assert_eq!((got, p.pos), full(doc.as_bytes(), min, max), "{doc:?}");
-                }
+                let mut p = Parser::new(doc);
+                let got = p.int(min, max, "int32").map_err(|e| e.to_string());
+                assert_eq!(
+                    (got, p.pos),
+                    full(doc, min, max),
+                    "{:?}",
+                    String::from_utf8_lossy(doc)
+                );
             }
         }
     }
