@@ -127,24 +127,14 @@ pub struct Encoder<R: Record = ()> {
 impl Encoder {
     /// Only the hash is wanted.
     pub fn hashing(escaping: GoJsonEscaping) -> Self {
-        Encoder {
-            fnv: SpewFnv::default(),
-            out: (),
-            modern: escaping == GoJsonEscaping::Modern,
-            quote_pending: false,
-        }
+        Encoder::new(escaping, ())
     }
 }
 
 impl Encoder<Vec<u8>> {
     /// The bytes are wanted too.
     pub fn recording(escaping: GoJsonEscaping, capacity: usize) -> Self {
-        Encoder {
-            fnv: SpewFnv::default(),
-            out: Vec::with_capacity(capacity),
-            modern: escaping == GoJsonEscaping::Modern,
-            quote_pending: false,
-        }
+        Encoder::new(escaping, Vec::with_capacity(capacity))
     }
 
     /// The bytes written.
@@ -155,6 +145,15 @@ impl Encoder<Vec<u8>> {
 }
 
 impl<R: Record> Encoder<R> {
+    fn new(escaping: GoJsonEscaping, out: R) -> Self {
+        Encoder {
+            fnv: SpewFnv::default(),
+            out,
+            modern: escaping == GoJsonEscaping::Modern,
+            quote_pending: false,
+        }
+    }
+
     /// The kubelet hash of everything written so far.
     pub fn hash(&self) -> u32 {
         let mut fnv = self.fnv;
