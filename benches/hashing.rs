@@ -9,16 +9,13 @@
 //! Set `INPLACED_BENCH_WALL=1` to measure wall time instead.
 
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use inplaced::hashing::{HashOptions, KubeletVersion, hash_container};
 
 fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir = std::env::var_os("INPLACED_GOLDEN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/golden"));
+    let dir = node_sandbox::golden::golden_dir();
     let text = std::fs::read_to_string(dir.join("kubelet-1.26.15.jsonl"))
         .unwrap_or_else(|e| panic!("golden corpus in {}: {e}", dir.display()));
     text.lines()

@@ -3,7 +3,7 @@
 //!
 //! `cargo bench -p inplaced --bench journal_sync [-- INTENTS [DIR]]`: DIR (default: the temp
 //! directory) should be on the filesystem that will hold the agent's state directory. Results
-//! are in BENCHMARKS.md ("Node scale").
+//! are in BENCHMARKS.md ("Kill journal sync").
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -15,7 +15,8 @@ use crate::admin::{self, AdminRequest};
 use crate::config::Config;
 use crate::cri::{CriClient, CriConfig, CriEndpoint, CriError};
 use crate::hashing::KubeletVersion;
-use crate::http::{self, Health};
+use crate::health::Health;
+use crate::http;
 use crate::kube::{self, NodeObject, NodePods};
 use crate::metrics::{KillLedger, Metrics, RestartTracker};
 use crate::nodeview::{self, HashCache, NodeView, RuntimeSnapshot, RuntimeTracker};
@@ -240,6 +241,8 @@ async fn run_workers(
     };
     let mut meta_config =
         crate::containermeta::ContainerMetaConfig::new(&config.node_name, config.state_dir.clone());
+    meta_config.settle = config.env_restart_settle;
+    meta_config.restarts_per_minute = config.env_restarts_per_minute;
     meta_config.ledger = ledger.clone();
     // CRRs and env changes may want the same container at the same moment: one stop.
     let stops = recreate::StopGate::default();

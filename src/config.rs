@@ -20,6 +20,10 @@ pub const DEFAULT_ADMIN_SOCKET: &str = "/run/inplaced/admin.sock";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/inplaced";
 /// kubeadm's location of the kubelet's config file.
 pub const DEFAULT_KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
+const MAX_ENV_RESTART_SETTLE: Duration = Duration::from_secs(300);
+/// kube-rs's client logs every failed API request at ERROR under this target, without context;
+/// the agent reports the same failures itself, once per outage and with what they affect.
+const KUBE_CLIENT_TRACE: &str = "kube_client::client::builder";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -84,6 +88,15 @@ pub struct Settings {
     /// Where the cgroup filesystem is mounted [default: /sys/fs/cgroup]
     #[arg(long, env = "INPLACED_CGROUP_ROOT")]
     pub cgroup_root: Option<PathBuf>,
+    /// How long a pod's changed labels or annotations must have been seen before an
+    /// env-from-metadata restart kills the container, so that the kubelet has the change when it
+    /// starts the new one, e.g. 1s (at most 5m) [default: 1s]
+    #[arg(long, env = "INPLACED_ENV_RESTART_SETTLE")]
+    pub env_restart_settle: Option<String>,
+    /// Env-from-metadata restarts allowed on this node per minute, in bursts of the same size
+    /// (at least 1) [default: 10]
+    #[arg(long, env = "INPLACED_ENV_RESTARTS_PER_MINUTE")]
+    pub env_restarts_per_minute: Option<u32>,
     /// Log format on stderr [default: human]
     #[arg(long, env = "INPLACED_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -111,6 +124,10 @@ impl Settings {
             resize_actuator: self.resize_actuator.or(lower.resize_actuator),
             kubelet_config: self.kubelet_config.or(lower.kubelet_config),
             cgroup_root: self.cgroup_root.or(lower.cgroup_root),
+            env_restart_settle: self.env_restart_settle.or(lower.env_restart_settle),
+            env_restarts_per_minute: self
+                .env_restarts_per_minute
+                .or(lower.env_restarts_per_minute),
             log_format: self.log_format.or(lower.log_format),
             log_level: self.log_level.or(lower.log_level),
         }
@@ -136,7 +153,10 @@ pub struct Config {
     pub resize_actuator: ActuatorSetting,
     pub kubelet_config: PathBuf,
     pub cgroup_root: PathBuf,
+    pub env_restart_settle: Duration,
+    pub env_restarts_per_minute: u32,
     pub log_format: LogFormat,
+    /// The log filter as given; [`Config::log_filter`] is what is applied.
     pub log_level: String,
 }
 
@@ -232,6 +252,22 @@ impl Config {
                 "must be longer than zero",
             ));
         }
+        let env_restart_settle = duration("env-restart-settle", s.env_restart_settle, "1s")?;
+        if env_restart_settle > MAX_ENV_RESTART_SETTLE {
+            return Err(invalid(
+                "env-restart-settle",
+                &format!("{env_restart_settle:?}"),
+                "must be at most 5m: a restart waits that long after the change",
+            ));
+        }
+        let env_restarts_per_minute = s.env_restarts_per_minute.unwrap_or(10);
+        if env_restarts_per_minute == 0 {
+            return Err(invalid(
+                "env-restarts-per-minute",
+                "0",
+                "must be at least 1",
+            ));
+        }
         Ok(Config {
             node_name,
             kubeconfig,
@@ -252,9 +288,27 @@ impl Config {
                 .kubelet_config
                 .unwrap_or_else(|| DEFAULT_KUBELET_CONFIG.into()),
             cgroup_root: s.cgroup_root.unwrap_or_else(|| cgroup::DEFAULT_ROOT.into()),
+            env_restart_settle,
+            env_restarts_per_minute,
             log_format: s.log_format.unwrap_or_default(),
             log_level,
         })
+    }
+}
+
+impl Config {
+    /// The log filter to apply: `log-level`, with kube-rs's per-request ERROR lines off unless
+    /// the filter names that target (or `kube_client`) itself.
+    pub fn log_filter(&self) -> String {
+        quiet_kube_client(&self.log_level)
+    }
+}
+
+fn quiet_kube_client(filter: &str) -> String {
+    if filter.contains("kube_client") {
+        filter.to_owned()
+    } else {
+        format!("{filter},{KUBE_CLIENT_TRACE}=off")
     }
 }
 
@@ -386,6 +440,59 @@ mod tests {
         assert_eq!((config.api_qps, config.api_burst), (50, 100));
         assert_eq!(config.api_answer_timeout, Duration::from_secs(30));
         assert_eq!(config.log_format, LogFormat::Human);
+        assert_eq!(config.env_restart_settle, Duration::from_secs(1));
+        assert_eq!(config.env_restarts_per_minute, 10);
+    }
+
+    #[test]
+    fn env_restart_pacing_is_configurable() {
+        let mut given = settings("env-restart-settle = \"3s\"\nenv-restarts-per-minute = 2");
+        given.node_name = Some("n1".into());
+        let config = Config::resolve(given).unwrap();
+        assert_eq!(config.env_restart_settle, Duration::from_secs(3));
+        assert_eq!(config.env_restarts_per_minute, 2);
+    }
+
+    /// kube-rs's trace layer logs each failed request at ERROR; the filter in force drops those
+    /// lines unless the operator's filter asks for that target, and keeps everything else.
+    #[test]
+    fn kube_client_request_errors_are_quiet_unless_asked_for() {
+        fn logged(filter: &str) -> String {
+            let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+            let sink = out.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(move || WriteTo(sink.clone()))
+                .finish();
+            tracing::subscriber::with_default(subscriber, || {
+                tracing::error!(target: "kube_client::client::builder", "failed with error x");
+                tracing::warn!(target: "inplaced::kube", "API server unreachable");
+            });
+            let text = out.lock().unwrap().clone();
+            String::from_utf8(text).unwrap()
+        }
+        struct WriteTo(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for WriteTo {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let config = |level: &str| {
+            let mut given = settings(&format!("log-level = \"{level}\""));
+            given.node_name = Some("n1".into());
+            Config::resolve(given).unwrap()
+        };
+        for level in ["info", "debug", "info,inplaced=debug"] {
+            let text = logged(&config(level).log_filter());
+            assert!(!text.contains("failed with error"), "{level}: {text}");
+            assert!(text.contains("API server unreachable"), "{level}: {text}");
+        }
+        let text = logged(&config("info,kube_client=debug").log_filter());
+        assert!(text.contains("failed with error"), "{text}");
     }
 
     #[test]
@@ -430,6 +537,9 @@ mod tests {
             ("cri-endpoint = \"tcp://127.0.0.1:1\"", "cri-endpoint"),
             ("log-level = \"warning\"", "log-level"),
             ("log-level = \"info,inplaced=loud\"", "log-level"),
+            ("env-restart-settle = \"soon\"", "env-restart-settle"),
+            ("env-restart-settle = \"6m\"", "env-restart-settle"),
+            ("env-restarts-per-minute = 0", "env-restarts-per-minute"),
         ];
         for (text, key) in cases {
             let mut given = settings(text);

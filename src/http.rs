@@ -2,7 +2,7 @@
 //! alive), `/readyz` (pod cache synced and the runtime answering; 503 with the reasons otherwise).
 
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,68 +11,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::systemd::Heartbeat;
-
-/// The main loop beats at least this often; a longer silence means it is stuck.
-pub const STALL_AFTER: Duration = Duration::from_secs(30);
-
-/// Why the agent is not ready, per dependency; empty = ready.
-#[derive(Clone, Debug)]
-pub struct Health {
-    heartbeat: Heartbeat,
-    reasons: Arc<Mutex<std::collections::BTreeMap<&'static str, String>>>,
-    /// Ticks on every change, so that STATUS= follows readiness without waiting for a poll.
-    changes: Arc<tokio::sync::watch::Sender<u64>>,
-}
-
-impl Health {
-    pub fn new(heartbeat: Heartbeat) -> Self {
-        Self {
-            heartbeat,
-            reasons: Arc::default(),
-            changes: Arc::new(tokio::sync::watch::Sender::new(0)),
-        }
-    }
-
-    /// A receiver that sees every change of the reasons.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.changes.subscribe()
-    }
-
-    /// Records the state of one dependency: `Err(reason)` makes the agent unready.
-    pub fn set(&self, dependency: &'static str, state: Result<(), String>) {
-        let changed = match self.reasons.lock() {
-            Ok(mut reasons) => match state {
-                Ok(()) => reasons.remove(dependency).is_some(),
-                Err(reason) => reasons.insert(dependency, reason.clone()).as_ref() != Some(&reason),
-            },
-            Err(_) => false,
-        };
-        if changed {
-            self.changes.send_modify(|n| *n = n.wrapping_add(1));
-        }
-    }
-
-    /// The reasons for not being ready, one line each as `dependency: reason`.
-    pub fn unready_reasons(&self) -> Vec<String> {
-        self.reasons
-            .lock()
-            .map(|r| r.iter().map(|(k, v)| format!("{k}: {v}")).collect())
-            .unwrap_or_else(|_| vec!["internal: health state poisoned".into()])
-    }
-
-    fn alive(&self) -> Result<(), String> {
-        match self.heartbeat.since_last_beat() {
-            None => Err("the main loop has not started".into()),
-            Some(since) if since > STALL_AFTER => Err(format!(
-                "the main loop made no progress for {}s",
-                since.as_secs()
-            )),
-            Some(_) => Ok(()),
-        }
-    }
-}
 
 /// Connections served at once; more wait in the listen backlog. Prometheus needs one per
 /// scraper and probes one each: the bound keeps a flood of idle connections from using up the

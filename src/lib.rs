@@ -8,6 +8,7 @@ pub mod config;
 pub mod containermeta;
 pub mod cri;
 pub mod hashing;
+pub mod health;
 pub mod http;
 pub mod inspect;
 pub mod kube;

@@ -103,7 +103,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             Ok(config) => {
-                init_logging(config.log_format, &config.log_level);
+                init_logging(config.log_format, &config.log_filter());
                 run_async(async move { agent::run(config).await.map(|()| ExitCode::SUCCESS) })
             }
             Err(code) => return code,

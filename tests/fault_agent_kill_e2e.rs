@@ -46,7 +46,7 @@ async fn sigkilled_agent_never_kills_twice_and_loses_no_request() {
             );
             // One StopContainer — or two when the agent was killed after sending the first and
             // before the runtime acted on it (the call dies with its client; the container still
-            // runs), and the restarted agent resumed that very kill from its journal (README,
+            // runs), and the restarted agent resumed that very kill from its journal (docs/recreate.md,
             // "At most one kill per container per request"). Never a third, never another
             // container.
             let stops = node.proxy.stop_count(old);

@@ -84,7 +84,7 @@ async fn api_faults_lose_no_request_and_kill_nothing_twice() {
             // API: it must finish the request when the API is back. (The agent kills beside
             // that first status write, not behind it; an outage that starts in those few
             // milliseconds and lasts past 60 s of the request's age lets kruise-manager complete
-            // it as unanswered: README, "API faults".)
+            // it as unanswered: docs/recreate.md, "API faults".)
             node.wait_stop_issued(&requests[0].1, LONG).await;
             for (crr, _) in &requests {
                 node.wait_crr(crr, LONG, |c| {

@@ -11,9 +11,7 @@ use std::process::{Command, Output, Stdio};
 use inplaced::hashing::{HashOptions, KubeletVersion, hash_container};
 
 fn golden_dir() -> PathBuf {
-    let dir = std::env::var_os("INPLACED_GOLDEN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/golden"));
+    let dir = node_sandbox::golden::golden_dir();
     assert!(
         dir.join("README.md").is_file(),
         "golden directory {} not found",

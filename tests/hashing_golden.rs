@@ -1,4 +1,4 @@
-//! Every line of every golden file in `/work/shared/golden` (or `$INPLACED_GOLDEN_DIR`): the hash,
+//! Every line of every golden file in `tests/golden/` (or `$INPLACED_GOLDEN_DIR`): the hash,
 //! the without-resources hash (1.27–1.30), the exact hashed JSON, and rejections.
 //!
 //! Golden values come from the real Go code of each kubelet release (see the golden README);
@@ -13,9 +13,7 @@ use inplaced::hashing::{
 };
 
 fn golden_dir() -> PathBuf {
-    let dir = std::env::var_os("INPLACED_GOLDEN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/golden"));
+    let dir = node_sandbox::golden::golden_dir();
     assert!(
         dir.join("README.md").is_file(),
         "golden directory {} not found: set INPLACED_GOLDEN_DIR (refusing to pass without golden data)",

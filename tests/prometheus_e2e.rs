@@ -207,7 +207,7 @@ async fn check_phase(prometheus: &Prometheus, phase: &str, observed: &[Observed]
     assert_eq!(
         (bounds.first(), bounds.last()),
         (Some(&0.005), Some(&600.0)),
-        "{phase}: buckets 5 ms .. 10 min (README), got {bounds:?}"
+        "{phase}: buckets 5 ms .. 10 min (docs/metrics.md), got {bounds:?}"
     );
 
     // The 100th percentile is the bound of the bucket that holds the longest restart.

@@ -1,6 +1,6 @@
 //! ContainerResizeRequests end to end: the agent against the kubelet stand-in, the API double and
 //! real containerd + runc (cgroup v1 here). Expected cgroup values are worked out by hand from
-//! `shared/reference/node-runtime.md` (shares = milli*1024/1000, quota = milli*100 with the
+//! `docs/kubelet-resize.md` (shares = milli*1024/1000, quota = milli*100 with the
 //! 100 ms period, the pod cgroup holds the sums) and read from /sys/fs/cgroup directly; the CRI
 //! proxy in front of the agent counts every UpdateContainerResources it sends.
 

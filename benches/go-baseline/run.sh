@@ -5,7 +5,7 @@
 # scratch directory: nothing is installed on the machine.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-golden="${INPLACED_GOLDEN_DIR:-$here/../../../shared/golden}"
+golden="${INPLACED_GOLDEN_DIR:-$here/../../tests/golden}"
 work="${GO_BASELINE_DIR:-/tmp/inplaced-go-baseline}"
 seconds="${1:-3}"
 rounds="${2:-5}"

@@ -6,9 +6,9 @@
 //! Restart safety:
 //! - Started-with values come from the runtime (OCI spec `process.env` in containerd's verbose
 //!   ContainerStatus); `env` through ExecSync only when the runtime has no spec to show.
-//! - The kubelet race (node-runtime.md): a mismatch must have been seen continuously for the
-//!   settle delay (1 s) before the kill, so the kubelet's pod copy has the change when it
-//!   recreates the container.
+//! - The kubelet race (`docs/containerd.md`): a mismatch must have been seen continuously for
+//!   the settle delay (`env-restart-settle`, 1 s by default) before the kill, so the kubelet's
+//!   pod copy has the change when it recreates the container.
 //! - Each kill is journaled (own journal file, key `env:<pod uid>:<expected hash>:<restart
 //!   count>`) before it starts; a journaled kill is never repeated after an agent restart. When
 //!   the container our kill produced still mismatches, the value cannot be matched: one warning
@@ -32,7 +32,8 @@ use crate::kube::events::PodEvents;
 use super::plan::{self, RuntimeFacts};
 use crate::cri::CriClient;
 use crate::cri::labels;
-use crate::metrics::{KillLedger, Metrics, Trigger};
+use crate::metrics::{KillLedger, Metrics};
+use crate::nodeview::Trigger;
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 use crate::recreate::crr::{ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, PreStop};
 use crate::recreate::journal::{KillIntent, KillJournal};
@@ -43,9 +44,10 @@ use crate::recreate::{StopClaim, StopGate, run_kill};
 pub struct ContainerMetaConfig {
     pub node_name: String,
     pub state_dir: PathBuf,
-    /// How long a mismatch must be seen before the kill (the kubelet race): 1 s.
+    /// How long a mismatch must be seen before the kill (the kubelet race); `env-restart-settle`.
     pub settle: Duration,
-    /// Node-wide budget of env-from-metadata restarts (token bucket, burst of the same size).
+    /// Node-wide budget of env-from-metadata restarts (token bucket, burst of the same size);
+    /// `env-restarts-per-minute`.
     pub restarts_per_minute: u32,
     /// Where kills are recorded for restart timing (`inplaced_restart_duration_seconds`).
     pub ledger: KillLedger,

@@ -1,5 +1,5 @@
 //! Runtime container meta and env-from-metadata restarts: the node half of kruise-manager's
-//! in-place update contract (`shared/reference/kruise-compat.md`).
+//! in-place update contract (`docs/kruise-contract.md`).
 //!
 //! - Maintains the pod annotation `apps.kruise.io/runtime-containers-meta` (kruise v1.8's
 //!   superset, which v1.9 managers read too) through `pods/status`, for the pods kruise-daemon

@@ -1,5 +1,6 @@
 //! The labels and annotations kubelet writes on CRI sandboxes and containers
 //! (pkg/kubelet/kuberuntime/labels.go); the node view joins API pods to runtime objects by them.
+//! What each one means, by kubelet release: `docs/cri-labels.md`.
 
 pub const POD_NAME: &str = "io.kubernetes.pod.name";
 pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";

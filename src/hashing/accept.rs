@@ -463,8 +463,6 @@ pub fn name_image<'a>(
 /// mutations of them, and on generated documents.
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use proptest::prelude::*;
 
     use super::super::container::{Purpose, accept_name_image, with_decoded};
@@ -509,9 +507,7 @@ mod tests {
     }
 
     fn golden_inputs() -> Vec<Vec<u8>> {
-        let dir = std::env::var_os("INPLACED_GOLDEN_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/golden"));
+        let dir = node_sandbox::golden::golden_dir();
         let text = std::fs::read_to_string(dir.join("kubelet-1.36.3.jsonl")).unwrap_or_else(|e| {
             panic!(
                 "golden inputs in {} (INPLACED_GOLDEN_DIR): {e}",

@@ -938,17 +938,16 @@ fields! {
 fields! {
     fn sleep_field<'a>(p, t: SleepAction, ctx);
     const SLEEP;
+    fn sleep_obj;
     {
         "seconds": I64 => dec_i64(p, &mut t.seconds),
     }
-}
-fn sleep_obj<'a>(p: &mut Parser<'a>, t: &mut SleepAction, ctx: &Ctx<'a>) -> DResult<()> {
-    dec_fields(p, t, ctx, &SLEEP, sleep_field)
 }
 
 fields! {
     fn security_context_field<'a>(p, t: SecurityContext<'a>, ctx);
     const SECURITY_CONTEXT;
+    fn security_context_obj;
     {
         "capabilities": Kind::Object(&CAPABILITIES) => dec_ptr(p, &mut t.capabilities, ctx, capabilities_obj),
         "privileged": Kind::Bool => dec_opt_bool(p, &mut t.privileged),
@@ -963,13 +962,6 @@ fields! {
         "seccompProfile" since 19: Kind::Object(&PROFILE) => dec_ptr(p, &mut t.seccomp_profile, ctx, profile_obj),
         "appArmorProfile" since 30: Kind::Object(&PROFILE) => dec_ptr(p, &mut t.app_armor_profile, ctx, profile_obj),
     }
-}
-fn security_context_obj<'a>(
-    p: &mut Parser<'a>,
-    t: &mut SecurityContext<'a>,
-    ctx: &Ctx<'a>,
-) -> DResult<()> {
-    dec_fields(p, t, ctx, &SECURITY_CONTEXT, security_context_field)
 }
 
 fields! {

@@ -294,14 +294,14 @@ fn write_scalar<const MARKS: bool>(mut h: u32, data: &[u8], marks: &[u8; 256]) -
 /// The low-6-bit chain on AVX-512 VBMI, where a byte's whole low-bits map fits in one register:
 /// `vpermb` composes two bytes' maps off the chain, and the chain advances by one permute (3
 /// cycles on current Intel cores) per two bytes instead of two dependent loads (5 cycles each).
-/// About 2x faster on long strings (0.8 against 1.6 ns per byte; BENCHMARKS.md).
+/// About 2x faster on long strings (0.8 against 1.6 ns per byte; docs/benchmarks-history.md).
 #[cfg(target_arch = "x86_64")]
 mod vbmi {
     use std::arch::x86_64::*;
 
     use super::{TABLES, opaque, write_scalar};
 
-    /// Shorter writes stay scalar. Measured over the golden corpus (BENCHMARKS.md): from 6 bytes
+    /// Shorter writes stay scalar. Measured over the golden corpus (docs/benchmarks-history.md): from 6 bytes
     /// up the microbenchmark gains, but the whole era A pass over the small inputs lost 3 %
     /// (entering the path is a call, the feature check and a broadcast, and 512-bit work may
     /// lower the core's clock); from 24 or 64 bytes up nothing is lost and long strings gain 2x.

@@ -4,7 +4,7 @@
 //! into the CRI annotation `io.kubernetes.container.hash` (and, for 1.27–1.30,
 //! `io.kubernetes.container.hashWithoutResources`). Pure library code, no I/O.
 //!
-//! How (see `/work/shared/reference/kubelet-hash.md` for the facts):
+//! How (the facts, with their upstream sources: `docs/kubelet-hash.md` and `docs/go-json.md`):
 //! - Eras A (1.16–1.26) and B (1.27–1.30) hash `json.Marshal(container)` *after the kubelet has
 //!   decoded the pod with its own Go structs*, so this module reproduces Go's decoding
 //!   ([`json`], [`container`]) and encoding ([`encode`], [`quantity`]) exactly, per release.

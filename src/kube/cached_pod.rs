@@ -2,7 +2,7 @@
 //! reads and nothing more. Container specs are kept as their JSON, which is what the hashes are
 //! computed from; a controller decodes from it only the fields it reads. k8s-openapi's
 //! `Pod` decodes a benchmark pod of 2.7 KB of JSON into 19.5 KB (every `Container` is 2 KB
-//! before its strings); this type holds it in 2.8 KB (BENCHMARKS.md, "Node scale").
+//! before its strings); this type holds it in 2.8 KB (BENCHMARKS.md, "Memory").
 
 use std::borrow::Cow;
 

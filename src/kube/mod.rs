@@ -20,7 +20,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use tokio::sync::watch;
 
-use crate::http::Health;
+use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::resize::resources::Resources;
 pub use cached_pod::{

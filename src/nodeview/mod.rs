@@ -1,8 +1,10 @@
 //! The node view: the API's pods for this node joined with the runtime's sandboxes and containers
 //! the way kubelet labels them (`io.kubernetes.pod.uid`, `io.kubernetes.container.name`), per
-//! container: its runtime ID, state, restart count, stored hash(es) and CRI timestamps.
+//! container: its runtime ID, state, restart count, stored hash(es) and CRI timestamps
+//! (the labels: `docs/cri-labels.md`).
 
 mod hashes;
+mod restart;
 mod runtime;
 
 use std::collections::HashMap;
@@ -13,6 +15,7 @@ use crate::cri::labels;
 use crate::cri::proto::{Container, ContainerState, PodSandbox, PodSandboxState};
 use crate::kube::{CachedContainer, CachedPod};
 pub use hashes::{HashCache, HashCheck, UpgradeReport, UpgradeVerdict, annotate, upgrade_check};
+pub use restart::{RestartTiming, Trigger};
 pub use runtime::{ContainerTimes, RuntimeSnapshot, RuntimeTracker};
 
 /// Annotation a mirror pod carries: the static pod's UID as kubelet knows it (its config hash).
@@ -98,7 +101,7 @@ pub struct ContainerView {
     pub status: Option<StatusView>,
     /// The container's last in-place restart, phase by phase (filled by the restart tracker).
     #[serde(default)]
-    pub last_restart: Option<crate::metrics::RestartTiming>,
+    pub last_restart: Option<RestartTiming>,
 }
 
 impl ContainerView {

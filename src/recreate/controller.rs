@@ -19,10 +19,11 @@ use super::journal::{KillIntent, KillJournal};
 use super::kill::{self, StopGate};
 use super::plan::{self, Facts, KillOrder, PodFacts, RuntimeFacts};
 use crate::cri::CriClient;
-use crate::http::Health;
+use crate::health::Health;
 use crate::kube::events::PodEvents;
 use crate::kube::status::{ObjectRef, StatusWriter};
-use crate::metrics::{KillLedger, Metrics, Trigger};
+use crate::metrics::{KillLedger, Metrics};
+use crate::nodeview::Trigger;
 use crate::nodeview::{NodeView, PodView, RuntimeState};
 
 #[derive(Clone, Debug)]

@@ -8,7 +8,7 @@
 //! finds every intent whose kill may have begun; only the machine going down before the sync
 //! ends can lose one, and that also ends every container of the node. The sync is kept off the
 //! kill's path because on a busy disk it is the slowest step of a kill by far (BENCHMARKS.md,
-//! "Node scale").
+//! "The kill journal's sync, off the kill's path").
 //!
 //! Format: one JSON object per line, append-only. A torn last line (a machine crash mid-write)
 //! is skipped and cut off, so the next intent starts a line of its own.

@@ -1,5 +1,5 @@
 //! In-place container recreation: the node half of OpenKruise's ContainerRecreateRequest
-//! contract (see `shared/reference/kruise-compat.md`), a drop-in for kruise-daemon's.
+//! contract (the facts it relies on: `docs/kruise-contract.md`), a drop-in for kruise-daemon's.
 
 mod controller;
 pub mod crr;

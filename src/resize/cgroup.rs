@@ -1,4 +1,5 @@
-//! Pod and container cgroups: paths for the cgroupfs and systemd drivers on cgroup v1 and v2.
+//! Pod and container cgroups: paths for the cgroupfs and systemd drivers on cgroup v1 and v2
+//! (the kubelet conventions and arithmetic they follow: `docs/kubelet-resize.md`).
 //!
 //! Reads and writes the cpu and memory control files kubelet manages for a pod
 //! (`ResourceConfigForPod`) and reads those the runtime manages for a container. Every write is

@@ -25,7 +25,7 @@ use super::resources::{self, InitContainer, Refusal, Resources};
 use super::through_cri::{self, ContainerTarget, PodTarget, ResizeError};
 use super::through_kubelet::{self, ActuatorSetting, KubeletResizeApi, Progress};
 use crate::cri::CriClient;
-use crate::http::Health;
+use crate::health::Health;
 use crate::kube::events::PodEvents;
 use crate::kube::status::{ObjectRef, StatusWriter};
 use crate::metrics::Metrics;

@@ -1104,7 +1104,7 @@ mod tests {
         assert_eq!(milli_cpu_to_quota(i64::MAX, 100_000), i64::MAX);
     }
 
-    /// node-runtime.md "v1 resources → CRI LinuxContainerResources", with the numbers of
+    /// docs/kubelet-resize.md "v1 resources → CRI LinuxContainerResources", with the numbers of
     /// helpers_linux_test.go (100m → 102 shares, 200m → quota 20000).
     #[test]
     fn container_cri_resources() {

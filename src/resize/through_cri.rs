@@ -1,5 +1,5 @@
 //! The `cri` actuator: resizes running containers through the runtime and the pod cgroup in
-//! kubelet's order (`shared/reference/node-runtime.md`): memory first, then cpu; a pod cgroup
+//! kubelet's order (`docs/kubelet-resize.md`): memory first, then cpu; a pod cgroup
 //! value that grows (memory limit, cpu quota, cpu shares: each on its own) is written before the
 //! containers, one that shrinks after them; containers
 //! that shrink go before those that grow; a memory limit is never set at or below what the

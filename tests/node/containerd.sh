@@ -17,7 +17,7 @@
 #                              so keep it short (unix socket paths are limited to ~100 bytes)
 #   INPLACED_TEST_CGROUP_ROOT  cgroup parent under which tests put pod cgroups (default inplaced-test)
 #
-# Facts this relies on are in ../shared/reference/node-runtime.md: PID 1 is not systemd (we start
+# Facts this relies on are in docs/containerd.md: PID 1 is not systemd (we start
 # containerd ourselves, cgroupfs driver), root lacks CAP_SYS_RESOURCE (restrict_oom_score_adj), no
 # registry (images are built here from busybox-static and imported), one containerd per machine.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's "run" command: a local node sandbox on this machine and the agent against it.
+# The README's first set-up command (the main job): a local node sandbox on this machine and the agent against it.
 #
 #   tests/node/demo.sh         bring up containerd (tests/node/containerd.sh), build, start the
 #                              sandbox (API server double + Node + kubelet and kruise-manager

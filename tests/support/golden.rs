@@ -1,20 +1,14 @@
-//! The golden kubelet hashes in `../shared/golden/` (or `$INPLACED_GOLDEN_DIR`): made by the real
+//! The golden kubelet hashes in `tests/golden/` (or `$INPLACED_GOLDEN_DIR`): made by the real
 //! Go code of each kubelet release, never by this project's code.
-
-use std::path::PathBuf;
 
 use serde_json::Value;
 
-pub fn dir() -> PathBuf {
-    std::env::var_os("INPLACED_GOLDEN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/golden")))
-}
+use node_sandbox::golden::golden_dir;
 
 /// Every row of `kubelet-<release>.jsonl`. Panics when the file is missing: a golden test
 /// that cannot find its data must fail, not pass.
 pub fn rows(release: &str) -> Vec<Value> {
-    let path = dir().join(format!("kubelet-{release}.jsonl"));
+    let path = golden_dir().join(format!("kubelet-{release}.jsonl"));
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("golden file {}: {e}", path.display()));
     text.lines()

@@ -14,7 +14,7 @@ pub enum SmpSchema {
 }
 
 /// Which API changes a pod's container resources in place, by cluster release
-/// (KEP 1287; `shared/reference/node-runtime.md`, "How kubelet orders an in-place resize").
+/// (KEP 1287; `docs/kubelet-resize.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PodResizeApi {
     /// 1.33+: the `pods/resize` subresource; the kubelet reports progress in the

@@ -1,4 +1,4 @@
-//! The golden kubelet-hash files (`shared/golden/kubelet-<release>.jsonl`): inputs that
+//! The golden kubelet-hash files (`tests/golden/kubelet-<release>.jsonl`): inputs that
 //! end-to-end pods are seeded from, and the hash the real kubelet of that release stored.
 
 use std::path::PathBuf;
@@ -17,11 +17,12 @@ pub struct GoldenCase {
     pub hash_without_resources: Option<String>,
 }
 
-/// `$INPLACED_GOLDEN_DIR`, else `shared/golden` beside the repository.
+/// Where the golden files are: `$INPLACED_GOLDEN_DIR`, else the repository's `tests/golden`.
+/// Every test, bench and tool of the workspace finds them through this one function.
 pub fn golden_dir() -> PathBuf {
     match std::env::var_os("INPLACED_GOLDEN_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden"),
+        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../golden")),
     }
 }
 

@@ -1,5 +1,5 @@
 //! The kruise-manager stand-in: what kruise's webhook and its ContainerRecreateRequest controller
-//! do around a CRR (`shared/reference/kruise-compat.md`), so that a node agent's CRRs can
+//! do around a CRR (`docs/kruise-contract.md`), so that a node agent's CRRs can
 //! complete in tests without kruise.
 //!
 //! - Webhook ([`webhook_mutate`], [`create_crr`]): labels `crr.apps.kruise.io/node-name`,

@@ -169,7 +169,7 @@ async fn restarts_a_cri_stopped_container_like_kubelet() {
     ] {
         assert!(env_text.lines().any(|l| l == want), "{want} in {env_text}");
     }
-    // Resources per node-runtime.md.
+    // Resources per docs/kubelet-resize.md.
     let st = client.container_status(&first_id, false).await.unwrap();
     let res = st.status.unwrap().resources.unwrap().linux.unwrap();
     assert_eq!(

@@ -1,7 +1,7 @@
 //! In-place resize by the kubelet stand-in against the real containerd, per release: the cgroup
 //! files and CRI `ContainerStatus.resources` change without a restart, and the pod status says
 //! so as that kubelet does (1.27–1.32 `status.resize`, 1.33+ conditions). Expected values are
-//! worked out by hand from `shared/reference/node-runtime.md` (shares = milli*1024/1000, quota =
+//! worked out by hand from `docs/kubelet-resize.md` (shares = milli*1024/1000, quota =
 //! milli*100, pod cgroup = sums) and read from /sys/fs/cgroup directly.
 
 mod common;

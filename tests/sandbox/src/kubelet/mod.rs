@@ -1,6 +1,6 @@
 //! The kubelet stand-in: watches the pods bound to its node on the API server (double) and makes
 //! the real containerd follow them the way kubelet does (see
-//! `shared/reference/node-runtime.md`), so that the agent under test meets the CRI objects,
+//! `docs/cri-labels.md` and `docs/containerd.md`), so that the agent under test meets the CRI objects,
 //! annotations, restarts and pod status of a real node.
 //!
 //! Faithful: sandbox/container labels and annotations with the configured release's stored hash
@@ -79,8 +79,8 @@ pub struct KubeletConfig {
     /// capacity.
     pub allocatable_memory_bytes: Option<i64>,
     /// How long a pod's update takes to reach this kubelet's copy of the pod (its watch and
-    /// pod workers lag the API: node-runtime.md saw kubelets recreate a container from the
-    /// previous copy when killed the moment the API changed). Default: none.
+    /// pod workers lag the API: docs/containerd.md records kubelets recreating a container from
+    /// the previous copy when killed the moment the API changed). Default: none.
     pub pod_update_lag: Duration,
 }
 
@@ -228,7 +228,7 @@ impl KubeletStandIn {
 
     /// From now on this stand-in keeps the pod's labels and annotations as they are and does
     /// not take the API's later ones: a kubelet whose copy of the pod lags behind the API (the
-    /// race of node-runtime.md, drawn out), so that it starts containers with the old
+    /// race of docs/containerd.md, drawn out), so that it starts containers with the old
     /// downward-API values. Spec and deletion still arrive.
     pub fn keep_stale_metadata(&self, pod_uid: &str) {
         let Some(pod) = lock(&self.shared.pods).get(pod_uid).cloned() else {

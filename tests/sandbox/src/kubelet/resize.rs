@@ -1,5 +1,5 @@
 //! In-place pod resize as the kubelet of the configured release does it (KEP 1287,
-//! `shared/reference/node-runtime.md`): the allocation checkpoint, the feasibility decision,
+//! `docs/kubelet-resize.md`): the allocation checkpoint, the feasibility decision,
 //! actuation in kubelet's order (memory, then cpu; the pod cgroup grows before and shrinks after
 //! the containers; container decreases before increases), and what the pod status reports.
 //!
