@@ -57,10 +57,15 @@ expect_eq "deb version" "$(dpkg-query -W -f='${Version}' inplaced)" "$version-1"
 
 files=$(dpkg -L inplaced)
 for f in /usr/bin/inplaced /usr/lib/systemd/system/inplaced.service /etc/inplaced/config.toml \
-  /etc/default/inplaced /usr/share/doc/inplaced/README.md \
+  /etc/default/inplaced /usr/share/doc/inplaced/README.md /usr/share/doc/inplaced/BENCHMARKS.md \
+  /usr/share/doc/inplaced/docs/{index.md,install.md,configuration.md} \
   /usr/share/inplaced/kubernetes/{rbac-node-bound.yaml,rbac-dedicated.yaml,admission-policy.yaml,crd-containerresizerequests.yaml,kubeconfig.example}; do
   grep -qxF "$f" <<<"$files" || fail "$f is not in the .deb"
   [ -f "$f" ] || fail "$f was not installed"
+done
+# Every relative link of the installed README resolves beside it.
+for link in $(grep -o '](\(docs/\|BENCHMARKS\)[^)#]*' /usr/share/doc/inplaced/README.md | cut -c3- | sort -u); do
+  [ -f "/usr/share/doc/inplaced/$link" ] || fail "the installed README links to $link, which is not installed"
 done
 ok "deb file list"
 expect_eq "mode of /usr/bin/inplaced" "$(stat -c %a /usr/bin/inplaced)" 755
@@ -148,12 +153,14 @@ trap - EXIT
 rpm -K --nosignature "$rpmfile" >/dev/null || fail "rpm digests"
 ok "rpm digests"
 expect_eq "rpm name-version" "$(rpm -qp --qf '%{NAME} %{VERSION}' "$rpmfile" 2>/dev/null)" "inplaced $version"
-expect_eq "rpm file list" "$(rpm -qp --list "$rpmfile" 2>/dev/null | sort)" "$(sort <<'LIST'
+expect_eq "rpm file list" "$(rpm -qp --list "$rpmfile" 2>/dev/null | sort)" "$(sort <<LIST
 /etc/inplaced/config.toml
 /etc/sysconfig/inplaced
 /usr/bin/inplaced
 /usr/lib/systemd/system/inplaced.service
+/usr/share/doc/inplaced/BENCHMARKS.md
 /usr/share/doc/inplaced/README.md
+$(for doc in docs/*.md; do echo "/usr/share/doc/inplaced/$doc"; done)
 /usr/share/inplaced/kubernetes/admission-policy.yaml
 /usr/share/inplaced/kubernetes/crd-containerresizerequests.yaml
 /usr/share/inplaced/kubernetes/kubeconfig.example
