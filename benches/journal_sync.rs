@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use inplaced::recreate::journal::{KillIntent, KillJournal};
+use inplaced::restart::{KillIntent, KillJournal};
 
 fn intent(n: usize) -> KillIntent {
     KillIntent {
-        crr_uid: format!("3f1c9a52-7d4e-4b8a-9c1e-{n:012}"),
+        key: format!("3f1c9a52-7d4e-4b8a-9c1e-{n:012}"),
         container: "app".into(),
         container_id: format!("{n:064x}"),
         started_ms: 1_764_000_000_000 + n as i64,

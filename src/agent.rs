@@ -18,10 +18,11 @@ use crate::hashing::KubeletVersion;
 use crate::health::Health;
 use crate::http;
 use crate::kube::{self, NodeObject, NodePods};
-use crate::metrics::{KillLedger, Metrics, RestartTracker};
+use crate::metrics::{Metrics, RestartTracker};
 use crate::nodeview::{self, HashCache, NodeView, RuntimeSnapshot, RuntimeTracker};
 use crate::recreate::{self, RecreateConfig};
 use crate::resize::{self, ResizeConfig};
+use crate::restart::{KillLedger, StopGate};
 use crate::systemd::{self, Heartbeat, Notifier};
 
 /// How often the main loop turns even when nothing happens (its heartbeat).
@@ -239,14 +240,16 @@ async fn run_workers(
         },
         _ = shutdown.wait_for(|stop| *stop) => return,
     };
-    let mut meta_config =
-        crate::containermeta::ContainerMetaConfig::new(&config.node_name, config.state_dir.clone());
+    // CRRs and env changes may want the same container at the same moment: one stop.
+    let stops = StopGate::new();
+    let mut meta_config = crate::containermeta::ContainerMetaConfig::new(
+        &config.node_name,
+        config.state_dir.clone(),
+        stops.clone(),
+        ledger.clone(),
+    );
     meta_config.settle = config.env_restart_settle;
     meta_config.restarts_per_minute = config.env_restarts_per_minute;
-    meta_config.ledger = ledger.clone();
-    // CRRs and env changes may want the same container at the same moment: one stop.
-    let stops = recreate::StopGate::default();
-    meta_config.stops = stops.clone();
     let meta = crate::containermeta::run(
         meta_config,
         api.client.clone(),

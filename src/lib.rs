@@ -16,4 +16,5 @@ pub mod metrics;
 pub mod nodeview;
 pub mod recreate;
 pub mod resize;
+pub mod restart;
 pub mod systemd;

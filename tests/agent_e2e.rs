@@ -129,6 +129,7 @@ fn check_view(view: &Value, f: &Fixture) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn agent_notifies_systemd_serves_health_and_the_node_view() {
     let f = fixture().await;
     let args = agent_args(&f);
@@ -217,6 +218,7 @@ async fn agent_notifies_systemd_serves_health_and_the_node_view() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn pods_command_builds_the_view_itself_when_no_agent_runs() {
     let f = fixture().await;
     let dir = tempfile::tempdir().unwrap();
@@ -389,6 +391,7 @@ fn bad_configuration_is_one_clear_error_and_exit_code_2() {
 /// What a kubelet upgrade would do, and which releases wrote the stored hash, must agree with
 /// the golden hashes of every release — values from the real Go code, not from inplaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn upgrade_check_and_era_detection_agree_with_golden_hashes() {
     const TAGS: &[&str] = &[
         "real-nginx-apiserver-defaulted",

@@ -12,6 +12,7 @@ use support::agent::AgentProcess;
 use support::{endpoint, unique};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn readiness_follows_the_runtime_down_and_up_without_a_restart() {
     let server = ApiServer::start(ServerConfig::default()).await.unwrap();
     let node = unique("node");

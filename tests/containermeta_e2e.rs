@@ -240,11 +240,13 @@ async fn annotation_for_release(kubelet: &str, release: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn annotation_matches_kruise_and_golden_hashes_at_era_a() {
     annotation_for_release("v1.30.7", "1.30.7").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn annotation_matches_kruise_and_golden_hashes_at_era_c() {
     annotation_for_release("v1.31.12", "1.31.12").await;
 }
@@ -319,6 +321,7 @@ async fn restart_trigger(script: &str) -> (Node, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn restart_trigger_with_an_annotation_and_a_label() {
     let (mut node, _) = restart_trigger(POLITE).await;
     // Started-with values came from the OCI spec: the agent never exec'd `env`; the preStop
@@ -338,6 +341,7 @@ async fn restart_trigger_with_an_annotation_and_a_label() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn restart_trigger_works_in_an_image_without_env() {
     // kruise issue 2136: `env` through ExecSync fails in such images.
     let script = format!("rm -f /bin/env /usr/bin/env /sbin/env; {POLITE}");
@@ -358,6 +362,7 @@ async fn restart_trigger_works_in_an_image_without_env() {
 /// annotation, long past the settle delay): one restart, then a warning and a metric, never a
 /// loop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn an_unmatchable_value_is_reported_once_and_left_alone() {
     let mut node = Node::start().await;
     let name = unique("unmatchable");
@@ -403,6 +408,7 @@ async fn an_unmatchable_value_is_reported_once_and_left_alone() {
 /// A kruise pod: the env-from-metadata change is acted on only while kruise-manager has set
 /// `InPlaceUpdateReady` False; the annotation's env hash tells the manager when it is done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn kruise_pod_restarts_only_while_in_place_update_ready_is_false() {
     let node = Node::start().await;
     let name = unique("kruise");
@@ -459,6 +465,7 @@ async fn kruise_pod_restarts_only_while_in_place_update_ready_is_false() {
 
 /// A terminating pod is never touched, whatever its labels and annotations say.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_terminating_pod_is_left_alone() {
     let node = Node::start().await;
     let name = unique("terminating");
@@ -501,6 +508,7 @@ async fn a_terminating_pod_is_left_alone() {
 /// kubelet would not start a stopped container of a `restartPolicy: Never` pod again: a change
 /// of the metadata its env comes from must not stop it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_pod_kubelet_would_not_restart_is_left_alone() {
     let mut node = Node::start().await;
     let name = unique("never");
@@ -533,6 +541,7 @@ async fn a_pod_kubelet_would_not_restart_is_left_alone() {
 /// An annotation write the API keeps refusing is retried with backoff (1 s, 2 s, 4 s, …), not
 /// on every pass; once the API takes it again, it is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_refused_annotation_write_backs_off() {
     use apiserver_double::{Fault, RequestMatch};
     let node = Node::start().await;

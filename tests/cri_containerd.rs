@@ -9,6 +9,7 @@ use inplaced::cri::proto::{ContainerFilter, ContainerState, PodSandboxFilter};
 use support::{TestPod, client};
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn version_reports_containerd_speaking_cri_v1() {
     let info = client().version().await.expect("Version");
     assert_eq!(info.runtime_name, "containerd");
@@ -17,6 +18,7 @@ async fn version_reports_containerd_speaking_cri_v1() {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn kubelet_style_pod_lists_back_with_its_labels_and_annotations() {
     let cri = client();
     let pod = TestPod::run(&cri, "list").await;
@@ -69,6 +71,7 @@ async fn kubelet_style_pod_lists_back_with_its_labels_and_annotations() {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn container_status_reports_state_times_resources_and_verbose_info() {
     let cri = client();
     let pod = TestPod::run(&cri, "status").await;
@@ -109,6 +112,7 @@ async fn container_status_reports_state_times_resources_and_verbose_info() {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn exec_sync_returns_output_and_exit_code() {
     let cri = client();
     let pod = TestPod::run(&cri, "exec").await;
@@ -134,6 +138,7 @@ async fn exec_sync_returns_output_and_exit_code() {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn stop_container_honours_sigterm_and_the_grace_timeout() {
     let cri = client();
     let pod = TestPod::run(&cri, "stop").await;

@@ -102,6 +102,7 @@ fn state_of(snapshot: &RuntimeSnapshot, id: &str) -> Option<i32> {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn known_objects_are_decoded_once_and_kept_current_by_state() {
     let calls = Arc::new(Calls::default());
     let cri = CriClient::new(CriConfig::new(support::endpoint())).with_observer(calls.clone());

@@ -20,6 +20,7 @@ const PODS: usize = 4;
 const LONG: Duration = Duration::from_secs(90);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn sigkilled_agent_never_kills_twice_and_loses_no_request() {
     let (seed, cycles, mut rng) = support::chaos::seeded_run(50);
 

@@ -421,6 +421,7 @@ async fn check_resize(node: &Node, prometheus: &Prometheus) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn prometheus_stores_every_restart_phase_as_containerd_timed_it() {
     // Before anything else: a missing Prometheus fails here with the install hint.
     support::prometheus::binary();

@@ -73,6 +73,7 @@ fn describe(entries: &[apiserver_double::AuditEntry]) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn the_agent_uses_only_what_the_shipped_roles_grant() {
     let node = Node::start().await;
     let pod_name = unique("rbac");
@@ -211,6 +212,7 @@ fn assert_granted(node: &Node, expected: &[&str]) {
 /// deletion after ttlSecondsAfterFinished) on a kubelet 1.31 node, the `kubelet` actuator
 /// (pods/resize) on a kubelet 1.35 node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn resize_requests_use_only_what_the_shipped_roles_grant() {
     for (release, expected) in [
         (

@@ -25,6 +25,7 @@ fn busybox(name: &str, script: &str) -> Value {
 const POLITE: &str = "trap 'exit 0' TERM; while true; do sleep 0.1; done";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn single_container_is_recreated_once_with_its_exec_pre_stop() {
     let node = Node::start().await;
     let pod_name = unique("single");
@@ -62,6 +63,7 @@ async fn single_container_is_recreated_once_with_its_exec_pre_stop() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn ordered_recreate_with_http_and_tcp_pre_stops_goes_one_container_at_a_time() {
     let node = Node::start().await;
     let pod_name = unique("ordered");
@@ -129,6 +131,7 @@ async fn ordered_recreate_with_http_and_tcp_pre_stops_goes_one_container_at_a_ti
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn force_recreate_and_min_started_seconds() {
     let node = Node::start().await;
     let pod_name = unique("force");
@@ -185,6 +188,7 @@ async fn force_recreate_and_min_started_seconds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn failure_policies_and_an_unknown_container() {
     let node = Node::start().await;
     let pod_name = unique("policies");
@@ -273,6 +277,7 @@ fn create_ghost(node: &Node, name: &str, pod: &Value) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn two_requests_for_one_pod_run_one_after_the_other() {
     let node = Node::start().await;
     let pod_name = unique("siblings");
@@ -326,6 +331,7 @@ async fn crash_agent_during_the_stop_of(node: &mut Node, id: &str) -> std::time:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn agent_sigkilled_during_a_graceful_stop_never_kills_twice() {
     let mut node = Node::start().await;
     let pod_name = unique("crash");
@@ -383,6 +389,7 @@ async fn agent_sigkilled_during_a_graceful_stop_never_kills_twice() {
 /// (containerd sends SIGTERM, then cancels the wait and never sends SIGKILL). The restarted agent
 /// finishes that one kill once the first attempt's grace is over: SIGTERM, two seconds, SIGKILL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn agent_sigkilled_during_a_stop_the_runtime_abandons_finishes_that_kill() {
     let mut node = Node::start().await;
     let pod_name = unique("stubborn");
@@ -433,6 +440,7 @@ async fn agent_sigkilled_during_a_stop_the_runtime_abandons_finishes_that_kill()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_request_for_an_earlier_pod_with_the_same_name_kills_nothing() {
     let node = Node::start().await;
     let pod_name = unique("reborn");
@@ -466,6 +474,7 @@ async fn a_request_for_an_earlier_pod_with_the_same_name_kills_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn unready_grace_period_delays_the_kill() {
     let node = Node::start().await;
     let pod_name = unique("unready");
@@ -505,6 +514,7 @@ async fn unready_grace_period_delays_the_kill() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_running_kruise_daemon_keeps_the_agent_off_requests() {
     let mut node = Node::start().await;
     let daemon = format!("kruise-daemon-{}", &unique("x")[2..]);
@@ -579,11 +589,13 @@ async fn crr_and_env_change_on_one_container(env_change_first: bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn an_env_change_during_a_crr_kill_does_not_stop_the_container_again() {
     crr_and_env_change_on_one_container(false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_crr_during_an_env_restart_does_not_stop_the_container_again() {
     crr_and_env_change_on_one_container(true).await;
 }
@@ -592,6 +604,7 @@ async fn a_crr_during_an_env_restart_does_not_stop_the_container_again() {
 /// Recreating without a second kill or a failure, and an env change made while the container
 /// is down is taken up by the restart itself, not by another kill.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_slow_kubelet_is_waited_for_without_a_second_kill() {
     let node = Node::start_with(
         NodeOptions::kubelet("v1.30.7")
@@ -645,6 +658,7 @@ async fn a_slow_kubelet_is_waited_for_without_a_second_kill() {
 /// status the agent decided from the version before that must not land and undo it; the same
 /// write without a version does land (so this test sees a write that lands).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_status_decided_from_an_older_version_does_not_undo_a_newer_one() {
     use inplaced::kube::status::{ObjectRef, StatusWriter};
 
@@ -723,6 +737,7 @@ async fn a_status_decided_from_an_older_version_does_not_undo_a_newer_one() {
 /// request whenever a second passed in between. A status decided from the newer version is
 /// sent as usual, and so is one decided from a version a write of ours left unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_status_decided_again_from_the_version_of_its_own_write_is_not_sent() {
     use inplaced::kube::status::{ObjectRef, StatusWriter};
 

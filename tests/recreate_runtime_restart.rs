@@ -134,6 +134,7 @@ async fn env_restart_with_runtime_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn runtime_restarts_at_each_point_of_a_request_neither_fail_it_nor_kill_twice() {
     for point in [
         Point::BeforeTheKill,

@@ -177,6 +177,7 @@ async fn cri_linux(id: &str) -> (i64, i64, i64) {
 /// containers change in one request (app grows, side shrinks), then a second request puts them
 /// back; the pod cgroup follows, nothing restarts, the API's pod spec is left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn cri_actuator_grows_and_shrinks_a_two_container_pod() {
     let mut node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
     let pod_name = unique("resize-two");
@@ -270,6 +271,7 @@ async fn cri_actuator_grows_and_shrinks_a_two_container_pod() {
 /// container's cgroup and in the pod's (one container). The runtime reports the limit as asked.
 /// The resize succeeds: the rounding is the kernel's, not a failed write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn cri_resize_to_a_limit_in_decimal_bytes_succeeds() {
     let node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
     let pod_name = unique("resize-decimal");
@@ -300,6 +302,7 @@ async fn cri_resize_to_a_limit_in_decimal_bytes_succeeds() {
 /// before: 150m → 153 shares, 300m → quota 30000, 96Mi; after: 250m → 256 shares, 500m →
 /// quota 50000, 128Mi.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn cri_resize_counts_a_sidecar_in_the_pod_cgroup() {
     let node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
     let pod_name = unique("resize-sidecar");
@@ -341,6 +344,7 @@ async fn cri_resize_counts_a_sidecar_in_the_pod_cgroup() {
 /// Every refusal ends its request with a clear status and changes nothing: no
 /// UpdateContainerResources reaches the runtime and the cgroup files keep their values.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn refusals_change_nothing() {
     let mut node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
     // 40 MiB in /dev/shm (a tmpfs: charged to the container's memory cgroup, not reclaimable).
@@ -456,6 +460,7 @@ async fn refusals_change_nothing() {
 /// of the two attempts the agent makes before failing the request), although putting back
 /// app's own refused step is refused too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_resize_refused_midway_is_undone() {
     let node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
     let pod_name = unique("resize-undone");
@@ -498,6 +503,7 @@ async fn a_resize_refused_midway_is_undone() {
 /// `cri` request exists, the agent applies the resize again (counted on the request and in the
 /// metrics). The request is made by `inplaced resize`, which follows it to the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn cri_resize_is_reapplied_after_the_kubelet_restarts_the_container() {
     let mut node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
     let pod_name = unique("reapply");
@@ -584,6 +590,7 @@ async fn cri_resize_is_reapplied_after_the_kubelet_restarts_the_container() {
 /// condition: Deferred while another pod holds the node's cpu, Succeeded once it is gone; the
 /// kubelet stand-in does the actuation (cgroup files) and the API's pod shows the new values.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn kubelet_actuator_through_pods_resize_deferred_then_done() {
     let node = Node::start_with(NodeOptions::kubelet("v1.35.7").allocatable_cpu(1000)).await;
     let hog = unique("hog");
@@ -638,6 +645,7 @@ async fn kubelet_actuator_through_pods_resize_deferred_then_done() {
 /// kubelet 1.30 with the gate on, as its config file says: the agent patches the pod spec and
 /// follows `status.resize`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn kubelet_actuator_through_the_pod_spec_on_1_30_with_the_gate() {
     let kubelet_config = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(

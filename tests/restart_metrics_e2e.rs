@@ -74,6 +74,7 @@ async fn last_restart(node: &mut Node, pod: &str) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_crr_restart_is_timed_from_cri_timestamps() {
     let mut node = Node::start().await;
     let pod_name = unique("timed");
@@ -166,6 +167,7 @@ async fn a_crr_restart_is_timed_from_cri_timestamps() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn kubelet_updates_and_exits_are_told_apart() {
     let mut node = Node::start().await;
     node_sandbox::util::tag_image(

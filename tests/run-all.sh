@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as the README says and CI runs it: brings up the real containerd the tests
-# talk to (installing it and Prometheus from Debian when missing), runs every test of the workspace,
-# and tears the runtime down again when this script started it. Exits non-zero on any failure.
+# talk to (installing it and Prometheus from Debian when missing), runs every test of the workspace
+# (those that plain `cargo test` reports as ignored, needing root and the runtime, included), and
+# tears the runtime down again when this script started it. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,4 +18,24 @@ tests/node/prometheus.sh install
 
 INPLACED_TEST_CRI_ENDPOINT=$(tests/node/containerd.sh endpoint)
 export INPLACED_TEST_CRI_ENDPOINT
-cargo test --workspace --locked "$@"
+# Tests that need root and the test containerd are #[ignore]d, so that plain `cargo test` runs the
+# rest anywhere; here the runtime is up and every test runs (`--include-ignored`): a missing
+# runtime fails them, nothing is skipped. Arguments for the test binaries after a `--` of the
+# caller's get `--include-ignored` added to them (one `--` only), unless they already choose
+# `--ignored` or `--include-ignored` themselves.
+separator=0
+chosen=0
+for arg in "$@"; do
+  if [ "$separator" = 1 ]; then
+    case "$arg" in --ignored | --include-ignored) chosen=1 ;; esac
+  elif [ "$arg" = -- ]; then
+    separator=1
+  fi
+done
+if [ "$chosen" = 1 ]; then
+  cargo test --workspace --locked "$@"
+elif [ "$separator" = 1 ]; then
+  cargo test --workspace --locked "$@" --include-ignored
+else
+  cargo test --workspace --locked "$@" -- --include-ignored
+fi

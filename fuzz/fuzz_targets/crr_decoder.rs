@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet};
 
 use inplaced::recreate::crr::Crr;
-use inplaced::recreate::journal::KillIntent;
+use inplaced::restart::KillIntent;
 use inplaced::recreate::plan::{Facts, PodFacts, RuntimeFacts, decide};
 use k8s_openapi::jiff::Timestamp;
 use libfuzzer_sys::fuzz_target;
@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
         ]),
     };
     let intent = KillIntent {
-        crr_uid: request.uid.clone(),
+        key: request.uid.clone(),
         container: "app".into(),
         container_id: "a1".into(),
         started_ms: i64::MAX - 1,

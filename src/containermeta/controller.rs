@@ -32,13 +32,13 @@ use crate::kube::events::PodEvents;
 use super::plan::{self, RuntimeFacts};
 use crate::cri::CriClient;
 use crate::cri::labels;
-use crate::metrics::{KillLedger, Metrics};
+use crate::metrics::Metrics;
 use crate::nodeview::Trigger;
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
-use crate::recreate::crr::{ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, PreStop};
-use crate::recreate::journal::{KillIntent, KillJournal};
-use crate::recreate::plan::KillOrder;
-use crate::recreate::{StopClaim, StopGate, run_kill};
+use crate::restart::{
+    self, ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillJournal, KillLedger,
+    KillOrder, PreStop, StopClaim, StopGate,
+};
 
 #[derive(Clone, Debug)]
 pub struct ContainerMetaConfig {
@@ -56,14 +56,16 @@ pub struct ContainerMetaConfig {
 }
 
 impl ContainerMetaConfig {
-    pub fn new(node_name: &str, state_dir: PathBuf) -> Self {
+    /// `stops` and `ledger` are the agent's own, shared with every other restarter: a gate made
+    /// here would let a ContainerRecreateRequest and an env restart stop one container twice.
+    pub fn new(node_name: &str, state_dir: PathBuf, stops: StopGate, ledger: KillLedger) -> Self {
         ContainerMetaConfig {
             node_name: node_name.to_owned(),
             state_dir,
             settle: Duration::from_secs(1),
             restarts_per_minute: 10,
-            ledger: KillLedger::default(),
-            stops: StopGate::default(),
+            ledger,
+            stops,
         }
     }
 }
@@ -500,7 +502,7 @@ impl Controller {
             resumed: false,
         };
         let intent = KillIntent {
-            crr_uid: key(restart_count),
+            key: key(restart_count),
             container: container.name.clone(),
             container_id: r.id.clone(),
             started_ms: Timestamp::now().as_millisecond(),
@@ -553,7 +555,7 @@ impl Controller {
             pod.event_ref(),
         );
         tokio::spawn(async move {
-            match run_kill(&cri, &order, claim, pod_ip.as_deref()).await {
+            match restart::kill(&cri, &order, claim, pod_ip.as_deref()).await {
                 Ok(outcome) => {
                     metrics.count_env_restart("success");
                     if let Some(reason) = outcome.pre_stop_failure {

@@ -11,6 +11,7 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::brief::{ContainerBrief, ListContainersBrief, ListPodSandboxBrief, PodSandboxBrief};
+#[cfg(feature = "test-support")]
 use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
 use super::proto::*;
@@ -75,7 +76,6 @@ pub struct PodLabels<'a> {
 pub struct CriClient {
     config: CriConfig,
     runtime: RuntimeServiceClient<Channel>,
-    images: ImageServiceClient<Channel>,
     /// For calls decoded through a brief view instead of the generated stubs.
     channel: Channel,
     observer: Option<Arc<dyn CallObserver>>,
@@ -96,13 +96,9 @@ impl CriClient {
         let runtime = RuntimeServiceClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let images = ImageServiceClient::new(channel.clone())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Self {
             config,
             runtime,
-            images,
             channel,
             observer: None,
         }
@@ -186,28 +182,6 @@ impl CriClient {
         }
     }
 
-    /// Waits until the runtime answers `Version` as a CRI v1 runtime, retrying forever with
-    /// capped backoff: a missing or wrong runtime is a state to report, not a reason to exit.
-    /// Each distinct failure is logged once at warn level.
-    pub async fn wait_for_runtime(&self) -> RuntimeInfo {
-        let mut delay = Duration::from_millis(200);
-        let mut last_error = String::new();
-        loop {
-            match self.version().await {
-                Ok(info) => return info,
-                Err(err) => {
-                    let text = err.to_string();
-                    if text != last_error {
-                        tracing::warn!(error = %text, "container runtime not ready; retrying");
-                        last_error = text;
-                    }
-                }
-            }
-            tokio::time::sleep(jittered(delay)).await;
-            delay = (delay * 2).min(Duration::from_secs(30));
-        }
-    }
-
     pub async fn status(&self, verbose: bool) -> Result<StatusResponse, CriError> {
         let request = StatusRequest { verbose };
         self.runtime_call(
@@ -236,27 +210,6 @@ impl CriClient {
             )
             .await?;
         Ok(response.items)
-    }
-
-    pub async fn pod_sandbox_status(
-        &self,
-        pod_sandbox_id: &str,
-        verbose: bool,
-    ) -> Result<PodSandboxStatusResponse, CriError> {
-        let request = PodSandboxStatusRequest {
-            pod_sandbox_id: pod_sandbox_id.into(),
-            verbose,
-        };
-        self.runtime_call(
-            "PodSandboxStatus",
-            Idempotent::Yes,
-            self.config.call_timeout,
-            |mut c| {
-                let request = request.clone();
-                async move { c.pod_sandbox_status(request).await }
-            },
-        )
-        .await
     }
 
     pub async fn list_containers(
@@ -421,120 +374,6 @@ impl CriClient {
         .map(drop)
     }
 
-    pub async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String, CriError> {
-        let request = RunPodSandboxRequest {
-            config: Some(config),
-            runtime_handler: String::new(),
-        };
-        let response = self
-            .runtime_call(
-                "RunPodSandbox",
-                Idempotent::No,
-                self.config.call_timeout,
-                |mut c| {
-                    let request = request.clone();
-                    async move { c.run_pod_sandbox(request).await }
-                },
-            )
-            .await?;
-        Ok(response.pod_sandbox_id)
-    }
-
-    /// Stops a sandbox and all its containers (idempotent by the CRI contract).
-    pub async fn stop_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
-        let request = StopPodSandboxRequest {
-            pod_sandbox_id: pod_sandbox_id.into(),
-        };
-        self.runtime_call(
-            "StopPodSandbox",
-            Idempotent::Yes,
-            self.config.call_timeout,
-            |mut c| {
-                let request = request.clone();
-                async move { c.stop_pod_sandbox(request).await }
-            },
-        )
-        .await
-        .map(drop)
-    }
-
-    /// Removes a sandbox and its containers (idempotent by the CRI contract).
-    pub async fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
-        let request = RemovePodSandboxRequest {
-            pod_sandbox_id: pod_sandbox_id.into(),
-        };
-        self.runtime_call(
-            "RemovePodSandbox",
-            Idempotent::Yes,
-            self.config.call_timeout,
-            |mut c| {
-                let request = request.clone();
-                async move { c.remove_pod_sandbox(request).await }
-            },
-        )
-        .await
-        .map(drop)
-    }
-
-    pub async fn create_container(
-        &self,
-        pod_sandbox_id: &str,
-        config: ContainerConfig,
-        sandbox_config: PodSandboxConfig,
-    ) -> Result<String, CriError> {
-        let request = CreateContainerRequest {
-            pod_sandbox_id: pod_sandbox_id.into(),
-            config: Some(config),
-            sandbox_config: Some(sandbox_config),
-        };
-        let response = self
-            .runtime_call(
-                "CreateContainer",
-                Idempotent::No,
-                self.config.call_timeout,
-                |mut c| {
-                    let request = request.clone();
-                    async move { c.create_container(request).await }
-                },
-            )
-            .await?;
-        Ok(response.container_id)
-    }
-
-    pub async fn start_container(&self, container_id: &str) -> Result<(), CriError> {
-        let request = StartContainerRequest {
-            container_id: container_id.into(),
-        };
-        self.runtime_call(
-            "StartContainer",
-            Idempotent::No,
-            self.config.call_timeout,
-            |mut c| {
-                let request = request.clone();
-                async move { c.start_container(request).await }
-            },
-        )
-        .await
-        .map(drop)
-    }
-
-    pub async fn remove_container(&self, container_id: &str) -> Result<(), CriError> {
-        let request = RemoveContainerRequest {
-            container_id: container_id.into(),
-        };
-        self.runtime_call(
-            "RemoveContainer",
-            Idempotent::Yes,
-            self.config.call_timeout,
-            |mut c| {
-                let request = request.clone();
-                async move { c.remove_container(request).await }
-            },
-        )
-        .await
-        .map(drop)
-    }
-
     /// The runtime's container event stream (`GetContainerEvents`), where it has one;
     /// An error answer (containerd 1.6: `Unknown: not implemented`) means: poll
     /// `ListContainers` instead.
@@ -553,32 +392,6 @@ impl CriClient {
             Ok(response) => Ok(response.into_inner()),
             Err(status) => Err(self.classify("GetContainerEvents", status)),
         }
-    }
-
-    pub async fn image_status(&self, image: &str) -> Result<Option<Image>, CriError> {
-        let request = ImageStatusRequest {
-            image: Some(ImageSpec {
-                image: image.into(),
-                ..Default::default()
-            }),
-            verbose: false,
-        };
-        let response = self
-            .image_call("ImageStatus", |mut c| {
-                let request = request.clone();
-                async move { c.image_status(request).await }
-            })
-            .await?;
-        Ok(response.image)
-    }
-
-    pub async fn list_images(&self) -> Result<Vec<Image>, CriError> {
-        let response = self
-            .image_call("ListImages", |mut c| async move {
-                c.list_images(ListImagesRequest::default()).await
-            })
-            .await?;
-        Ok(response.images)
     }
 
     async fn runtime_call<T, F, Fut>(
@@ -627,19 +440,6 @@ impl CriClient {
                 )
                 .await
             })
-        })
-        .await
-    }
-
-    /// Image calls here are all reads, hence idempotent.
-    async fn image_call<T, F, Fut>(&self, method: &'static str, call: F) -> Result<T, CriError>
-    where
-        F: Fn(ImageServiceClient<Channel>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    {
-        let client = &self.images;
-        self.with_retries(method, Idempotent::Yes, || {
-            self.timed(method, self.config.call_timeout, call(client.clone()))
         })
         .await
     }
@@ -753,7 +553,156 @@ fn error_chain(status: &tonic::Status) -> String {
     text
 }
 
-/// ±20% so that many nodes restarting together do not retry in lockstep.
-fn jittered(delay: Duration) -> Duration {
-    delay.mul_f64(rand::random_range(0.8..1.2))
+/// What only the node sandbox and the tests do with a runtime (make sandboxes and containers,
+/// look at images): a kubelet's calls, which the agent never makes. Compiled for them alone
+/// (feature `test-support`), so the daemon carries none of it.
+#[cfg(feature = "test-support")]
+impl CriClient {
+    /// Image calls here are all reads, hence idempotent.
+    async fn image_call<T, F, Fut>(&self, method: &'static str, call: F) -> Result<T, CriError>
+    where
+        F: Fn(ImageServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let client = ImageServiceClient::new(self.channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        self.with_retries(method, Idempotent::Yes, || {
+            self.timed(method, self.config.call_timeout, call(client.clone()))
+        })
+        .await
+    }
+
+    pub async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String, CriError> {
+        let request = RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        };
+        let response = self
+            .runtime_call(
+                "RunPodSandbox",
+                Idempotent::No,
+                self.config.call_timeout,
+                |mut c| {
+                    let request = request.clone();
+                    async move { c.run_pod_sandbox(request).await }
+                },
+            )
+            .await?;
+        Ok(response.pod_sandbox_id)
+    }
+    /// Stops a sandbox and all its containers (idempotent by the CRI contract).
+    pub async fn stop_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
+        let request = StopPodSandboxRequest {
+            pod_sandbox_id: pod_sandbox_id.into(),
+        };
+        self.runtime_call(
+            "StopPodSandbox",
+            Idempotent::Yes,
+            self.config.call_timeout,
+            |mut c| {
+                let request = request.clone();
+                async move { c.stop_pod_sandbox(request).await }
+            },
+        )
+        .await
+        .map(drop)
+    }
+    /// Removes a sandbox and its containers (idempotent by the CRI contract).
+    pub async fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError> {
+        let request = RemovePodSandboxRequest {
+            pod_sandbox_id: pod_sandbox_id.into(),
+        };
+        self.runtime_call(
+            "RemovePodSandbox",
+            Idempotent::Yes,
+            self.config.call_timeout,
+            |mut c| {
+                let request = request.clone();
+                async move { c.remove_pod_sandbox(request).await }
+            },
+        )
+        .await
+        .map(drop)
+    }
+    pub async fn create_container(
+        &self,
+        pod_sandbox_id: &str,
+        config: ContainerConfig,
+        sandbox_config: PodSandboxConfig,
+    ) -> Result<String, CriError> {
+        let request = CreateContainerRequest {
+            pod_sandbox_id: pod_sandbox_id.into(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config),
+        };
+        let response = self
+            .runtime_call(
+                "CreateContainer",
+                Idempotent::No,
+                self.config.call_timeout,
+                |mut c| {
+                    let request = request.clone();
+                    async move { c.create_container(request).await }
+                },
+            )
+            .await?;
+        Ok(response.container_id)
+    }
+    pub async fn start_container(&self, container_id: &str) -> Result<(), CriError> {
+        let request = StartContainerRequest {
+            container_id: container_id.into(),
+        };
+        self.runtime_call(
+            "StartContainer",
+            Idempotent::No,
+            self.config.call_timeout,
+            |mut c| {
+                let request = request.clone();
+                async move { c.start_container(request).await }
+            },
+        )
+        .await
+        .map(drop)
+    }
+    pub async fn remove_container(&self, container_id: &str) -> Result<(), CriError> {
+        let request = RemoveContainerRequest {
+            container_id: container_id.into(),
+        };
+        self.runtime_call(
+            "RemoveContainer",
+            Idempotent::Yes,
+            self.config.call_timeout,
+            |mut c| {
+                let request = request.clone();
+                async move { c.remove_container(request).await }
+            },
+        )
+        .await
+        .map(drop)
+    }
+    pub async fn image_status(&self, image: &str) -> Result<Option<Image>, CriError> {
+        let request = ImageStatusRequest {
+            image: Some(ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            verbose: false,
+        };
+        let response = self
+            .image_call("ImageStatus", |mut c| {
+                let request = request.clone();
+                async move { c.image_status(request).await }
+            })
+            .await?;
+        Ok(response.image)
+    }
+    pub async fn list_images(&self) -> Result<Vec<Image>, CriError> {
+        let response = self
+            .image_call("ListImages", |mut c| async move {
+                c.list_images(ListImagesRequest::default()).await
+            })
+            .await?;
+        Ok(response.images)
+    }
 }

@@ -108,17 +108,6 @@ impl Quantity {
     pub fn canonical(&self) -> Result<String, QuantityError> {
         canonicalize(&self.amount, self.format)
     }
-
-    /// Sets the value to zero but keeps the cached text, exactly like `UnmarshalJSON("null")`.
-    pub fn set_null(&mut self) {
-        self.amount = Amount::I64 { value: 0, scale: 0 };
-    }
-
-    /// Drops the cached text (for tests of the canonical path).
-    pub fn without_cache(mut self) -> Self {
-        self.cached = None;
-        self
-    }
 }
 
 /// Integer views of the value (`Value` / `MilliValue`), for resource arithmetic.

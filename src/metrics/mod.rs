@@ -14,7 +14,7 @@ use prometheus_client::registry::Registry;
 use crate::cri::CallObserver;
 
 mod restarts;
-pub use restarts::{KillLedger, RestartTracker};
+pub use restarts::RestartTracker;
 
 /// Explicit buckets from 5 ms to 10 min: a CRI stop takes milliseconds, a kubelet restart with
 /// back-off or an image pull minutes.

@@ -15,16 +15,15 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{mpsc, watch};
 
 use super::crr::{self, Crr, CrrPhase, CrrStatus};
-use super::journal::{KillIntent, KillJournal};
-use super::kill::{self, StopGate};
-use super::plan::{self, Facts, KillOrder, PodFacts, RuntimeFacts};
+use super::plan::{self, Facts, PodFacts, RuntimeFacts};
 use crate::cri::CriClient;
 use crate::health::Health;
 use crate::kube::events::PodEvents;
 use crate::kube::status::{ObjectRef, StatusWriter};
-use crate::metrics::{KillLedger, Metrics};
+use crate::metrics::Metrics;
 use crate::nodeview::Trigger;
 use crate::nodeview::{NodeView, PodView, RuntimeState};
+use crate::restart::{self, KillIntent, KillJournal, KillLedger, KillOrder, StopGate};
 
 #[derive(Clone, Debug)]
 pub struct RecreateConfig {
@@ -42,7 +41,7 @@ pub struct RecreateConfig {
 struct KillDone {
     crr_uid: String,
     container: String,
-    result: Result<(), kill::KillError>,
+    result: Result<(), restart::KillError>,
 }
 
 pub fn crr_resource() -> ApiResource {
@@ -421,7 +420,7 @@ impl Controller {
             None
         } else {
             let intent = KillIntent {
-                crr_uid: request.uid.clone(),
+                key: request.uid.clone(),
                 container: order.container.clone(),
                 container_id: order.container_id.clone(),
                 started_ms: Timestamp::now().as_millisecond(),
@@ -477,7 +476,7 @@ impl Controller {
             self.ledger.record(&order.container_id, Trigger::Crr);
         }
         tokio::spawn(async move {
-            let result = kill::kill(&cri, &order, claim, pod_ip.as_deref()).await;
+            let result = restart::kill(&cri, &order, claim, pod_ip.as_deref()).await;
             let result = match result {
                 Ok(outcome) => {
                     tracing::info!(container = %order.container, pre_stop = ?outcome.pre_stop_took,
@@ -529,9 +528,8 @@ impl Controller {
             .retain(|uid, containers| live.contains(uid) || !containers.is_empty());
         let now_ms = Timestamp::now().as_millisecond();
         if let Some(journal) = self.journal.take() {
-            let keep = move |e: &KillIntent| {
-                live.contains(&e.crr_uid) || now_ms - e.started_ms < 3_600_000
-            };
+            let keep =
+                move |e: &KillIntent| live.contains(&e.key) || now_ms - e.started_ms < 3_600_000;
             match journal.retain_off_runtime(keep).await {
                 Some((journal, result)) => {
                     self.journal = Some(journal);

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::restart::{ContainerPort, PreStop};
+
 pub const GROUP: &str = "apps.kruise.io";
 pub const VERSION: &str = "v1alpha1";
 pub const KIND: &str = "ContainerRecreateRequest";
@@ -17,11 +19,6 @@ pub const LABEL_POD_UID: &str = "crr.apps.kruise.io/pod-uid";
 pub const LABEL_ACTIVE: &str = "crr.apps.kruise.io/active";
 pub const ANNOTATION_SYNC_CONTAINER_STATUSES: &str = "crr.apps.kruise.io/sync-container-statuses";
 pub const ANNOTATION_UNREADY_ACQUIRED: &str = "crr.apps.kruise.io/unready-acquired";
-
-/// The daemon's default when the strategy does not say.
-pub const DEFAULT_TERMINATION_GRACE_SECONDS: i64 = 30;
-/// StopContainer always gets at least this long after the preStop hook.
-pub const MIN_STOP_GRACE_SECONDS: i64 = 2;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -50,85 +47,12 @@ pub struct CrrContainer {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ContainerPort {
-    #[serde(default)]
-    pub name: Option<String>,
-    pub container_port: i32,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
 pub struct StatusContext {
     /// `<runtime>://<id>` of the container the request was made against.
     #[serde(rename = "containerID", default)]
     pub container_id: String,
     #[serde(default)]
     pub restart_count: i32,
-}
-
-/// A lifecycle handler: kruise's webhook copies the pod's preStop here.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PreStop {
-    #[serde(default)]
-    pub exec: Option<ExecAction>,
-    #[serde(default)]
-    pub http_get: Option<HttpGetAction>,
-    #[serde(default)]
-    pub tcp_socket: Option<TcpSocketAction>,
-    #[serde(default)]
-    pub sleep: Option<SleepAction>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ExecAction {
-    #[serde(default)]
-    pub command: Vec<String>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HttpGetAction {
-    #[serde(default)]
-    pub path: Option<String>,
-    pub port: IntOrString,
-    #[serde(default)]
-    pub host: Option<String>,
-    #[serde(default)]
-    pub scheme: Option<String>,
-    #[serde(default)]
-    pub http_headers: Vec<HttpHeader>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct HttpHeader {
-    pub name: String,
-    pub value: String,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct TcpSocketAction {
-    pub port: IntOrString,
-    #[serde(default)]
-    pub host: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct SleepAction {
-    pub seconds: i64,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum IntOrString {
-    Int(i32),
-    String(String),
-}
-
-impl Default for IntOrString {
-    fn default() -> Self {
-        IntOrString::Int(0)
-    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

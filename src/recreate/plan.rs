@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::crr::*;
-use super::journal::KillIntent;
+use crate::restart::{DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillOrder};
 
 /// The newest runtime container of one name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,17 +44,6 @@ pub struct Facts<'a> {
     pub in_flight: &'a HashSet<String>,
     /// Containers of this request whose kill failed, with the reason.
     pub kill_failures: &'a HashMap<String, String>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct KillOrder {
-    pub container: String,
-    pub container_id: String,
-    pub pre_stop: Option<PreStop>,
-    pub ports: Vec<ContainerPort>,
-    pub grace: Duration,
-    /// Finishes a kill an earlier run of the agent began: no hook, the minimum stop grace.
-    pub resumed: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -459,7 +448,7 @@ mod tests {
         // The agent restarted mid-kill: the journal has the intent, the container still runs
         // before SIGKILL was due. No new kill yet; wake when it is due.
         let intent = KillIntent {
-            crr_uid: "crr-1".into(),
+            key: "crr-1".into(),
             container: "app".into(),
             container_id: "old".into(),
             started_ms: now().as_millisecond() - 1000,
@@ -491,7 +480,7 @@ mod tests {
     fn an_interrupted_kill_is_resumed_with_sigkill_when_it_was_due() {
         let request = crr(one_container(json!({})), json!({}), json!({}));
         let intent = KillIntent {
-            crr_uid: "crr-1".into(),
+            key: "crr-1".into(),
             container: "app".into(),
             container_id: "old".into(),
             started_ms: now().as_millisecond() - 60_000,
@@ -623,7 +612,7 @@ mod tests {
         app.started_at = Some("2026-11-22T09:58:30Z".parse().unwrap());
         app.ready_in_pod_status = true;
         let intent = KillIntent {
-            crr_uid: "crr-1".into(),
+            key: "crr-1".into(),
             container: "app".into(),
             container_id: "old".into(),
             started_ms: now().as_millisecond() - 1000,
@@ -856,7 +845,7 @@ mod tests {
 
         // A kill under way: no jump, back or ahead, orders another while it runs.
         let intent = KillIntent {
-            crr_uid: "crr-1".into(),
+            key: "crr-1".into(),
             container: "app".into(),
             container_id: "old".into(),
             started_ms: now().as_millisecond(),

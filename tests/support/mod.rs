@@ -1,5 +1,7 @@
 //! Shared pieces of the integration tests that talk to the real containerd brought up by
-//! `tests/node/containerd.sh up` (the README's test command does that first).
+//! `tests/node/containerd.sh up` (the README's test command does that first). Those tests are
+//! `#[ignore = "needs root and the test containerd: run tests/run-all.sh"]`: plain `cargo test`
+//! skips them, `tests/run-all.sh` runs them with `--include-ignored`.
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod agent;
@@ -35,7 +37,9 @@ pub fn containerd_script(action: &str) {
     assert!(status.success(), "containerd.sh {action} failed");
 }
 
-/// A client for the test containerd. Tests fail (never skip) when it is not up.
+/// A client for the test containerd. The tests that use it are `#[ignore]`d ("needs root and the
+/// test containerd"), so plain `cargo test` reports them as ignored; `tests/run-all.sh` runs them
+/// (`--include-ignored`), and there a containerd that is not up fails them, never skips them.
 pub fn client() -> CriClient {
     CriClient::new(CriConfig::new(endpoint()))
 }

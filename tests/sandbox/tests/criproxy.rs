@@ -25,6 +25,7 @@ fn tempdir(prefix: &str) -> std::path::PathBuf {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn forwards_and_counts_and_injects_errors() {
     let dir = tempdir("criproxy");
     let proxy = CriProxy::start(&dir, &test_cri_endpoint()).await.unwrap();
@@ -71,6 +72,7 @@ async fn forwards_and_counts_and_injects_errors() {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn counts_stop_container_per_container_and_damages_answers() {
     let dir = tempdir("criproxy");
     let proxy = CriProxy::start(&dir, &test_cri_endpoint()).await.unwrap();
@@ -216,6 +218,7 @@ async fn counts_stop_container_per_container_and_damages_answers() {
 /// is not initialized yet` until it has recovered its state): only the first is `NotCriV1`,
 /// which makes discovery pass the socket over.
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_starting_runtime_is_not_taken_for_a_non_cri_socket() {
     let dir = tempdir("criproxy-version");
     let proxy = CriProxy::start(&dir, &test_cri_endpoint()).await.unwrap();

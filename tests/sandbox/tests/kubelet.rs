@@ -96,16 +96,19 @@ async fn golden_hashes_for(release: &str) {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn stored_hashes_equal_golden_era_a() {
     golden_hashes_for("1.26.15").await;
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn stored_hashes_equal_golden_era_b_with_resize_gate() {
     golden_hashes_for("1.30.7").await;
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn stored_hashes_equal_golden_era_c() {
     golden_hashes_for("1.36.3").await;
 }
@@ -113,6 +116,7 @@ async fn stored_hashes_equal_golden_era_c() {
 const TRAP_SCRIPT: &str = "trap 'exit 0' TERM; while true; do sleep 0.1; done";
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn restarts_a_cri_stopped_container_like_kubelet() {
     let delay = Duration::from_millis(1500);
     let env = Env::start("v1.30.7", delay).await;
@@ -218,6 +222,7 @@ async fn restarts_a_cri_stopped_container_like_kubelet() {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn recreates_on_image_change_with_killing_event() {
     tag_image(&test_cri_endpoint(), TEST_IMAGE, "localhost/busybox:v2")
         .await
@@ -280,6 +285,7 @@ async fn recreates_on_image_change_with_killing_event() {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn node_object_and_pod_deletion() {
     let env = Env::start("v1.30.7", Duration::from_secs(2)).await;
     let node = env.server.store().get("nodes", "", &env.node).unwrap();
@@ -326,6 +332,7 @@ async fn node_object_and_pod_deletion() {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn restart_policy_never_and_init_containers() {
     let env = Env::start("v1.36.3", Duration::from_millis(500)).await;
     let name = unique_name("init");
@@ -351,6 +358,7 @@ async fn restart_policy_never_and_init_containers() {
 /// Ready needs every readiness gate's condition True, as kubelet's GeneratePodReadyCondition
 /// has it (kruise pods gate on InPlaceUpdateReady); ContainersReady does not.
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn ready_waits_for_readiness_gates() {
     let env = Env::start("v1.30.7", Duration::from_millis(500)).await;
     let name = unique_name("gated");
@@ -393,6 +401,7 @@ async fn ready_waits_for_readiness_gates() {
 /// kubelet does (HasAnyRegularContainerStarted): the pod stays Initialized and the app container
 /// keeps running.
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_restarting_sidecar_leaves_the_pod_initialized() {
     let env = Env::start("v1.33.13", Duration::from_secs(2)).await;
     let name = unique_name("sidecar");

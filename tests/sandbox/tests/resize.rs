@@ -244,6 +244,7 @@ async fn wait_cgroup(uid: &str, id: &str, want: Limits) {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn kubelet_1_32_resizes_through_pods_resize_and_reports_status_resize() {
     let env = env_for("v1.32.4", PodResizeApi::SubresourceWithResizeStatus, true).await;
     let running = start_pod(&env).await;
@@ -307,6 +308,7 @@ async fn kubelet_1_32_resizes_through_pods_resize_and_reports_status_resize() {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn kubelet_1_33_reports_resizes_in_conditions() {
     let env = env_for("v1.33.5", PodResizeApi::Subresource, true).await;
     // The Node shows the allocatable the resize decisions below are made against.
@@ -469,6 +471,7 @@ async fn kubelet_1_33_reports_resizes_in_conditions() {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn kubelet_1_30_resizes_after_a_pod_spec_update() {
     let env = env_for("v1.30.7", PodResizeApi::SpecUpdate, true).await;
     let running = start_pod(&env).await;
@@ -518,6 +521,7 @@ async fn kubelet_1_30_resizes_after_a_pod_spec_update() {
 }
 
 #[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn kubelet_without_resize_leaves_containers_alone_and_recreates_from_the_spec() {
     // A kubelet with the gate off under an API server that resizes (version skew).
     let env = env_for("v1.33.5", PodResizeApi::Subresource, false).await;

@@ -1,5 +1,6 @@
 //! Shared pieces of the sandbox tests: the API double, a kubelet stand-in on a unique node, and
-//! waiting helpers. Tests talk to the real containerd of `tests/node/containerd.sh up`.
+//! waiting helpers. Tests talk to the real containerd of `tests/node/containerd.sh up` and are
+//! `#[ignore]`d for plain `cargo test` (needs root); `tests/run-all.sh` runs them.
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::time::{Duration, Instant};

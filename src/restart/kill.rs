@@ -2,77 +2,26 @@
 //! what is left of it (at least two seconds). Never RemoveContainer: kubelet restarts the
 //! container it finds exited.
 
-use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::crr::{ContainerPort, IntOrString, MIN_STOP_GRACE_SECONDS, PreStop};
-use super::plan::KillOrder;
+use super::gate::StopClaim;
+use super::hook::{ContainerPort, IntOrString, MIN_STOP_GRACE_SECONDS, PreStop};
 use crate::cri::CriClient;
 
-/// One stop per container across all of the agent's restarters (CRRs, env changes): a
-/// container that one of them is stopping, or has stopped, is never stopped by another. Each
-/// restarter checks the runtime before it kills, but two checks made at the same moment both
-/// see the container running; the claim is what makes check-then-stop exclusive.
-#[derive(Clone, Debug, Default)]
-pub struct StopGate(Arc<Mutex<GateState>>);
-
-#[derive(Debug, Default)]
-struct GateState {
-    stopping: HashSet<String>,
-    stopped: HashSet<String>,
-    /// `stopped` in the order of insertion, to forget the oldest first.
-    stopped_order: VecDeque<String>,
-}
-
-/// Stopped container IDs remembered: far more than a node runs, and a stopped container never
-/// runs again (kubelet starts a new one), so forgetting the oldest is safe.
-const REMEMBERED_STOPS: usize = 4096;
-
-impl StopGate {
-    /// The right to stop `container_id`, unless another kill holds it or already stopped it.
-    /// Take it before confirming with the runtime that the container still runs.
-    pub fn claim(&self, container_id: &str) -> Option<StopClaim> {
-        let mut state = self.0.lock().ok()?;
-        if state.stopped.contains(container_id) || !state.stopping.insert(container_id.to_owned()) {
-            return None;
-        }
-        Some(StopClaim {
-            gate: self.clone(),
-            container_id: container_id.to_owned(),
-            stopped: false,
-        })
-    }
-}
-
-/// Held for the length of one kill; released on drop. A claim whose stop succeeded marks the
-/// container stopped for good.
-#[derive(Debug)]
-pub struct StopClaim {
-    gate: StopGate,
-    container_id: String,
-    stopped: bool,
-}
-
-impl Drop for StopClaim {
-    fn drop(&mut self) {
-        let Ok(mut state) = self.gate.0.lock() else {
-            return;
-        };
-        state.stopping.remove(&self.container_id);
-        if self.stopped && state.stopped.insert(self.container_id.clone()) {
-            state.stopped_order.push_back(self.container_id.clone());
-            if state.stopped_order.len() > REMEMBERED_STOPS
-                && let Some(oldest) = state.stopped_order.pop_front()
-            {
-                state.stopped.remove(&oldest);
-            }
-        }
-    }
+/// One container to stop, and how: what [`kill`] carries out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KillOrder {
+    pub container: String,
+    pub container_id: String,
+    pub pre_stop: Option<PreStop>,
+    pub ports: Vec<ContainerPort>,
+    pub grace: Duration,
+    /// Finishes a kill an earlier run of the agent began: no hook, the minimum stop grace.
+    pub resumed: bool,
 }
 
 /// A failed stop. Transient means the runtime went away mid-call: whether the container was
@@ -100,7 +49,7 @@ pub async fn kill(
     mut claim: StopClaim,
     pod_ip: Option<&str>,
 ) -> Result<KillOutcome, KillError> {
-    debug_assert_eq!(claim.container_id, order.container_id);
+    debug_assert_eq!(claim.container_id(), order.container_id);
     let started = Instant::now();
     let pre_stop_failure = match &order.pre_stop {
         None => None,
@@ -133,7 +82,7 @@ pub async fn kill(
             transient: e.is_transient(),
             message: format!("stopping container {}: {e}", order.container),
         })?;
-    claim.stopped = true;
+    claim.mark_stopped();
     Ok(KillOutcome {
         pre_stop_failure,
         pre_stop_took,
@@ -288,35 +237,6 @@ async fn http_get(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_container_is_claimed_by_one_kill_at_a_time_and_never_after_its_stop() {
-        let gate = StopGate::default();
-        let first = gate.claim("a").expect("free");
-        assert!(gate.claim("a").is_none(), "held by the first kill");
-        assert!(
-            gate.claim("b").is_some(),
-            "other containers are independent"
-        );
-        drop(first);
-        // A kill that did not stop the container (the runtime went away) leaves it claimable.
-        let mut second = gate.claim("a").expect("released without a stop");
-        second.stopped = true;
-        drop(second);
-        assert!(gate.claim("a").is_none(), "stopped for good");
-    }
-
-    #[test]
-    fn the_gate_forgets_only_the_oldest_stops() {
-        let gate = StopGate::default();
-        for n in 0..=REMEMBERED_STOPS {
-            let mut claim = gate.claim(&n.to_string()).expect("free");
-            claim.stopped = true;
-        }
-        assert!(gate.claim("0").is_some(), "the oldest is forgotten");
-        assert!(gate.claim("1").is_none());
-        assert!(gate.claim(&REMEMBERED_STOPS.to_string()).is_none());
-    }
 
     #[test]
     fn ports_resolve_by_number_or_name() {

@@ -26,7 +26,11 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KillIntent {
-    pub crr_uid: String,
+    /// What the kill is for, unique per restarter: a ContainerRecreateRequest's UID, or an env
+    /// restart's `env:<pod uid>:<expected hash>:<restart count>`. Written as `crr_uid`, the name
+    /// journals written before env restarts shared this type carry.
+    #[serde(rename = "crr_uid")]
+    pub key: String,
     pub container: String,
     /// The runtime's container ID (without the `runtime://` prefix).
     pub container_id: String,
@@ -197,11 +201,11 @@ impl KillJournal {
     }
 
     /// The latest intent for a request's container.
-    pub fn find(&self, crr_uid: &str, container: &str) -> Option<&KillIntent> {
+    pub fn find(&self, key: &str, container: &str) -> Option<&KillIntent> {
         self.entries
             .iter()
             .rev()
-            .find(|e| e.crr_uid == crr_uid && e.container == container)
+            .find(|e| e.key == key && e.container == container)
     }
 
     /// Every intent recorded, oldest first.
@@ -284,12 +288,22 @@ mod tests {
 
     fn intent(crr: &str, container: &str) -> KillIntent {
         KillIntent {
-            crr_uid: crr.into(),
+            key: crr.into(),
             container: container.into(),
             container_id: format!("{container}-id"),
             started_ms: 1,
             grace_ms: 2,
         }
+    }
+
+    /// Journals written by earlier releases name the key `crr_uid`: an upgraded agent must
+    /// still find the kills they record, and write lines an older agent can read back.
+    #[test]
+    fn the_line_format_is_that_of_earlier_releases() {
+        let line = r#"{"crr_uid":"env:u1:abc:0","container":"app","container_id":"c1","started_ms":5,"grace_ms":30000}"#;
+        let read: KillIntent = serde_json::from_str(line).unwrap();
+        assert_eq!(read.key, "env:u1:abc:0");
+        assert_eq!(serde_json::to_string(&read).unwrap(), line);
     }
 
     #[test]
@@ -353,7 +367,7 @@ mod tests {
         let mut journal = KillJournal::open(dir.path()).unwrap();
         journal.record(intent("r1", "a")).unwrap().sync().unwrap();
         journal.record(intent("r2", "a")).unwrap().sync().unwrap();
-        journal.retain(|e| e.crr_uid == "r2").unwrap();
+        journal.retain(|e| e.key == "r2").unwrap();
         journal.record(intent("r3", "a")).unwrap().sync().unwrap();
         let reopened = KillJournal::open(dir.path()).unwrap();
         assert!(reopened.find("r1", "a").is_none());
@@ -383,7 +397,7 @@ mod tests {
         let (mut journal, result) = journal
             .retain_off_runtime(|e| {
                 std::thread::sleep(std::time::Duration::from_millis(150));
-                e.crr_uid == "r2"
+                e.key == "r2"
             })
             .await
             .expect("the compaction thread ends");

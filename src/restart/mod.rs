@@ -1,0 +1,22 @@
+//! The restart machinery every restarter shares (ContainerRecreateRequests, env-from-metadata
+//! restarts): the kill itself (preStop within the grace, then StopContainer), the journal that
+//! keeps "at most one kill" true across agent restarts, the gate that keeps two restarters from
+//! stopping one container, and the ledger that tells the metrics who killed a container.
+//!
+//! A restarter takes the gate and the ledger as required arguments (the agent makes one of each),
+//! keeps a journal of its own, and calls [`kill`] with a claim from the gate.
+
+mod gate;
+mod hook;
+mod journal;
+mod kill;
+mod ledger;
+
+pub use gate::{StopClaim, StopGate};
+pub use hook::{
+    ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, ExecAction, HttpGetAction, HttpHeader,
+    IntOrString, MIN_STOP_GRACE_SECONDS, PreStop, SleepAction, TcpSocketAction,
+};
+pub use journal::{JournalError, KillIntent, KillJournal, Unsynced};
+pub use kill::{KillError, KillOrder, KillOutcome, kill};
+pub use ledger::KillLedger;
