@@ -1,32 +1,28 @@
 //! The agent's view of the Kubernetes API: a client built from a kubeconfig or the in-cluster
-//! configuration, with request metrics and a client-side rate limit, and reflectors for the pods
-//! bound to this node and for the node object itself.
+//! configuration, with request metrics and a client-side rate limit, and the credential checks
+//! around it; the watches (pods, node, request objects) are in `watches`.
 
 mod cached_pod;
 pub mod events;
 mod layer;
+pub mod request;
 pub mod status;
+mod watches;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use ::kube::Client;
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
-use ::kube::runtime::reflector::{self, Store};
-use ::kube::runtime::{WatchStreamExt, watcher};
-use ::kube::{Api, Client};
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
-use tokio::sync::watch;
 
-use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::resize::resources::Resources;
 pub use cached_pod::{
     CachedContainer, CachedContainerStatus, CachedPod, CachedPodSpec, CachedPodStatus,
 };
 pub use layer::ApiLayer;
+pub use watches::{
+    NodeObject, NodePods, Watched, WatchedRequests, watch_node, watch_node_pods, watch_requests,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {
@@ -197,239 +193,6 @@ impl CredentialStamps {
     }
 }
 
-/// The pods bound to this node, kept current by a watch; `changes` ticks on every change.
-#[derive(Clone)]
-pub struct NodePods {
-    pub store: Store<CachedPod>,
-    pub changes: watch::Receiver<u64>,
-}
-
-/// The node object (for the kubelet's version), kept current by a watch; `changes` ticks on
-/// every change.
-#[derive(Clone)]
-pub struct NodeObject {
-    pub store: Store<Node>,
-    pub changes: watch::Receiver<u64>,
-}
-
-impl NodeObject {
-    /// The kubelet version the node reports in `status.nodeInfo.kubeletVersion`.
-    pub fn kubelet_version(&self) -> Option<String> {
-        let nodes = self.store.state();
-        let node = nodes.first()?;
-        let version = node
-            .status
-            .as_ref()?
-            .node_info
-            .as_ref()?
-            .kubelet_version
-            .clone();
-        (!version.is_empty()).then_some(version)
-    }
-
-    /// `status.allocatable` cpu and memory, in the request fields of [`Resources`]; a value
-    /// that is missing or cannot be read is left unset (and so not checked).
-    pub fn allocatable(&self) -> Option<Resources> {
-        let nodes = self.store.state();
-        let allocatable = nodes.first()?.status.as_ref()?.allocatable.as_ref()?;
-        let mut resources = Resources::default();
-        for key in ["cpu", "memory"] {
-            let Some(quantity) = allocatable.get(key) else {
-                continue;
-            };
-            let one = serde_json::json!({ "requests": { key: quantity } });
-            match Resources::from_requirements(&one) {
-                Ok(r) => {
-                    resources.cpu_request = resources.cpu_request.or(r.cpu_request);
-                    resources.memory_request = resources.memory_request.or(r.memory_request);
-                }
-                // Read on every pass of the main loop: debug, not a warning each second.
-                Err(err) => {
-                    tracing::debug!(error = %err, "the node's allocatable {key} cannot be read")
-                }
-            }
-        }
-        Some(resources)
-    }
-}
-
-/// Starts watching the pods whose `spec.nodeName` is `node_name`. The initial list may be served
-/// from the API server's watch cache (resourceVersion "0"): on a fleet of thousands of nodes
-/// that keeps the agents off etcd. The watch backs off on errors, resumes from its last
-/// resourceVersion, and relists on 410 Gone; the store survives all of it.
-pub fn watch_node_pods(
-    client: Client,
-    node_name: &str,
-    metrics: Metrics,
-    health: Health,
-    startup_jitter: Duration,
-) -> (NodePods, impl Future<Output = ()> + Send + 'static) {
-    let (reader, writer) = reflector::store();
-    let (tick, changes) = watch::channel(0u64);
-    let mut config = watcher::Config::default()
-        .fields(&format!("spec.nodeName={node_name}"))
-        .any_semantic();
-    // kube-rs drops resourceVersion=0 from paged lists; one node's pods fit in one page.
-    config.page_size = None;
-    // Decoded straight into the cache's lean form: a full pod is never built.
-    let api: Api<CachedPod> = Api::all(client);
-    let stream = relist_promptly(watcher(api, config)).reflect(writer);
-    let task = drive(
-        stream,
-        "pods",
-        metrics,
-        health,
-        startup_jitter,
-        Arc::new(tick),
-    );
-    (
-        NodePods {
-            store: reader,
-            changes,
-        },
-        task,
-    )
-}
-
-/// Starts watching this node's own Node object.
-pub fn watch_node(
-    client: Client,
-    node_name: &str,
-    metrics: Metrics,
-    health: Health,
-) -> (NodeObject, impl Future<Output = ()> + Send + 'static) {
-    let (reader, writer) = reflector::store();
-    let (tick, changes) = watch::channel(0u64);
-    let mut config = watcher::Config::default()
-        .fields(&format!("metadata.name={node_name}"))
-        .any_semantic();
-    config.page_size = None;
-    let api: Api<Node> = Api::all(client);
-    let stream = relist_promptly(watcher(api, config)).reflect(writer);
-    let task = drive(
-        stream,
-        "nodes",
-        metrics,
-        health,
-        Duration::ZERO,
-        Arc::new(tick),
-    );
-    (
-        NodeObject {
-            store: reader,
-            changes,
-        },
-        task,
-    )
-}
-
-/// The watcher's default backoff, except that a 410 Gone (the watch's resourceVersion expired:
-/// relist) starts it over. A 410 is the API server answering, typically its first answer after
-/// an outage; before, it cost one more step of a backoff grown to 30 s during the outage, so
-/// the cache followed the API again up to a minute after the server was back. A 410 in a loop
-/// still waits the first step (800 ms, jittered) each time.
-struct RelistBackoff {
-    inner: watcher::DefaultBackoff,
-    expired: Arc<AtomicBool>,
-}
-
-impl Iterator for RelistBackoff {
-    type Item = Duration;
-    fn next(&mut self) -> Option<Duration> {
-        if self.expired.swap(false, Ordering::Relaxed) {
-            ::kube::runtime::utils::Backoff::reset(&mut self.inner);
-        }
-        self.inner.next()
-    }
-}
-
-impl ::kube::runtime::utils::Backoff for RelistBackoff {
-    fn reset(&mut self) {
-        ::kube::runtime::utils::Backoff::reset(&mut self.inner);
-    }
-}
-
-/// `stream` with [`RelistBackoff`].
-fn relist_promptly<K>(
-    stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
-) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send {
-    let expired = Arc::new(AtomicBool::new(false));
-    let seen = expired.clone();
-    // Runs on each item before the backoff layer sees it.
-    let stream = stream.inspect(move |item| {
-        if matches!(item, Err(watcher::Error::WatchError(status)) if status.code == 410) {
-            seen.store(true, Ordering::Relaxed);
-        }
-    });
-    stream.backoff(RelistBackoff {
-        inner: watcher::DefaultBackoff::default(),
-        expired,
-    })
-}
-
-/// A watch failing without a success in between for this long makes the agent unready: its
-/// cache, and every decision taken from it, no longer follows the API.
-const WATCH_FAILING_UNREADY: Duration = Duration::from_secs(60);
-
-/// No error for this long after errors: the watch works again.
-const WATCH_QUIET_AFTER_ERRORS: Duration = Duration::from_secs(45);
-
-async fn drive<S, K>(
-    stream: S,
-    resource: &'static str,
-    metrics: Metrics,
-    health: Health,
-    startup_jitter: Duration,
-    tick: Arc<watch::Sender<u64>>,
-) where
-    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
-{
-    let key = match resource {
-        "pods" => "pods watch",
-        _ => "node watch",
-    };
-    if !startup_jitter.is_zero() {
-        tokio::time::sleep(startup_jitter.mul_f64(rand::random_range(0.0..1.0))).await;
-    }
-    let mut stream = std::pin::pin!(stream);
-    let mut failing_since: Option<tokio::time::Instant> = None;
-    loop {
-        // A watch that works again is quiet on a quiet node: no error for longer than the
-        // watcher's longest backoff (30 s) means it works.
-        let next = match failing_since {
-            Some(_) => match tokio::time::timeout(WATCH_QUIET_AFTER_ERRORS, stream.next()).await {
-                Ok(next) => next,
-                Err(_) => {
-                    failing_since = None;
-                    health.set(key, Ok(()));
-                    continue;
-                }
-            },
-            None => stream.next().await,
-        };
-        let Some(item) = next else { break };
-        match item {
-            Ok(_) => {
-                if failing_since.take().is_some() {
-                    health.set(key, Ok(()));
-                }
-                tick.send_modify(|n| *n = n.wrapping_add(1));
-            }
-            Err(err) => {
-                metrics.count_watch_restart(resource);
-                tracing::warn!(resource, error = %err, "watch failed; backing off and resuming");
-                let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
-                if since.elapsed() >= WATCH_FAILING_UNREADY {
-                    health.set(
-                        key,
-                        Err(format!("failing for {}s: {err}", since.elapsed().as_secs())),
-                    );
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,91 +236,6 @@ mod tests {
                 dir.path().join("a.key")
             ]
         );
-    }
-
-    /// The scripted watch: an error, 50 s of quiet (it works again), then errors every 20 s for
-    /// 80 s, then quiet again.
-    #[tokio::test(start_paused = true)]
-    async fn a_watch_failing_for_a_minute_makes_the_agent_unready_until_it_recovers() {
-        let health = Health::new(crate::systemd::Heartbeat::default());
-        let (tick, changes) = watch::channel(0u64);
-        // (seconds before the item, whether it is an error)
-        let script: Vec<(u64, bool)> = vec![
-            (1, false),
-            (10, true),
-            (50, true),
-            (20, true),
-            (20, true),
-            (20, true),
-            (120, false),
-        ];
-        let stream = futures::stream::unfold(script.into_iter(), |mut script| async move {
-            let (wait, error) = script.next()?;
-            tokio::time::sleep(Duration::from_secs(wait)).await;
-            let item = if error {
-                Err(watcher::Error::NoResourceVersion)
-            } else {
-                Ok(watcher::Event::<CachedPod>::InitDone)
-            };
-            Some((item, script))
-        });
-        let seen = health.clone();
-        let reasons = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let log = reasons.clone();
-        let watch_reasons = tokio::spawn(async move {
-            let mut subscribed = seen.subscribe();
-            while subscribed.changed().await.is_ok() {
-                log.lock().expect("log").push(seen.unready_reasons());
-            }
-        });
-        drive(
-            stream,
-            "pods",
-            Metrics::new(),
-            health.clone(),
-            Duration::ZERO,
-            Arc::new(tick),
-        )
-        .await;
-        tokio::task::yield_now().await;
-        watch_reasons.abort();
-        let reasons = reasons.lock().expect("log").clone();
-        // The lone error at 11 s is forgotten after 45 s of quiet; the errors from 61 s on make
-        // the agent unready at 121 s (failing for 60 s), and 45 s of quiet after the last one
-        // ready again, before the event at 241 s.
-        let unready: Vec<&Vec<String>> = reasons.iter().filter(|r| !r.is_empty()).collect();
-        assert_eq!(unready.len(), 1, "{reasons:?}");
-        assert!(
-            unready[0][0].starts_with("pods watch: failing for 60s"),
-            "{reasons:?}"
-        );
-        assert!(reasons.last().is_some_and(Vec::is_empty), "{reasons:?}");
-        assert!(health.unready_reasons().is_empty());
-        assert_eq!(*changes.borrow(), 2, "the events counted");
-    }
-
-    /// A 410 starts the backoff over; other errors keep growing it.
-    #[test]
-    fn an_expired_watch_relists_after_the_first_backoff_step() {
-        let expired = Arc::new(AtomicBool::new(false));
-        let mut backoff = RelistBackoff {
-            inner: watcher::DefaultBackoff::default(),
-            expired: expired.clone(),
-        };
-        let first = backoff.next().expect("a delay");
-        let grown = (0..6)
-            .filter_map(|_| backoff.next())
-            .last()
-            .expect("a delay");
-        assert!(grown >= Duration::from_secs(10), "{first:?} then {grown:?}");
-        expired.store(true, Ordering::Relaxed);
-        let after_expiry = backoff.next().expect("a delay");
-        assert!(
-            after_expiry <= first.max(Duration::from_secs(2)),
-            "{after_expiry:?}"
-        );
-        let next = backoff.next().expect("a delay");
-        assert!(next < grown, "it grows again from the start: {next:?}");
     }
 
     #[test]

@@ -7,10 +7,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use ::kube::runtime::reflector::{self, Store};
-use ::kube::runtime::{WatchStreamExt, watcher};
-use futures::StreamExt;
+use ::kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use ::kube::runtime::watcher;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{mpsc, watch};
 
@@ -19,7 +17,9 @@ use super::plan::{self, Facts, PodFacts, RuntimeFacts};
 use crate::cri::CriClient;
 use crate::health::Health;
 use crate::kube::events::PodEvents;
+use crate::kube::request::pod_group;
 use crate::kube::status::{ObjectRef, StatusWriter};
+use crate::kube::{Watched, WatchedRequests};
 use crate::metrics::Metrics;
 use crate::nodeview::Trigger;
 use crate::nodeview::{NodeView, PodView, RuntimeState};
@@ -53,6 +53,14 @@ pub fn crr_resource() -> ApiResource {
 
 const HEALTH_KEY: &str = "recreate";
 
+const WATCHED: Watched = Watched {
+    resource: "containerrecreaterequests",
+    health_key: "ContainerRecreateRequests watch",
+    when_not_served: Some(
+        "the API server does not serve ContainerRecreateRequests (OpenKruise's CRD is not installed): none will be handled until it is",
+    ),
+};
+
 /// Runs until `shutdown` turns true; then starts no new kill and returns once the kills under
 /// way have finished.
 pub async fn run(
@@ -66,45 +74,28 @@ pub async fn run(
 ) {
     let ledger = config.ledger.clone();
     let resource = crr_resource();
-    let writer = reflector::store::Writer::new(resource.clone());
-    let store: Store<DynamicObject> = writer.as_reader();
     let selector = format!(
         "{}={},{}=true",
         crr::LABEL_NODE_NAME,
         config.node_name,
         crr::LABEL_ACTIVE
     );
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let (changed_tx, mut changed) = watch::channel(0u64);
-    let watch_metrics = metrics.clone();
     let first_seen = FirstSeen::default();
     let seen_by_watch = first_seen.clone();
-    let crr_watch = tokio::spawn(async move {
-        let stream = watcher(api, watcher::Config::default().labels(&selector))
-            .default_backoff()
-            .reflect(writer);
-        let mut stream = std::pin::pin!(stream);
-        let mut failing = false;
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(event) => {
-                    seen_by_watch.note(&event);
-                    if failing {
-                        tracing::info!("watching ContainerRecreateRequests again");
-                    }
-                    failing = false;
-                    changed_tx.send_modify(|n| *n = n.wrapping_add(1));
-                }
-                Err(err) => {
-                    watch_metrics.count_watch_restart("containerrecreaterequests");
-                    if !failing {
-                        tracing::warn!(error = %err, "watching ContainerRecreateRequests failed (is OpenKruise's CRD installed?); retrying");
-                    }
-                    failing = true;
-                }
-            }
-        }
-    });
+    let (requests, watch_task) = crate::kube::watch_requests(
+        client.clone(),
+        &resource,
+        &selector,
+        WATCHED,
+        metrics.clone(),
+        health.clone(),
+        move |event| seen_by_watch.note(event),
+    );
+    let crr_watch = tokio::spawn(watch_task);
+    let WatchedRequests {
+        store,
+        changes: mut changed,
+    } = requests;
 
     let mut controller = Controller {
         statuses: StatusWriter::new(
@@ -294,10 +285,7 @@ impl Controller {
 
         let mut requests = Vec::new();
         for object in objects {
-            match serde_json::to_value(object.as_ref())
-                .map_err(|e| e.to_string())
-                .and_then(|v| Crr::from_object(&v))
-            {
+            match Crr::from_object(object) {
                 Ok(request) => requests.push(request),
                 Err(err) => {
                     tracing::warn!(error = %err, "ignoring a ContainerRecreateRequest without identity")
@@ -307,12 +295,13 @@ impl Controller {
         // Group by pod; a request whose spec cannot be read is decided alone.
         let mut by_pod: BTreeMap<(String, String), Vec<&Crr>> = BTreeMap::new();
         for request in &requests {
-            let pod = match &request.spec {
-                Ok(spec) => spec.pod_name.clone(),
-                Err(_) => format!("\0invalid/{}", request.uid),
-            };
             by_pod
-                .entry((request.namespace.clone(), pod))
+                .entry(pod_group(
+                    &request.namespace,
+                    &request.uid,
+                    &request.spec,
+                    |s| &s.pod_name,
+                ))
                 .or_default()
                 .push(request);
         }

@@ -4,9 +4,11 @@
 
 use std::collections::BTreeMap;
 
+use ::kube::api::DynamicObject;
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::kube::request::{self, Decoded};
 use crate::restart::{ContainerPort, PreStop};
 
 pub const GROUP: &str = "apps.kruise.io";
@@ -174,43 +176,17 @@ pub struct Crr {
 impl Crr {
     /// Decodes an object from the API. Only identity is required; a bad spec is kept as its
     /// error so that it can be reported on the object's status.
-    pub fn from_object(object: &serde_json::Value) -> Result<Crr, String> {
-        let meta = object.get("metadata").ok_or("no metadata")?;
-        let text = |v: &serde_json::Value, key: &str| {
-            v.get(key).and_then(|x| x.as_str()).map(str::to_owned)
-        };
-        let name = text(meta, "name").ok_or("no metadata.name")?;
-        let namespace = text(meta, "namespace").ok_or("no metadata.namespace")?;
-        let uid = text(meta, "uid").ok_or("no metadata.uid")?;
-        let map = |key: &str| -> BTreeMap<String, String> {
-            meta.get(key)
-                .and_then(|m| m.as_object())
-                .map(|m| {
-                    m.iter()
-                        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let spec = match object.get("spec") {
-            None => Err("the request has no spec".to_string()),
-            Some(spec) => serde_json::from_value::<CrrSpec>(spec.clone())
-                .map_err(|e| format!("invalid spec: {e}"))
-                .and_then(validate),
-        };
-        let status = object
-            .get("status")
-            .and_then(|s| serde_json::from_value::<CrrStatus>(s.clone()).ok())
-            .unwrap_or_default();
+    pub fn from_object(object: &DynamicObject) -> Result<Crr, String> {
+        let Decoded { meta, spec, status } = request::decode(object, validate)?;
         Ok(Crr {
-            resource_version: text(meta, "resourceVersion"),
-            created_at: text(meta, "creationTimestamp").and_then(|t| t.parse().ok()),
-            deleting: meta.get("deletionTimestamp").is_some_and(|t| !t.is_null()),
-            labels: map("labels"),
-            annotations: map("annotations"),
-            namespace,
-            name,
-            uid,
+            namespace: meta.namespace,
+            name: meta.name,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            created_at: meta.created_at,
+            deleting: meta.deleting,
+            labels: meta.labels,
+            annotations: meta.annotations,
             spec,
             status,
         })
@@ -285,6 +261,10 @@ fn validate(spec: CrrSpec) -> Result<CrrSpec, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn decode_crr(json: serde_json::Value) -> Result<Crr, String> {
+        Crr::from_object(&request::object_from_json(json)?)
+    }
     use serde_json::json;
 
     fn object(spec: serde_json::Value) -> serde_json::Value {
@@ -296,7 +276,7 @@ mod tests {
 
     #[test]
     fn decodes_the_kruise_shape() {
-        let crr = Crr::from_object(&object(json!({
+        let crr = decode_crr(object(json!({
             "podName": "web-0",
             "containers": [{"name": "app", "preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 1"]}},
                             "ports": [{"name": "http", "containerPort": 80}],
@@ -379,10 +359,10 @@ mod tests {
             ),
         ];
         for (spec, expected) in cases {
-            let crr = Crr::from_object(&object(spec.clone())).unwrap();
+            let crr = decode_crr(object(spec.clone())).unwrap();
             let err = crr.spec.unwrap_err();
             assert!(err.contains(expected), "{spec}: {err}");
         }
-        assert!(Crr::from_object(&json!({"spec": {}})).is_err());
+        assert!(decode_crr(json!({"spec": {}})).is_err());
     }
 }

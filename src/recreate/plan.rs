@@ -370,6 +370,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn decode_crr(json: serde_json::Value) -> Result<Crr, String> {
+        Crr::from_object(&crate::kube::request::object_from_json(json)?)
+    }
+
     const NOW: &str = "2026-11-22T10:00:00Z";
 
     fn now() -> Timestamp {
@@ -381,7 +385,7 @@ mod tests {
         status: serde_json::Value,
         annotations: serde_json::Value,
     ) -> Crr {
-        Crr::from_object(&json!({
+        decode_crr(json!({
             "metadata": {"name": "r", "namespace": "ns", "uid": "crr-1", "creationTimestamp": "2026-11-22T09:59:00Z",
                          "labels": {LABEL_POD_UID: "pod-1"}, "annotations": annotations},
             "spec": spec, "status": status
@@ -645,7 +649,7 @@ mod tests {
     /// recreated already because it restarted some time before.
     #[test]
     fn requests_made_past_the_webhook() {
-        let unlabelled = Crr::from_object(&json!({
+        let unlabelled = decode_crr(json!({
             "metadata": {"name": "r", "namespace": "ns", "uid": "crr-1", "creationTimestamp": "2026-11-22T09:59:00Z"},
             "spec": one_container(json!({})), "status": {}
         }))

@@ -157,8 +157,7 @@ async fn follow(api: &Api<DynamicObject>, name: &str) -> anyhow::Result<ResizePh
         let Some(object) = event? else {
             anyhow::bail!("{name} was deleted before it finished");
         };
-        let request = ResizeRequest::from_object(&serde_json::to_value(&object)?)
-            .map_err(|e| anyhow::anyhow!(e))?;
+        let request = ResizeRequest::from_object(&object).map_err(|e| anyhow::anyhow!(e))?;
         let status = &request.status;
         let line = format!(
             "{}{}{}",

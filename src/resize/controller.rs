@@ -9,9 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ::kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
-use ::kube::runtime::reflector::{self, Store};
-use ::kube::runtime::{WatchStreamExt, watcher};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::LimitRange;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
@@ -27,7 +24,9 @@ use super::through_kubelet::{self, ActuatorSetting, KubeletResizeApi, Progress};
 use crate::cri::CriClient;
 use crate::health::Health;
 use crate::kube::events::PodEvents;
+use crate::kube::request::pod_group;
 use crate::kube::status::{ObjectRef, StatusWriter};
+use crate::kube::{Watched, WatchedRequests};
 use crate::metrics::Metrics;
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 
@@ -50,6 +49,14 @@ pub fn resize_resource() -> ApiResource {
 
 const HEALTH_KEY: &str = "resize";
 
+const WATCHED: Watched = Watched {
+    resource: "containerresizerequests",
+    health_key: "ContainerResizeRequests watch",
+    when_not_served: Some(
+        "the API server does not serve ContainerResizeRequests (apply crd-containerresizerequests.yaml): none will be handled until it is",
+    ),
+};
+
 /// How a `cri` resize ended, reported back to the loop.
 struct CriDone {
     uid: String,
@@ -68,37 +75,21 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let resource = resize_resource();
-    let writer = reflector::store::Writer::new(resource.clone());
-    let store: Store<DynamicObject> = writer.as_reader();
     let selector = format!("{}={}", request::LABEL_NODE_NAME, config.node_name);
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let (changed_tx, mut changed) = watch::channel(0u64);
-    let watch_metrics = metrics.clone();
-    let watch_task = tokio::spawn(async move {
-        let stream = watcher(api, watcher::Config::default().labels(&selector))
-            .default_backoff()
-            .reflect(writer);
-        let mut stream = std::pin::pin!(stream);
-        let mut failing = false;
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(_) => {
-                    if failing {
-                        tracing::info!("watching ContainerResizeRequests again");
-                    }
-                    failing = false;
-                    changed_tx.send_modify(|n| *n = n.wrapping_add(1));
-                }
-                Err(err) => {
-                    watch_metrics.count_watch_restart("containerresizerequests");
-                    if !failing {
-                        tracing::warn!(error = %err, "watching ContainerResizeRequests failed (is the CRD installed?); retrying");
-                    }
-                    failing = true;
-                }
-            }
-        }
-    });
+    let (requests, watch) = crate::kube::watch_requests(
+        client.clone(),
+        &resource,
+        &selector,
+        WATCHED,
+        metrics.clone(),
+        health.clone(),
+        |_| {},
+    );
+    let watch_task = tokio::spawn(watch);
+    let WatchedRequests {
+        store,
+        changes: mut changed,
+    } = requests;
 
     let (done_tx, mut done_rx) = mpsc::channel::<CriDone>(64);
     let mut controller = Controller {
@@ -344,10 +335,7 @@ impl Controller {
         let mut requests = Vec::new();
         let mut present = HashSet::new();
         for object in objects {
-            match serde_json::to_value(object.as_ref())
-                .map_err(|e| e.to_string())
-                .and_then(|v| ResizeRequest::from_object(&v))
-            {
+            match ResizeRequest::from_object(object) {
                 Ok(r) => {
                     present.insert(r.uid.clone());
                     if !r.deleting && !self.deleted.contains(&r.uid) {
@@ -365,12 +353,8 @@ impl Controller {
         requests.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
         let mut by_pod: BTreeMap<(String, String), Vec<ResizeRequest>> = BTreeMap::new();
         for r in requests {
-            let pod = match &r.spec {
-                Ok(spec) => spec.pod_name.clone(),
-                Err(_) => format!("\0invalid/{}", r.uid),
-            };
             by_pod
-                .entry((r.namespace.clone(), pod))
+                .entry(pod_group(&r.namespace, &r.uid, &r.spec, |s| &s.pod_name))
                 .or_default()
                 .push(r);
         }

@@ -4,11 +4,13 @@
 
 use std::collections::BTreeMap;
 
+use ::kube::api::DynamicObject;
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::resources::Resources;
+use crate::kube::request::{self, Decoded};
 
 pub const GROUP: &str = "inplaced.io";
 pub const VERSION: &str = "v1alpha1";
@@ -176,29 +178,15 @@ pub const MAX_CONTAINERS: usize = 64;
 impl ResizeRequest {
     /// Decodes an object from the API. Only identity is required; a bad spec is kept as its
     /// error so that it can be reported on the object's status.
-    pub fn from_object(object: &Value) -> Result<ResizeRequest, String> {
-        let meta = object.get("metadata").ok_or("no metadata")?;
-        let text = |key: &str| meta.get(key).and_then(Value::as_str).map(str::to_owned);
-        let name = text("name").ok_or("no metadata.name")?;
-        let namespace = text("namespace").ok_or("no metadata.namespace")?;
-        let uid = text("uid").ok_or("no metadata.uid")?;
-        let spec = match object.get("spec") {
-            None => Err("the request has no spec".to_string()),
-            Some(spec) => serde_json::from_value::<ResizeSpec>(spec.clone())
-                .map_err(|e| format!("invalid spec: {e}"))
-                .and_then(validate),
-        };
-        let status = object
-            .get("status")
-            .and_then(|s| serde_json::from_value::<ResizeStatus>(s.clone()).ok())
-            .unwrap_or_default();
+    pub fn from_object(object: &DynamicObject) -> Result<ResizeRequest, String> {
+        let Decoded { meta, spec, status } = request::decode(object, validate)?;
         Ok(ResizeRequest {
-            generation: meta.get("generation").and_then(Value::as_i64),
-            created_at: text("creationTimestamp").and_then(|t| t.parse().ok()),
-            deleting: meta.get("deletionTimestamp").is_some_and(|t| !t.is_null()),
-            namespace,
-            name,
-            uid,
+            generation: meta.generation,
+            created_at: meta.created_at,
+            deleting: meta.deleting,
+            namespace: meta.namespace,
+            name: meta.name,
+            uid: meta.uid,
             spec,
             status,
         })
@@ -313,6 +301,10 @@ fn validate(spec: ResizeSpec) -> Result<ResizeSpec, String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn decode_request(json: Value) -> Result<ResizeRequest, String> {
+        ResizeRequest::from_object(&crate::kube::request::object_from_json(json)?)
+    }
 
     /// Where `value` breaks the CRD's structural schema: a field the real API server would
     /// prune (then the agent's "already written" comparison never holds and it writes on every
@@ -434,7 +426,7 @@ mod tests {
     }
 
     fn spec_error(spec: Value) -> String {
-        match ResizeRequest::from_object(&object(spec)) {
+        match decode_request(object(spec)) {
             Ok(request) => match request.spec {
                 Ok(spec) => panic!("accepted: {spec:?}"),
                 Err(err) => err,
@@ -445,7 +437,7 @@ mod tests {
 
     #[test]
     fn decodes_a_request() {
-        let request = ResizeRequest::from_object(&object(json!({
+        let request = decode_request(object(json!({
             "podName": "web",
             "podUID": "p1",
             "containers": [{"name": "main", "resources": {"limits": {"cpu": "500m", "memory": "128Mi"}}}],
@@ -501,8 +493,8 @@ mod tests {
 
     #[test]
     fn identity_is_required() {
-        assert!(ResizeRequest::from_object(&json!({"metadata": {"name": "x"}})).is_err());
-        let no_spec = ResizeRequest::from_object(&json!({
+        assert!(decode_request(json!({"metadata": {"name": "x"}})).is_err());
+        let no_spec = decode_request(json!({
             "metadata": {"name": "x", "namespace": "n", "uid": "u"}}))
         .expect("identity");
         assert_eq!(
