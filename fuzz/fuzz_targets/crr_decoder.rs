@@ -15,7 +15,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     // The watch hands the agent API objects: what does not parse as one never reaches it.
-    let Ok(object) = serde_json::from_slice::<::kube::api::DynamicObject>(data) else {
+    let Ok(object) = serde_json::from_slice::<kube::core::DynamicObject>(data) else {
         return;
     };
     let Ok(request) = Crr::from_object(&object) else {
@@ -27,6 +27,7 @@ fuzz_target!(|data: &[u8]| {
         running: true,
         restart_count: restarts,
         started_at: Some(Timestamp::UNIX_EPOCH),
+        ready_in_pod_status: true,
     };
     let pod = PodFacts {
         uid: request.labels.get("crr.apps.kruise.io/pod-uid").cloned().unwrap_or_default(),

@@ -13,7 +13,7 @@ use serde_json::json;
 
 fuzz_target!(|data: &[u8]| {
     // The watch hands the agent API objects: what does not parse as one never reaches it.
-    let Ok(object) = serde_json::from_slice::<::kube::api::DynamicObject>(data) else {
+    let Ok(object) = serde_json::from_slice::<kube::core::DynamicObject>(data) else {
         return;
     };
     let Ok(request) = ResizeRequest::from_object(&object) else {

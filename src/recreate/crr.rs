@@ -1,6 +1,6 @@
 //! The ContainerRecreateRequest (apps.kruise.io/v1alpha1) as the node agent reads and writes it.
-//! Objects arrive as JSON and are decoded one by one, so a malformed CRR is reported on its own
-//! status instead of breaking the watch for every other CRR.
+//! Objects are decoded one by one (`kube::request::decode`), so a malformed CRR is reported on
+//! its own status instead of breaking the watch for every other CRR.
 
 use std::collections::BTreeMap;
 
