@@ -18,11 +18,11 @@ use crate::hashing::KubeletVersion;
 use crate::health::Health;
 use crate::http;
 use crate::kube::{self, NodeObject, NodePods};
-use crate::metrics::{Metrics, RestartTracker};
+use crate::metrics::Metrics;
 use crate::nodeview::{self, HashCache, NodeView, RuntimeSnapshot, RuntimeTracker};
 use crate::recreate::{self, RecreateConfig};
 use crate::resize::{self, ResizeConfig};
-use crate::restart::{KillLedger, StopGate};
+use crate::restart::{KillLedger, RestartTracker, StopGate};
 use crate::systemd::{self, Heartbeat, Notifier};
 
 /// How often the main loop turns even when nothing happens (its heartbeat).

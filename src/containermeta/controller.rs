@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, watch};
 use crate::kube::CachedPod;
 use crate::kube::events::PodEvents;
 
-use super::plan::{self, RuntimeFacts};
+use super::plan::{self, RuntimeMeta};
 use crate::cri::CriClient;
 use crate::cri::labels;
 use crate::metrics::Metrics;
@@ -86,7 +86,7 @@ struct Started {
     read_at: Instant,
 }
 
-struct Controller {
+struct ContainerMetaController {
     config: ContainerMetaConfig,
     client: ::kube::Client,
     cri: CriClient,
@@ -94,7 +94,7 @@ struct Controller {
     journal: Option<KillJournal>,
     started: HashMap<String, Started>,
     /// (pod uid, container) → the expected values' hash and when that mismatch was first seen.
-    first_seen: HashMap<(String, String), (u64, Instant)>,
+    mismatch_since: HashMap<(String, String), (u64, Instant)>,
     /// Journal keys of unmatchable changes already reported.
     reported: HashSet<String>,
     /// (pod uid, container) whose env could not be decoded, already reported.
@@ -126,14 +126,14 @@ pub async fn run(
     let (written_tx, mut written_rx) = mpsc::channel(64);
     let (done_tx, mut done_rx) = mpsc::channel::<String>(64);
     let tokens = f64::from(config.restarts_per_minute);
-    let mut controller = Controller {
+    let mut controller = ContainerMetaController {
         config,
         client,
         cri,
         metrics,
         journal: None,
         started: HashMap::new(),
-        first_seen: HashMap::new(),
+        mismatch_since: HashMap::new(),
         reported: HashSet::new(),
         undecodable: HashSet::new(),
         in_flight: HashSet::new(),
@@ -177,10 +177,10 @@ const BUSY_PASS: Duration = Duration::from_millis(250);
 /// restart budget to refill.
 const IDLE_PASS: Duration = Duration::from_secs(5);
 
-impl Controller {
+impl ContainerMetaController {
     /// Every view change is a pass; between changes, passes only as often as pending work needs.
     fn next_pass(&self) -> Duration {
-        if self.first_seen.is_empty() && self.in_flight.is_empty() && self.writing.is_empty() {
+        if self.mismatch_since.is_empty() && self.in_flight.is_empty() && self.writing.is_empty() {
             IDLE_PASS
         } else {
             BUSY_PASS
@@ -196,7 +196,7 @@ impl Controller {
             .collect();
         self.started.retain(|id, _| live.contains(id.as_str()));
         let pod_uids: HashSet<&str> = view.pods.iter().map(|p| p.uid.as_str()).collect();
-        self.first_seen
+        self.mismatch_since
             .retain(|(uid, _), _| pod_uids.contains(uid.as_str()));
         self.undecodable
             .retain(|(uid, _)| pod_uids.contains(uid.as_str()));
@@ -289,7 +289,7 @@ impl Controller {
             }
             runtime.insert(
                 container.name.clone(),
-                RuntimeFacts {
+                RuntimeMeta {
                     container_id: r.container_id.clone(),
                     stored_hash: r.stored_hash.clone(),
                     stored_hash_without_resources: r.stored_hash_without_resources.clone(),
@@ -385,7 +385,7 @@ impl Controller {
         let expected_hash = fnv_of(&expected);
         let seen_key = (pod.uid.clone(), container.name.clone());
         if differs.is_empty() {
-            self.first_seen.remove(&seen_key);
+            self.mismatch_since.remove(&seen_key);
             return;
         }
         if let Some(why) = change.not_restartable {
@@ -466,7 +466,7 @@ impl Controller {
         // The settle time runs from when this change (these expected values) was first seen,
         // not from an older change to values the pod has since left and come back to.
         let seen = self
-            .first_seen
+            .mismatch_since
             .entry(seen_key)
             .or_insert((expected_hash, Instant::now()));
         if seen.0 != expected_hash {
@@ -682,9 +682,9 @@ struct Change<'a> {
 }
 
 /// How long after the `failures`-th failed write in a row the next may go: 1 s doubling to
-/// 5 min.
+/// 256 s, then 256 s.
 fn write_backoff(failures: u32) -> Duration {
-    Duration::from_secs(1u64 << failures.saturating_sub(1).min(8)).min(Duration::from_secs(300))
+    Duration::from_secs(1u64 << failures.saturating_sub(1).min(8))
 }
 
 /// A stable key for a set of expected values (FNV-1a 64 over `name=value\0`).
@@ -760,12 +760,11 @@ mod tests {
     }
 
     #[test]
-    fn failed_writes_back_off_to_five_minutes() {
+    fn failed_writes_back_off_from_one_second_to_256() {
         let backoff: Vec<u64> = (1..=11).map(|n| write_backoff(n).as_secs()).collect();
-        assert_eq!(
-            backoff,
-            [1, 2, 4, 8, 16, 32, 64, 128, 256, 256, 256].map(|s: u64| s.min(300))
-        );
+        assert_eq!(backoff, [1, 2, 4, 8, 16, 32, 64, 128, 256, 256, 256]);
+        assert_eq!(write_backoff(0), Duration::from_secs(1));
+        assert_eq!(write_backoff(u32::MAX), Duration::from_secs(256));
     }
 
     #[test]

@@ -260,7 +260,7 @@ pub const NO_ENV_HASH: u64 = 86_995_377;
 
 /// What the controller knows of one runtime container (the newest of its name).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RuntimeFacts {
+pub struct RuntimeMeta {
     /// `<runtime>://<id>`.
     pub container_id: String,
     /// `io.kubernetes.container.hash` as stored.
@@ -275,7 +275,7 @@ pub struct RuntimeFacts {
 ///
 /// Entries follow `status.containerStatuses`; a container needs a spec and a runtime container.
 /// An entry of the current annotation is reused as is when its containerID is unchanged.
-pub fn desired_meta(pod: &CachedPod, runtime: &HashMap<String, RuntimeFacts>) -> Option<MetaSet> {
+pub fn desired_meta(pod: &CachedPod, runtime: &HashMap<String, RuntimeMeta>) -> Option<MetaSet> {
     let current: Option<MetaSet> = pod
         .metadata
         .annotations
@@ -347,10 +347,7 @@ pub fn desired_meta(pod: &CachedPod, runtime: &HashMap<String, RuntimeFacts>) ->
 
 /// The annotation value to write, or None when the pod already carries it (or it cannot be
 /// decided yet).
-pub fn annotation_patch(
-    pod: &CachedPod,
-    runtime: &HashMap<String, RuntimeFacts>,
-) -> Option<String> {
+pub fn annotation_patch(pod: &CachedPod, runtime: &HashMap<String, RuntimeMeta>) -> Option<String> {
     let desired = desired_meta(pod, runtime)?.to_annotation();
     let current = pod
         .metadata
@@ -369,8 +366,8 @@ mod tests {
         serde_json::from_value(value).unwrap()
     }
 
-    fn facts(id: &str, hash: &str, env_hash: Option<u64>) -> RuntimeFacts {
-        RuntimeFacts {
+    fn facts(id: &str, hash: &str, env_hash: Option<u64>) -> RuntimeMeta {
+        RuntimeMeta {
             container_id: format!("containerd://{id}"),
             stored_hash: Some(hash.into()),
             stored_hash_without_resources: None,
@@ -403,7 +400,7 @@ mod tests {
             ("a".to_string(), facts("aa", "1a2b", Some(NO_ENV_HASH))),
             (
                 "b".to_string(),
-                RuntimeFacts {
+                RuntimeMeta {
                     stored_hash_without_resources: Some("ff".into()),
                     ..facts("bb", "c0ffee", None)
                 },

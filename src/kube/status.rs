@@ -55,7 +55,7 @@ struct Written<S> {
 }
 
 /// How a write ended.
-enum Outcome {
+enum WriteOutcome {
     /// It landed; the object's version after it.
     Landed(Option<String>),
     /// Refused with 409: the version it was decided from is no longer current.
@@ -65,7 +65,7 @@ enum Outcome {
 
 /// A finished write: the object's UID, the status, the version it was conditioned on, and
 /// how it ended.
-type WriteResult<S> = (String, S, Option<String>, Outcome);
+type WriteResult<S> = (String, S, Option<String>, WriteOutcome);
 
 /// How long a written status is trusted over the (older) one the watch still shows.
 const TRUST_WRITTEN: Duration = Duration::from_secs(5);
@@ -185,9 +185,9 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
                 Ok(_) => {}
             }
             let outcome = match result {
-                Ok(landed) => Outcome::Landed(landed.metadata.resource_version),
-                Err(::kube::Error::Api(status)) if status.code == 409 => Outcome::Outdated,
-                Err(_) => Outcome::Failed,
+                Ok(landed) => WriteOutcome::Landed(landed.metadata.resource_version),
+                Err(::kube::Error::Api(status)) if status.code == 409 => WriteOutcome::Outdated,
+                Err(_) => WriteOutcome::Failed,
             };
             let _ = results
                 .send((object.uid, status, object.resource_version, outcome))
@@ -199,7 +199,7 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
     pub async fn finished(&mut self) {
         if let Some((uid, status, based_on, outcome)) = self.results.recv().await {
             self.writing.remove(&uid);
-            if let Outcome::Landed(landed_as) = outcome {
+            if let WriteOutcome::Landed(landed_as) = outcome {
                 self.failing.remove(&uid);
                 self.outdated.remove(&uid);
                 let at = Instant::now();
@@ -213,7 +213,7 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
                     },
                 );
             } else {
-                if let (Outcome::Outdated, Some(version)) = (outcome, based_on) {
+                if let (WriteOutcome::Outdated, Some(version)) = (outcome, based_on) {
                     self.outdated.insert(uid.clone(), version);
                 }
                 let previous = self.failing.get(&uid).copied();

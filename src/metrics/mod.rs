@@ -13,9 +13,6 @@ use prometheus_client::registry::Registry;
 
 use crate::cri::CallObserver;
 
-mod restarts;
-pub use restarts::RestartTracker;
-
 /// Explicit buckets from 5 ms to 10 min: a CRI stop takes milliseconds, a kubelet restart with
 /// back-off or an image pull minutes.
 const RESTART_BUCKETS: [f64; 17] = [

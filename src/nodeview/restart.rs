@@ -1,5 +1,5 @@
 //! One in-place restart as the node view shows it (`inplaced pods`): what triggered it and how
-//! long each phase took. Measured by `metrics::RestartTracker`; kept here because the view is
+//! long each phase took. Measured by `restart::RestartTracker`; kept here because the view is
 //! what carries it, and every restarter names its trigger with [`Trigger`].
 
 use serde::{Deserialize, Serialize};

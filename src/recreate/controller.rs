@@ -97,7 +97,7 @@ pub async fn run(
         changes: mut changed,
     } = requests;
 
-    let mut controller = Controller {
+    let mut controller = RecreateController {
         statuses: StatusWriter::new(
             client.clone(),
             resource,
@@ -154,7 +154,7 @@ pub async fn run(
     }
 }
 
-struct Controller {
+struct RecreateController {
     config: RecreateConfig,
     client: ::kube::Client,
     cri: CriClient,
@@ -214,7 +214,7 @@ impl FirstSeen {
     }
 }
 
-impl Controller {
+impl RecreateController {
     fn finish(&mut self, done: KillDone) {
         if let Some(containers) = self.in_flight.get_mut(&done.crr_uid) {
             containers.remove(&done.container);

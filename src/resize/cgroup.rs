@@ -186,24 +186,24 @@ pub struct Cgroups {
 }
 
 #[derive(Clone, Copy)]
-enum Controller {
+enum CgroupController {
     Cpu,
     Memory,
 }
 
-impl Controller {
+impl CgroupController {
     fn name(self) -> &'static str {
         match self {
-            Controller::Cpu => "cpu",
-            Controller::Memory => "memory",
+            CgroupController::Cpu => "cpu",
+            CgroupController::Memory => "memory",
         }
     }
 
     /// v1 hierarchy directories that hold the controller, in the order to try.
     fn v1_dirs(self) -> &'static [&'static str] {
         match self {
-            Controller::Cpu => &["cpu", "cpu,cpuacct", "cpuacct,cpu"],
-            Controller::Memory => &["memory"],
+            CgroupController::Cpu => &["cpu", "cpu,cpuacct", "cpuacct,cpu"],
+            CgroupController::Memory => &["memory"],
         }
     }
 }
@@ -276,7 +276,7 @@ impl Cgroups {
     /// first, as the v1 kernel clamps them) and a weight as it is; on v1 a weight is written as
     /// the shares kubelet reads it as.
     pub fn write_pod_cpu(&self, parent: &str, setting: PodCpu) -> Result<(), CgroupError> {
-        let dir = self.controller_dir(Controller::Cpu, &pod_cgroup_dir(parent)?)?;
+        let dir = self.controller_dir(CgroupController::Cpu, &pod_cgroup_dir(parent)?)?;
         let result = match (self.version, setting) {
             (CgroupVersion::V1, PodCpu::Shares(shares)) => {
                 write_checked(&dir.join("cpu.shares"), &shares.to_string())
@@ -313,7 +313,7 @@ impl Cgroups {
         parent: &str,
         limit: Option<i64>,
     ) -> Result<Option<i64>, CgroupError> {
-        let dir = self.controller_dir(Controller::Memory, &pod_cgroup_dir(parent)?)?;
+        let dir = self.controller_dir(CgroupController::Memory, &pod_cgroup_dir(parent)?)?;
         let (file, text) = match (self.version, limit) {
             (CgroupVersion::V1, Some(bytes)) => ("memory.limit_in_bytes", bytes.to_string()),
             (CgroupVersion::V1, None) => ("memory.limit_in_bytes", "-1".to_owned()),
@@ -351,8 +351,8 @@ impl Cgroups {
     }
 
     fn read_values(&self, rel: &Path) -> Result<CgroupValues, CgroupError> {
-        let cpu = self.controller_dir(Controller::Cpu, rel)?;
-        let memory = self.controller_dir(Controller::Memory, rel)?;
+        let cpu = self.controller_dir(CgroupController::Cpu, rel)?;
+        let memory = self.controller_dir(CgroupController::Memory, rel)?;
         let values = match self.version {
             CgroupVersion::V1 => {
                 let (shares, quota, period) = read_v1_cpu(&cpu).map_err(CpuError::from)?;
@@ -376,7 +376,7 @@ impl Cgroups {
     }
 
     fn memory_usage(&self, rel: &Path) -> Result<u64, CgroupError> {
-        let dir = self.controller_dir(Controller::Memory, rel)?;
+        let dir = self.controller_dir(CgroupController::Memory, rel)?;
         let file = match self.version {
             CgroupVersion::V1 => "memory.usage_in_bytes",
             CgroupVersion::V2 => "memory.current",
@@ -387,7 +387,11 @@ impl Cgroups {
     }
 
     /// Where `controller`'s files of the cgroup `rel` live.
-    fn controller_dir(&self, controller: Controller, rel: &Path) -> Result<PathBuf, CgroupError> {
+    fn controller_dir(
+        &self,
+        controller: CgroupController,
+        rel: &Path,
+    ) -> Result<PathBuf, CgroupError> {
         match self.version {
             CgroupVersion::V2 => Ok(self.root.join(rel)),
             CgroupVersion::V1 => controller

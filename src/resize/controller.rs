@@ -92,7 +92,7 @@ pub async fn run(
     } = requests;
 
     let (done_tx, mut done_rx) = mpsc::channel::<CriDone>(64);
-    let mut controller = Controller {
+    let mut controller = ResizeController {
         statuses: StatusWriter::new(
             client.clone(),
             resource,
@@ -140,12 +140,12 @@ pub async fn run(
 }
 
 /// What a finished `cri` resize left for the next pass to write.
-enum Outcome {
+enum CriOutcome {
     Applied(Vec<through_cri::Applied>, bool),
     Failed(String),
 }
 
-struct Controller {
+struct ResizeController {
     config: ResizeConfig,
     client: ::kube::Client,
     cri: CriClient,
@@ -161,7 +161,7 @@ struct Controller {
     /// Requests whose `kubelet` resize the API has accepted from this agent.
     requested: HashSet<String>,
     /// Request UID → how its last `cri` resize ended.
-    outcomes: HashMap<String, Outcome>,
+    outcomes: HashMap<String, CriOutcome>,
     /// Requests deleted after their TTL (the watch may still show them).
     deleted: HashSet<String>,
     /// Statuses written that the watch does not show yet. They count over the (older) watched
@@ -299,13 +299,13 @@ fn now_text() -> String {
     Timestamp::now().to_string()
 }
 
-impl Controller {
+impl ResizeController {
     fn finish(&mut self, done: CriDone) {
         self.in_flight.remove(&done.uid);
         match done.result {
             Ok(applied) => {
                 self.outcomes
-                    .insert(done.uid, Outcome::Applied(applied, done.reapply));
+                    .insert(done.uid, CriOutcome::Applied(applied, done.reapply));
             }
             Err(err @ ResizeError::NotRunning(_)) => {
                 tracing::info!(error = %err, "the container restarted during the resize; trying again once it runs");
@@ -322,7 +322,7 @@ impl Controller {
             }
             Err(err) => {
                 self.outcomes
-                    .insert(done.uid, Outcome::Failed(err.to_string()));
+                    .insert(done.uid, CriOutcome::Failed(err.to_string()));
             }
         }
     }
@@ -641,7 +641,7 @@ impl Controller {
         let named: Vec<String> = request.desired().into_iter().map(|d| d.name).collect();
         if let Some(outcome) = self.outcomes.remove(&request.uid) {
             return match outcome {
-                Outcome::Applied(applied, _) => {
+                CriOutcome::Applied(applied, _) => {
                     let mut status = self.running_status(request, Actuator::Cri);
                     status.containers = applied
                         .iter()
@@ -672,7 +672,7 @@ impl Controller {
                         Some(Actuator::Cri),
                     );
                 }
-                Outcome::Failed(message) => {
+                CriOutcome::Failed(message) => {
                     PodEvents::new(self.client.clone(), &self.config.node_name).emit(
                         &pod.event_ref(),
                         "ResizeFailed",
@@ -731,7 +731,8 @@ impl Controller {
             Err(err) => {
                 self.health
                     .set(HEALTH_KEY, Err(format!("cannot resize through CRI: {err}")));
-                self.outcomes.insert(uid, Outcome::Failed(err.to_string()));
+                self.outcomes
+                    .insert(uid, CriOutcome::Failed(err.to_string()));
                 return;
             }
         };
@@ -866,7 +867,7 @@ impl Controller {
         let Some(newest) = succeeded.last() else {
             return;
         };
-        if let Some(Outcome::Applied(applied, true)) = self.outcomes.remove(&newest.uid) {
+        if let Some(CriOutcome::Applied(applied, true)) = self.outcomes.remove(&newest.uid) {
             self.metrics.count_resize_reapplied();
             for request in &succeeded {
                 let mut status = request.status.clone();

@@ -1,7 +1,8 @@
 //! The restart machinery every restarter shares (ContainerRecreateRequests, env-from-metadata
 //! restarts): the kill itself (preStop within the grace, then StopContainer), the journal that
 //! keeps "at most one kill" true across agent restarts, the gate that keeps two restarters from
-//! stopping one container, and the ledger that tells the metrics who killed a container.
+//! stopping one container, the ledger that records who killed a container, and the tracker that
+//! times every restart on the node from the runtime's clocks (`inplaced_restart_*` metrics).
 //!
 //! A restarter takes the gate and the ledger as required arguments (the agent makes one of each),
 //! keeps a journal of its own, and calls [`kill`] with a claim from the gate.
@@ -11,6 +12,7 @@ mod hook;
 mod journal;
 mod kill;
 mod ledger;
+mod tracker;
 
 pub use gate::{StopClaim, StopGate};
 pub use hook::{
@@ -20,3 +22,4 @@ pub use hook::{
 pub use journal::{JournalError, KillIntent, KillJournal, Unsynced};
 pub use kill::{KillError, KillOrder, KillOutcome, kill};
 pub use ledger::KillLedger;
+pub use tracker::RestartTracker;

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::Metrics;
+use super::KillLedger;
+use crate::metrics::Metrics;
 use crate::nodeview::{NodeView, RestartTiming, RuntimeSnapshot, RuntimeState, Trigger};
-use crate::restart::KillLedger;
 
 /// A readiness wait gives up after this long (result `not-ready`).
 const READY_TIMEOUT: Duration = Duration::from_secs(600);
