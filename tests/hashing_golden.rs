@@ -6,11 +6,11 @@
 
 use std::path::PathBuf;
 
-use inplaced::hashing::quantity::{Quantity, go_trim_space};
 use inplaced::hashing::{
     GoJsonEscaping, HashOptions, HashedPayload, KubeletVersion, format_hash, hash_container,
     hashed_json,
 };
+use inplaced::quantity::{Quantity, go_trim_space};
 
 fn golden_dir() -> PathBuf {
     let dir = node_sandbox::golden::golden_dir();

@@ -2,7 +2,7 @@
 //! its canonical form parses again (unless refused as too large).
 #![no_main]
 
-use inplaced::hashing::quantity::{Quantity, go_trim_space};
+use inplaced::quantity::{Quantity, go_trim_space};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

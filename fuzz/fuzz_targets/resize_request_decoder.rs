@@ -6,8 +6,9 @@
 
 use inplaced::resize::request::ResizeRequest;
 use inplaced::resize::resources::{
-    self, Resources, check_resize, cri_resources, pod_cgroup_config, qos_class,
+    self, check_resize, cri_resources, pod_cgroup_config, qos_class,
 };
+use inplaced::resources::Resources;
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 

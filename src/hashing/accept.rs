@@ -15,8 +15,8 @@
 use std::borrow::Cow;
 
 use super::json::{HIGHS, decoding_changes, string_marks, unquote};
-use super::quantity;
 use super::schema::{Kind, Schema};
+use crate::quantity;
 
 /// Nesting allowed inside an unknown field before giving up (Go allows 10000 in all; the
 /// decoder handles deeper input).

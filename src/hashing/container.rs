@@ -17,8 +17,8 @@ use super::accept::NameImage;
 use super::arena;
 use super::encode::{Encoder, Record, frag};
 use super::json::{DResult, DecodeError, Parser, PathSeg, quantity_error, unquote_into, validate};
-use super::quantity::{self, go_trim_space};
 use super::schema::{Field, I32, I64, Kind, Schema};
+use crate::quantity::{self, go_trim_space};
 
 pub type Str<'a> = &'a [u8];
 
@@ -1046,7 +1046,7 @@ fn dec_qty<'a>(p: &mut Parser<'a>, q: &mut Qty<'a>, ctx: &Ctx<'a>) -> DResult<()
             p.skip_value()?;
             return quantity_error(
                 b"<object or array>",
-                super::quantity::QuantityError::FormatWrong,
+                crate::quantity::QuantityError::FormatWrong,
                 at,
             );
         }

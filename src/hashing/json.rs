@@ -16,7 +16,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use super::quantity::QuantityError;
+use crate::quantity::QuantityError;
 
 /// Go's `maxNestingDepth`.
 pub const MAX_DEPTH: u32 = 10_000;

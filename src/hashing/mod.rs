@@ -7,7 +7,7 @@
 //! How (the facts, with their upstream sources: `docs/kubelet-hash.md` and `docs/go-json.md`):
 //! - Eras A (1.16–1.26) and B (1.27–1.30) hash `json.Marshal(container)` *after the kubelet has
 //!   decoded the pod with its own Go structs*, so this module reproduces Go's decoding
-//!   ([`json`], [`container`]) and encoding ([`encode`], [`quantity`]) exactly, per release.
+//!   ([`json`], [`container`]) and encoding ([`encode`], [`crate::quantity`]) exactly, per release.
 //!   Era C (1.31+) hashes `{"image":..,"name":..}` but still rejects what Go's decoder rejects
 //!   anywhere in the container: an accept-only reader validates it against the schema without
 //!   building anything ([`accept`], [`schema`]), and the decoder runs only for what that reader
@@ -35,7 +35,6 @@ mod json;
 mod kruise;
 #[cfg(test)]
 mod proptests;
-pub mod quantity;
 mod schema;
 mod version;
 
@@ -70,7 +69,7 @@ pub enum HashError {
     InvalidQuantity {
         path: String,
         text: String,
-        source: quantity::QuantityError,
+        source: crate::quantity::QuantityError,
     },
 }
 

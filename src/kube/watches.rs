@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use super::CachedPod;
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::resize::resources::Resources;
+use crate::resources::Resources;
 
 /// The pods bound to this node, kept current by a watch; `changes` ticks on every change.
 #[derive(Clone)]

@@ -32,7 +32,7 @@ pub struct NodeView {
     pub kubelet_version: Option<String>,
     /// The node's allocatable cpu and memory (in the request fields), when known.
     #[serde(skip)]
-    pub node_allocatable: Option<crate::resize::resources::Resources>,
+    pub node_allocatable: Option<crate::resources::Resources>,
     /// Both the API's pods and the runtime have been listed at least once.
     #[serde(default)]
     pub synced: bool,

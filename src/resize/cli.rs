@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Map, Value, json};
 
 use super::request::{self, ResizePhase, ResizeRequest};
-use super::resources::Resources;
+use crate::resources::Resources;
 
 #[derive(clap::Args, Debug)]
 pub struct ResizeArgs {

@@ -18,7 +18,7 @@ use super::cgroup::Cgroups;
 use super::request::{
     self, Actuator, ContainerPhase, ContainerResult, ResizePhase, ResizeRequest, ResizeStatus,
 };
-use super::resources::{self, InitContainer, Refusal, Resources};
+use super::resources::{self, InitContainer, Refusal};
 use super::through_cri::{self, ContainerTarget, PodTarget, ResizeError};
 use super::through_kubelet::{self, ActuatorSetting, KubeletResizeApi, Progress};
 use crate::cri::CriClient;
@@ -29,6 +29,7 @@ use crate::kube::status::{ObjectRef, StatusWriter};
 use crate::kube::{Watched, WatchedRequests};
 use crate::metrics::Metrics;
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
+use crate::resources::Resources;
 
 #[derive(Clone, Debug)]
 pub struct ResizeConfig {

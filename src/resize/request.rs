@@ -9,8 +9,8 @@ use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::resources::Resources;
 use crate::kube::request::{self, Decoded};
+use crate::resources::Resources;
 
 pub const GROUP: &str = "inplaced.io";
 pub const VERSION: &str = "v1alpha1";

@@ -11,7 +11,8 @@ use crate::cri::proto::LinuxContainerResources;
 use crate::cri::{CriClient, CriError};
 
 use super::cgroup::{CgroupError, CgroupValues, Cgroups, PodCpu, applied_memory_limit};
-use super::resources::{self, CriResources, InitContainer, PodCgroupConfig, QosClass, Resources};
+use super::resources::{self, CriResources, InitContainer, PodCgroupConfig, QosClass};
+use crate::resources::Resources;
 
 /// One container to resize: the runtime container and the resources it must end with.
 #[derive(Clone, Debug)]

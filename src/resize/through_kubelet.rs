@@ -10,8 +10,9 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use super::request::Actuator;
-use super::resources::{self, Resources};
+use super::resources;
 use crate::hashing::KubeletVersion;
+use crate::resources::Resources;
 
 /// How the agent picks an actuator (`resize-actuator` setting).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
