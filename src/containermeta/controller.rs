@@ -33,7 +33,7 @@ use super::plan::{self, RuntimeMeta};
 use crate::cri::CriClient;
 use crate::cri::labels;
 use crate::metrics::Metrics;
-use crate::nodeview::Trigger;
+use crate::metrics::{EnvRestartResult, Trigger};
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 use crate::restart::{
     self, ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillJournal, KillLedger,
@@ -393,7 +393,8 @@ impl ContainerMetaController {
                 "not-restartable:{}:{}:{expected_hash:x}",
                 pod.uid, container.name
             )) {
-                self.metrics.count_env_restart("not_restartable");
+                self.metrics
+                    .count_env_restart(EnvRestartResult::NotRestartable);
                 tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %container.name,
                     differs = %differs.join(", "), reason = why,
                     "the container's env differs from the pod's labels/annotations; not restarting it");
@@ -444,7 +445,7 @@ impl ContainerMetaController {
             // The container our kill produced still does not match: leave it alone.
             let reported = key(restart_count);
             if self.reported.insert(reported) {
-                self.metrics.count_env_restart("unmatched");
+                self.metrics.count_env_restart(EnvRestartResult::Unmatched);
                 let message = format!(
                     "container {} still runs with env {} that differs from the pod's labels/annotations after an in-place restart; not restarting it again",
                     container.name,
@@ -557,13 +558,13 @@ impl ContainerMetaController {
         tokio::spawn(async move {
             match restart::kill(&cri, &order, claim, pod_ip.as_deref()).await {
                 Ok(outcome) => {
-                    metrics.count_env_restart("success");
+                    metrics.count_env_restart(EnvRestartResult::Success);
                     if let Some(reason) = outcome.pre_stop_failure {
                         events.emit(&pod_ref, "FailedPreStopHook", reason, "Warning");
                     }
                 }
                 Err(err) => {
-                    metrics.count_env_restart("error");
+                    metrics.count_env_restart(EnvRestartResult::Error);
                     tracing::warn!(error = %err.message, "env restart: stopping the container failed");
                 }
             }

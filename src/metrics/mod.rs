@@ -13,6 +13,9 @@ use prometheus_client::registry::Registry;
 
 use crate::cri::CallObserver;
 
+mod labels;
+pub use labels::{EnvRestartResult, RestartPhase, RestartResult, Trigger};
+
 /// Explicit buckets from 5 ms to 10 min: a CRI stop takes milliseconds, a kubelet restart with
 /// back-off or an image pull minutes.
 const RESTART_BUCKETS: [f64; 17] = [
@@ -190,12 +193,17 @@ impl Metrics {
             drop(node_view_refreshes.get_or_create(&ResultLabels { result }));
             drop(runtime_meta_patches.get_or_create(&ResultLabels { result }));
         }
-        for result in ["success", "error", "unmatched", "not_restartable"] {
-            drop(env_restarts.get_or_create(&ResultLabels { result }));
+        for result in EnvRestartResult::ALL {
+            drop(env_restarts.get_or_create(&ResultLabels {
+                result: result.as_str(),
+            }));
         }
-        for trigger in ["crr", "env-change", "kubelet-update", "container-exit"] {
-            for result in ["ready", "not-ready"] {
-                drop(restarts.get_or_create(&RestartResultLabels { trigger, result }));
+        for trigger in Trigger::ALL {
+            for result in RestartResult::ALL {
+                drop(restarts.get_or_create(&RestartResultLabels {
+                    trigger: trigger.as_str(),
+                    result: result.as_str(),
+                }));
             }
         }
         for actuator in ["cri", "kubelet"] {
@@ -248,9 +256,12 @@ impl Metrics {
             .inc();
     }
 
-    pub fn observe_restart_phase(&self, trigger: &'static str, phase: &'static str, seconds: f64) {
+    pub fn observe_restart_phase(&self, trigger: Trigger, phase: RestartPhase, seconds: f64) {
         self.restart_phases
-            .get_or_create(&RestartPhaseLabels { trigger, phase })
+            .get_or_create(&RestartPhaseLabels {
+                trigger: trigger.as_str(),
+                phase: phase.as_str(),
+            })
             .observe(seconds);
     }
 
@@ -258,9 +269,12 @@ impl Metrics {
         self.crr_reactions.observe(elapsed.as_secs_f64());
     }
 
-    pub fn count_restart(&self, trigger: &'static str, result: &'static str) {
+    pub fn count_restart(&self, trigger: Trigger, result: RestartResult) {
         self.restarts
-            .get_or_create(&RestartResultLabels { trigger, result })
+            .get_or_create(&RestartResultLabels {
+                trigger: trigger.as_str(),
+                result: result.as_str(),
+            })
             .inc();
     }
 
@@ -273,10 +287,11 @@ impl Metrics {
 }
 
 impl Metrics {
-    /// `result`: success, error or unmatched.
-    pub fn count_env_restart(&self, result: &'static str) {
+    pub fn count_env_restart(&self, result: EnvRestartResult) {
         self.env_restarts
-            .get_or_create(&ResultLabels { result })
+            .get_or_create(&ResultLabels {
+                result: result.as_str(),
+            })
             .inc();
     }
 
@@ -391,9 +406,9 @@ mod dashboard_tests {
         metrics.observe_api_request("list", "pods", 200, Duration::from_millis(1));
         metrics.count_watch_restart("pods");
         metrics.count_node_view_refresh(true);
-        metrics.observe_restart_phase("crr", "total", 1.0);
-        metrics.count_restart("crr", "ready");
-        metrics.count_env_restart("success");
+        metrics.observe_restart_phase(Trigger::Crr, RestartPhase::Total, 1.0);
+        metrics.count_restart(Trigger::Crr, RestartResult::Ready);
+        metrics.count_env_restart(EnvRestartResult::Success);
         metrics.count_runtime_meta_patch(true);
         metrics.observe_resize("cri", "Succeeded", Some(0.1));
         metrics.count_resize_reapplied();

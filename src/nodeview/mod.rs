@@ -15,7 +15,7 @@ use crate::cri::labels;
 use crate::cri::proto::{Container, ContainerState, PodSandbox, PodSandboxState};
 use crate::kube::{CachedContainer, CachedPod};
 pub use hashes::{HashCache, HashCheck, UpgradeReport, UpgradeVerdict, annotate, upgrade_check};
-pub use restart::{RestartTiming, Trigger};
+pub use restart::RestartTiming;
 pub use runtime::{ContainerTimes, RuntimeSnapshot, RuntimeTracker};
 
 /// Annotation a mirror pod carries: the static pod's UID as kubelet knows it (its config hash).

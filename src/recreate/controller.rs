@@ -21,7 +21,7 @@ use crate::kube::request::pod_group;
 use crate::kube::status::{ObjectRef, StatusWriter};
 use crate::kube::{Watched, WatchedRequests};
 use crate::metrics::Metrics;
-use crate::nodeview::Trigger;
+use crate::metrics::Trigger;
 use crate::nodeview::{NodeView, PodView, RuntimeState};
 use crate::restart::{self, KillIntent, KillJournal, KillLedger, KillOrder, StopGate};
 

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::jiff::Timestamp;
 
 use super::KillLedger;
-use crate::metrics::Metrics;
-use crate::nodeview::{NodeView, RestartTiming, RuntimeSnapshot, RuntimeState, Trigger};
+use crate::metrics::{Metrics, RestartPhase, RestartResult, Trigger};
+use crate::nodeview::{NodeView, RestartTiming, RuntimeSnapshot, RuntimeState};
 
 /// A readiness wait gives up after this long (result `not-ready`).
 const READY_TIMEOUT: Duration = Duration::from_secs(600);
@@ -105,12 +105,11 @@ impl RestartTracker {
                             ..Default::default()
                         };
                         for (phase, value) in [
-                            ("stop", timing.stop_seconds),
-                            ("restart", timing.restart_seconds),
+                            (RestartPhase::Stop, timing.stop_seconds),
+                            (RestartPhase::Restart, timing.restart_seconds),
                         ] {
                             if let Some(value) = value {
-                                self.metrics
-                                    .observe_restart_phase(trigger.as_str(), phase, value);
+                                self.metrics.observe_restart_phase(trigger, phase, value);
                             }
                         }
                         // A restart still waiting for readiness was itself replaced (a crash
@@ -119,8 +118,8 @@ impl RestartTracker {
                             self.pending.insert(key.clone(), (timing, Instant::now()))
                         {
                             self.metrics.count_restart(
-                                replaced.trigger.map_or("container-exit", Trigger::as_str),
-                                "not-ready",
+                                replaced.trigger.unwrap_or(Trigger::ContainerExit),
+                                RestartResult::NotReady,
                             );
                         }
                         self.seen.insert(
@@ -156,7 +155,7 @@ impl RestartTracker {
                         .and_then(|t| t.parse::<Timestamp>().ok());
                     // One-second resolution: never before the container ran.
                     let ready = running.map_or(ready_since, |r| r.max(ready_since));
-                    let trigger = timing.trigger.map_or("container-exit", Trigger::as_str);
+                    let trigger = timing.trigger.unwrap_or(Trigger::ContainerExit);
                     timing.ready_at = Some(ready.to_string());
                     timing.ready_seconds = running.map(|r| seconds(r, ready));
                     let start = timing
@@ -166,14 +165,14 @@ impl RestartTracker {
                         .and_then(|t| t.parse::<Timestamp>().ok());
                     timing.total_seconds = start.map(|s| seconds(s, ready));
                     for (phase, value) in [
-                        ("ready", timing.ready_seconds),
-                        ("total", timing.total_seconds),
+                        (RestartPhase::Ready, timing.ready_seconds),
+                        (RestartPhase::Total, timing.total_seconds),
                     ] {
                         if let Some(value) = value {
                             self.metrics.observe_restart_phase(trigger, phase, value);
                         }
                     }
-                    self.metrics.count_restart(trigger, "ready");
+                    self.metrics.count_restart(trigger, RestartResult::Ready);
                     self.last.insert(key.clone(), timing);
                 }
                 container.last_restart = self
@@ -189,8 +188,8 @@ impl RestartTracker {
             let keep = since.elapsed() < READY_TIMEOUT && live.contains(key);
             if !keep {
                 metrics.count_restart(
-                    timing.trigger.map_or("container-exit", Trigger::as_str),
-                    "not-ready",
+                    timing.trigger.unwrap_or(Trigger::ContainerExit),
+                    RestartResult::NotReady,
                 );
             }
             keep
