@@ -819,7 +819,16 @@ async fn terminate(sh: &Shared, pod: &Value, st: &mut PodState) {
     if !st.terminated {
         let sb = lock(&sh.sandboxes).get(ids.uid).cloned();
         if let Some(sb) = sb {
-            if let Ok(runtime) = sh.list_containers(&sb.id).await {
+            // A kubelet never finishes a deletion it could not stop the containers for: when the
+            // runtime cannot list them now, the next sync tries again.
+            let runtime = match sh.list_containers(&sb.id).await {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    tracing::warn!(pod = ids.name, error = %err, "cannot list the pod's containers to stop them; trying again");
+                    return;
+                }
+            };
+            {
                 let grace = grace_period(pod);
                 let running: Vec<Container> = runtime
                     .into_values()
