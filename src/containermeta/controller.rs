@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, watch};
 use crate::kube::CachedPod;
 use crate::kube::events::PodEvents;
 
-use super::plan::{self, RuntimeMeta};
+use super::plan::{self, EnvRestart, RuntimeMeta};
 use crate::cri::CriClient;
 use crate::cri::labels;
 use crate::metrics::Metrics;
@@ -384,44 +384,60 @@ impl ContainerMetaController {
         let differs = plan::env_differences(&expected, change.env);
         let expected_hash = fnv_of(&expected);
         let seen_key = (pod.uid.clone(), container.name.clone());
-        if differs.is_empty() {
-            self.mismatch_since.remove(&seen_key);
-            return;
-        }
-        if let Some(why) = change.not_restartable {
-            if self.reported.insert(format!(
-                "not-restartable:{}:{}:{expected_hash:x}",
-                pod.uid, container.name
-            )) {
-                self.metrics
-                    .count_env_restart(EnvRestartResult::NotRestartable);
-                tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %container.name,
-                    differs = %differs.join(", "), reason = why,
-                    "the container's env differs from the pod's labels/annotations; not restarting it");
-            }
-            return;
-        }
         let restart_count = r.restart_count.unwrap_or(0);
         let key = |n: u32| format!("env:{}:{expected_hash:x}:{n}", pod.uid);
-        let journal = match self.journal_mut() {
-            Some(j) => j,
-            None => return,
+        // The journal is read only for a change that may lead to a kill; without it, no kill.
+        let (intent, previous_intent) = if differs.is_empty() || change.not_restartable.is_some() {
+            (None, None)
+        } else {
+            let Some(journal) = self.journal_mut() else {
+                return;
+            };
+            (
+                journal.find(&key(restart_count), &container.name).cloned(),
+                restart_count
+                    .checked_sub(1)
+                    .and_then(|previous| journal.find(&key(previous), &container.name))
+                    .cloned(),
+            )
         };
-        if let Some(intent) = journal.find(&key(restart_count), &container.name) {
-            // Killed (or being killed) for this change already. Only a kill an earlier run of
-            // the agent began and never finished (the container still runs well past its
-            // grace) is finished, once, with SIGKILL.
-            let overdue = intent.container_id == r.id
-                && Timestamp::now().as_millisecond()
-                    > intent
-                        .started_ms
-                        .saturating_add(intent.grace_ms)
-                        .saturating_add(5_000);
-            if overdue
-                && !self.in_flight.contains(&r.id)
-                && !self.resumed.contains(&r.id)
-                && let Some(claim) = self.config.stops.claim(&r.id)
-            {
+        let decision = plan::decide_env_restart(&plan::EnvRestartFacts {
+            differs: !differs.is_empty(),
+            not_restartable: change.not_restartable,
+            container_id: &r.id,
+            intent: intent.as_ref(),
+            previous_intent: previous_intent.as_ref(),
+            in_flight: self.in_flight.contains(&r.id),
+            resumed: self.resumed.contains(&r.id),
+            mismatch_for: self
+                .mismatch_since
+                .get(&seen_key)
+                .filter(|(hash, _)| *hash == expected_hash)
+                .map(|(_, at)| at.elapsed()),
+            settle: self.config.settle,
+            now_ms: Timestamp::now().as_millisecond(),
+        });
+        match decision {
+            EnvRestart::Matches => {
+                self.mismatch_since.remove(&seen_key);
+            }
+            EnvRestart::NotRestartable(why) => {
+                if self.reported.insert(format!(
+                    "not-restartable:{}:{}:{expected_hash:x}",
+                    pod.uid, container.name
+                )) {
+                    self.metrics
+                        .count_env_restart(EnvRestartResult::NotRestartable);
+                    tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %container.name,
+                        differs = %differs.join(", "), reason = why,
+                        "the container's env differs from the pod's labels/annotations; not restarting it");
+                }
+            }
+            EnvRestart::AlreadyKilled | EnvRestart::InFlight => {}
+            EnvRestart::ResumeOverdue => {
+                let Some(claim) = self.config.stops.claim(&r.id) else {
+                    return;
+                };
                 self.resumed.insert(r.id.clone());
                 let order = KillOrder {
                     container: container.name.clone(),
@@ -435,37 +451,43 @@ impl ContainerMetaController {
                     "an env restart of an earlier run never finished; stopping the container now");
                 self.spawn_kill(pod, order, claim, done);
             }
-            return;
-        }
-        if let Some(previous) = restart_count.checked_sub(1)
-            && journal
-                .find(&key(previous), &container.name)
-                .is_some_and(|i| i.container_id != r.id)
-        {
-            // The container our kill produced still does not match: leave it alone.
-            let reported = key(restart_count);
-            if self.reported.insert(reported) {
-                self.metrics.count_env_restart(EnvRestartResult::Unmatched);
-                let message = format!(
-                    "container {} still runs with env {} that differs from the pod's labels/annotations after an in-place restart; not restarting it again",
-                    container.name,
-                    differs.join(", ")
-                );
-                tracing::warn!(pod = %pod.name, namespace = %pod.namespace, %message);
-                PodEvents::new(self.client.clone(), &self.config.node_name).emit(
-                    &pod.event_ref(),
-                    "EnvFromMetadataUnmatched",
-                    message,
-                    "Warning",
-                );
+            EnvRestart::Unmatched => {
+                if self.reported.insert(key(restart_count)) {
+                    self.metrics.count_env_restart(EnvRestartResult::Unmatched);
+                    let message = format!(
+                        "container {} still runs with env {} that differs from the pod's labels/annotations after an in-place restart; not restarting it again",
+                        container.name,
+                        differs.join(", ")
+                    );
+                    tracing::warn!(pod = %pod.name, namespace = %pod.namespace, %message);
+                    PodEvents::new(self.client.clone(), &self.config.node_name).emit(
+                        &pod.event_ref(),
+                        "EnvFromMetadataUnmatched",
+                        message,
+                        "Warning",
+                    );
+                }
             }
-            return;
+            EnvRestart::Settling => self.note_mismatch(seen_key, expected_hash),
+            EnvRestart::Kill => {
+                self.note_mismatch(seen_key, expected_hash);
+                self.kill_for_env(
+                    pod,
+                    container,
+                    r,
+                    started,
+                    key(restart_count),
+                    &differs,
+                    done,
+                )
+                .await;
+            }
         }
-        if self.in_flight.contains(&r.id) {
-            return;
-        }
-        // The settle time runs from when this change (these expected values) was first seen,
-        // not from an older change to values the pod has since left and come back to.
+    }
+
+    /// Notes when this mismatch (these expected values) was first seen: the settle time runs
+    /// from then, not from an older change to values the pod has since left and come back to.
+    fn note_mismatch(&mut self, seen_key: (String, String), expected_hash: u64) {
         let seen = self
             .mismatch_since
             .entry(seen_key)
@@ -473,9 +495,21 @@ impl ContainerMetaController {
         if seen.0 != expected_hash {
             *seen = (expected_hash, Instant::now());
         }
-        if seen.1.elapsed() < self.config.settle {
-            return;
-        }
+    }
+
+    /// Carries out a decided env restart: the stop gate, the restart budget, a last check with
+    /// the runtime, the journal, then the kill in the background.
+    #[allow(clippy::too_many_arguments)]
+    async fn kill_for_env(
+        &mut self,
+        pod: &PodView,
+        container: &crate::nodeview::ContainerView,
+        r: &crate::nodeview::RuntimeContainer,
+        started: &Started,
+        journal_key: String,
+        differs: &[String],
+        done: &mpsc::Sender<String>,
+    ) {
         let Some(claim) = self.config.stops.claim(&r.id) else {
             tracing::debug!(pod = %pod.name, container = %container.name, id = %r.id,
                 "the container is being stopped, or was stopped, by another restarter");
@@ -503,7 +537,7 @@ impl ContainerMetaController {
             resumed: false,
         };
         let intent = KillIntent {
-            key: key(restart_count),
+            key: journal_key,
             container: container.name.clone(),
             container_id: r.id.clone(),
             started_ms: Timestamp::now().as_millisecond(),

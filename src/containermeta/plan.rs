@@ -4,12 +4,14 @@
 //! No I/O here: everything the controller learned from the API and the runtime is an input.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::EnvVar;
 use serde::{Deserialize, Serialize};
 
 use crate::hashing::{self, SIDECARSET_EXCLUDED_ENVS};
 use crate::kube::{CachedContainer, CachedPod};
+use crate::restart::KillIntent;
 
 /// The pod annotation kruise-manager reads.
 pub const META_ANNOTATION: &str = "apps.kruise.io/runtime-containers-meta";
@@ -357,10 +359,234 @@ pub fn annotation_patch(pod: &CachedPod, runtime: &HashMap<String, RuntimeMeta>)
     (current != Some(&desired)).then_some(desired)
 }
 
+/// What the env restarter knows of one container whose env comes from its pod's metadata,
+/// as plain data: the decision below is made from it alone.
+#[derive(Clone, Debug)]
+pub struct EnvRestartFacts<'a> {
+    /// The env the container started with differs from the pod's labels/annotations now.
+    pub differs: bool,
+    /// Why the kubelet would not bring the container back after a stop, if so.
+    pub not_restartable: Option<&'static str>,
+    /// The runtime's ID of the container.
+    pub container_id: &'a str,
+    /// The journal's intent for this change at the container's restart count, and at the
+    /// restart count before it.
+    pub intent: Option<&'a KillIntent>,
+    pub previous_intent: Option<&'a KillIntent>,
+    /// A kill of this container is under way.
+    pub in_flight: bool,
+    /// An earlier run's unfinished kill of this container was resumed already.
+    pub resumed: bool,
+    /// How long this very mismatch (these expected values) has been seen; None: not yet.
+    pub mismatch_for: Option<Duration>,
+    /// How long a mismatch must have been seen before the kill (`env-restart-settle`).
+    pub settle: Duration,
+    pub now_ms: i64,
+}
+
+/// What to do about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EnvRestart {
+    /// The env matches: forget any mismatch seen before.
+    Matches,
+    /// The kubelet would not start it again: report once, never stop it.
+    NotRestartable(&'static str),
+    /// Killed for this change already, and that kill is done or under way: nothing more.
+    AlreadyKilled,
+    /// An earlier run of the agent began this kill and never finished it (the container still
+    /// runs well past its grace): finish it, once, with the minimum grace.
+    ResumeOverdue,
+    /// The container our kill produced still differs: report once, leave it alone (never a
+    /// restart loop).
+    Unmatched,
+    /// A kill is under way: wait for it.
+    InFlight,
+    /// Seen for less than the settle time: note when it was first seen, and wait.
+    Settling,
+    /// Stop it now (the stop gate, the restart budget and the runtime permitting).
+    Kill,
+}
+
+/// How long past an earlier run's kill deadline the container must still run before that kill
+/// counts as never finished.
+const OVERDUE_AFTER_MS: i64 = 5_000;
+
+/// The env restarter's decision for one container.
+pub fn decide_env_restart(facts: &EnvRestartFacts<'_>) -> EnvRestart {
+    if !facts.differs {
+        return EnvRestart::Matches;
+    }
+    if let Some(reason) = facts.not_restartable {
+        return EnvRestart::NotRestartable(reason);
+    }
+    if let Some(intent) = facts.intent {
+        let overdue = intent.container_id == facts.container_id
+            && facts.now_ms
+                > intent
+                    .started_ms
+                    .saturating_add(intent.grace_ms)
+                    .saturating_add(OVERDUE_AFTER_MS);
+        return if overdue && !facts.in_flight && !facts.resumed {
+            EnvRestart::ResumeOverdue
+        } else {
+            EnvRestart::AlreadyKilled
+        };
+    }
+    if facts
+        .previous_intent
+        .is_some_and(|i| i.container_id != facts.container_id)
+    {
+        return EnvRestart::Unmatched;
+    }
+    if facts.in_flight {
+        return EnvRestart::InFlight;
+    }
+    if facts.mismatch_for.unwrap_or(Duration::ZERO) < facts.settle {
+        return EnvRestart::Settling;
+    }
+    EnvRestart::Kill
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn intent(container_id: &str, started_ms: i64, grace_ms: i64) -> KillIntent {
+        KillIntent {
+            key: "env:u1:abc:0".into(),
+            container: "app".into(),
+            container_id: container_id.into(),
+            started_ms,
+            grace_ms,
+        }
+    }
+
+    /// A container whose env differs, settled long enough, nothing journaled: the base case
+    /// each test changes one thing of.
+    fn differing() -> EnvRestartFacts<'static> {
+        EnvRestartFacts {
+            differs: true,
+            not_restartable: None,
+            container_id: "c1",
+            intent: None,
+            previous_intent: None,
+            in_flight: false,
+            resumed: false,
+            mismatch_for: Some(Duration::from_secs(2)),
+            settle: Duration::from_secs(1),
+            now_ms: 100_000,
+        }
+    }
+
+    #[test]
+    fn a_settled_mismatch_with_nothing_journaled_is_killed() {
+        assert_eq!(decide_env_restart(&differing()), EnvRestart::Kill);
+    }
+
+    #[test]
+    fn a_matching_env_forgets_the_mismatch_whatever_else_is_known() {
+        let journaled = intent("c1", 0, 0);
+        let facts = EnvRestartFacts {
+            differs: false,
+            not_restartable: Some("restartPolicy Never"),
+            intent: Some(&journaled),
+            in_flight: true,
+            ..differing()
+        };
+        assert_eq!(decide_env_restart(&facts), EnvRestart::Matches);
+    }
+
+    #[test]
+    fn a_container_the_kubelet_would_not_start_again_is_never_stopped() {
+        let facts = EnvRestartFacts {
+            not_restartable: Some("a static pod"),
+            ..differing()
+        };
+        assert_eq!(
+            decide_env_restart(&facts),
+            EnvRestart::NotRestartable("a static pod")
+        );
+    }
+
+    #[test]
+    fn a_mismatch_is_killed_only_after_the_settle_time() {
+        for (seen, settle, expected) in [
+            (None, 1, EnvRestart::Settling),
+            (Some(0), 1, EnvRestart::Settling),
+            (Some(999), 1, EnvRestart::Settling),
+            (Some(1000), 1, EnvRestart::Kill),
+            (None, 0, EnvRestart::Kill),
+        ] {
+            let facts = EnvRestartFacts {
+                mismatch_for: seen.map(Duration::from_millis),
+                settle: Duration::from_secs(settle),
+                ..differing()
+            };
+            assert_eq!(decide_env_restart(&facts), expected, "{seen:?} {settle}");
+        }
+    }
+
+    #[test]
+    fn a_change_already_killed_for_is_not_killed_again_unless_an_earlier_run_left_it_overdue() {
+        // Killed at 10 s with 30 s of grace: overdue only past 45 s, and only once.
+        let journaled = intent("c1", 10_000, 30_000);
+        let at = |now_ms: i64, in_flight: bool, resumed: bool| {
+            decide_env_restart(&EnvRestartFacts {
+                intent: Some(&journaled),
+                in_flight,
+                resumed,
+                now_ms,
+                ..differing()
+            })
+        };
+        assert_eq!(at(45_000, false, false), EnvRestart::AlreadyKilled);
+        assert_eq!(at(45_001, false, false), EnvRestart::ResumeOverdue);
+        assert_eq!(at(45_001, true, false), EnvRestart::AlreadyKilled);
+        assert_eq!(at(45_001, false, true), EnvRestart::AlreadyKilled);
+        // The journaled kill was of another container (it was replaced): nothing to resume.
+        let replaced = intent("c0", 10_000, 30_000);
+        let facts = EnvRestartFacts {
+            intent: Some(&replaced),
+            now_ms: 1_000_000,
+            ..differing()
+        };
+        assert_eq!(decide_env_restart(&facts), EnvRestart::AlreadyKilled);
+        // Near the ends of time the arithmetic saturates instead of wrapping.
+        let forever = intent("c1", i64::MAX - 1, i64::MAX);
+        let facts = EnvRestartFacts {
+            intent: Some(&forever),
+            now_ms: i64::MAX,
+            ..differing()
+        };
+        assert_eq!(decide_env_restart(&facts), EnvRestart::AlreadyKilled);
+    }
+
+    #[test]
+    fn the_container_our_kill_produced_is_left_alone_if_it_still_differs() {
+        let killed = intent("c0", 0, 0);
+        let facts = EnvRestartFacts {
+            previous_intent: Some(&killed),
+            ..differing()
+        };
+        assert_eq!(decide_env_restart(&facts), EnvRestart::Unmatched);
+        // The journaled kill was of this very container (its kill did not take): not ours yet.
+        let same = intent("c1", 0, 0);
+        let facts = EnvRestartFacts {
+            previous_intent: Some(&same),
+            ..differing()
+        };
+        assert_eq!(decide_env_restart(&facts), EnvRestart::Kill);
+    }
+
+    #[test]
+    fn a_kill_under_way_is_waited_for() {
+        let facts = EnvRestartFacts {
+            in_flight: true,
+            ..differing()
+        };
+        assert_eq!(decide_env_restart(&facts), EnvRestart::InFlight);
+    }
 
     fn pod(value: serde_json::Value) -> CachedPod {
         serde_json::from_value(value).unwrap()
