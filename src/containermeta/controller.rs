@@ -32,8 +32,7 @@ use crate::kube::events::PodEvents;
 use super::plan::{self, EnvRestart, RuntimeMeta};
 use crate::cri::CriClient;
 use crate::cri::labels;
-use crate::metrics::Metrics;
-use crate::metrics::{EnvRestartResult, Trigger};
+use crate::metrics::{EnvRestartResult, Metrics, Trigger};
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 use crate::restart::{
     self, ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillJournal, KillLedger,

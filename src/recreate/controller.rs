@@ -20,8 +20,7 @@ use crate::kube::events::PodEvents;
 use crate::kube::request::pod_group;
 use crate::kube::status::{ObjectRef, StatusWriter};
 use crate::kube::{Watched, WatchedRequests};
-use crate::metrics::Metrics;
-use crate::metrics::Trigger;
+use crate::metrics::{Metrics, Trigger};
 use crate::nodeview::{NodeView, PodView, RuntimeState};
 use crate::restart::{self, KillIntent, KillJournal, KillLedger, KillOrder, StopGate};
 
