@@ -660,7 +660,7 @@ async fn a_slow_kubelet_is_waited_for_without_a_second_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_status_decided_from_an_older_version_does_not_undo_a_newer_one() {
-    use inplaced::kube::status::{ObjectRef, StatusWriter};
+    use inplaced::kube::status::{ObjectRef, StatusWriter, Target};
 
     let node = Node::start().await;
     let name = unique("stale");
@@ -685,7 +685,9 @@ async fn a_status_decided_from_an_older_version_does_not_undo_a_newer_one() {
         node.client.clone(),
         inplaced::recreate::crr_resource(),
         "ContainerRecreateRequest",
-        &["message", "completionTime"],
+        Target::Status {
+            clear: &["message", "completionTime"],
+        },
     );
     let object = |resource_version: Option<String>| ObjectRef {
         namespace: NS.to_owned(),
@@ -739,7 +741,7 @@ async fn a_status_decided_from_an_older_version_does_not_undo_a_newer_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_status_decided_again_from_the_version_of_its_own_write_is_not_sent() {
-    use inplaced::kube::status::{ObjectRef, StatusWriter};
+    use inplaced::kube::status::{ObjectRef, StatusWriter, Target};
 
     let node = Node::start().await;
     let name = unique("again");
@@ -784,7 +786,9 @@ async fn a_status_decided_again_from_the_version_of_its_own_write_is_not_sent() 
         node.client.clone(),
         inplaced::recreate::crr_resource(),
         "ContainerRecreateRequest",
-        &["message", "completionTime"],
+        Target::Status {
+            clear: &["message", "completionTime"],
+        },
     );
     let before = patches();
 

@@ -21,13 +21,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::kube::api::{Api, Patch, PatchParams};
+use ::kube::api::ApiResource;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{mpsc, watch};
 
 use crate::kube::CachedPod;
 use crate::kube::events::PodEvents;
+use crate::kube::status::{ObjectRef, StatusWriter, Target, Written};
 
 use super::plan::{self, EnvRestart, RuntimeMeta};
 use crate::cri::CriClient;
@@ -85,30 +86,41 @@ struct Started {
     read_at: Instant,
 }
 
+/// What the loop keeps of one container of a served pod; forgotten with the pod.
+#[derive(Default)]
+struct SeenContainer {
+    /// The expected values' hash of a mismatch and when that mismatch was first seen.
+    mismatch_since: Option<(u64, Instant)>,
+    /// Its env could not be decoded (reported once).
+    undecodable: bool,
+    /// Findings already reported: `not-restartable:<expected hash>`, `unmatched:<journal key>`.
+    reported: HashSet<String>,
+}
+
+/// What the loop keeps of one runtime instance of a container; forgotten when no pod shows
+/// it any more and no kill of it runs.
+#[derive(Default)]
+struct Instance {
+    /// What the runtime said of it, once read.
+    started: Option<Started>,
+    /// A kill of it is under way.
+    killing: bool,
+    /// An earlier run's unfinished kill of it was resumed.
+    resumed: bool,
+}
+
 struct ContainerMetaController {
     config: ContainerMetaConfig,
     client: ::kube::Client,
     cri: CriClient,
     metrics: Metrics,
     journal: Option<KillJournal>,
-    started: HashMap<String, Started>,
-    /// (pod uid, container) → the expected values' hash and when that mismatch was first seen.
-    mismatch_since: HashMap<(String, String), (u64, Instant)>,
-    /// Journal keys of unmatchable changes already reported.
-    reported: HashSet<String>,
-    /// (pod uid, container) whose env could not be decoded, already reported.
-    undecodable: HashSet<(String, String)>,
-    /// Runtime IDs with a kill under way.
-    in_flight: HashSet<String>,
-    /// Runtime IDs whose unfinished earlier kill was resumed.
-    resumed: HashSet<String>,
-    /// Pod uid → the annotation value last written and when; pods with a write under way.
-    written: HashMap<String, (String, Instant)>,
-    writing: HashSet<String>,
-    /// Pod uid → failed writes in a row and when the next may go: a write the API keeps
-    /// refusing is retried with backoff, not on every pass.
-    write_failures: HashMap<String, (u32, Instant)>,
-    written_tx: mpsc::Sender<(String, String, bool)>,
+    /// (pod uid, container name) → what is known of that container of a served pod.
+    containers: HashMap<(String, String), SeenContainer>,
+    /// Runtime container ID → what is known of that running instance.
+    instances: HashMap<String, Instance>,
+    /// The `runtime-containers-meta` annotation's writer.
+    annotations: StatusWriter<String>,
     tokens: f64,
     refilled: Instant,
 }
@@ -122,34 +134,35 @@ pub async fn run(
     metrics: Metrics,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let (written_tx, mut written_rx) = mpsc::channel(64);
     let (done_tx, mut done_rx) = mpsc::channel::<String>(64);
     let tokens = f64::from(config.restarts_per_minute);
+    let patches = metrics.clone();
     let mut controller = ContainerMetaController {
+        annotations: StatusWriter::new(
+            client.clone(),
+            ApiResource::erase::<Pod>(&()),
+            "Pod",
+            Target::Annotation(plan::META_ANNOTATION),
+        ),
         config,
         client,
         cri,
         metrics,
         journal: None,
-        started: HashMap::new(),
-        mismatch_since: HashMap::new(),
-        reported: HashSet::new(),
-        undecodable: HashSet::new(),
-        in_flight: HashSet::new(),
-        resumed: HashSet::new(),
-        written: HashMap::new(),
-        writing: HashSet::new(),
-        write_failures: HashMap::new(),
-        written_tx,
+        containers: HashMap::new(),
+        instances: HashMap::new(),
         tokens,
         refilled: Instant::now(),
     };
     loop {
+        let next_pass = controller.next_pass();
         tokio::select! {
             _ = views.changed() => {}
-            Some(id) = done_rx.recv() => { controller.in_flight.remove(&id); }
-            Some((uid, value, ok)) = written_rx.recv() => controller.status_written(uid, value, ok),
-            _ = tokio::time::sleep(controller.next_pass()) => {}
+            Some(id) = done_rx.recv() => controller.killed(&id),
+            Some(written) = controller.annotations.finished() => {
+                patches.count_runtime_meta_patch(written == Written::Landed);
+            }
+            _ = tokio::time::sleep(next_pass) => {}
             _ = shutdown.changed() => {}
         }
         if *shutdown.borrow() {
@@ -160,11 +173,9 @@ pub async fn run(
             controller.sync(&view, &done_tx).await;
         }
     }
-    while !controller.in_flight.is_empty() {
+    while controller.instances.values().any(|i| i.killing) {
         match done_rx.recv().await {
-            Some(id) => {
-                controller.in_flight.remove(&id);
-            }
+            Some(id) => controller.killed(&id),
             None => break,
         }
     }
@@ -179,7 +190,9 @@ const IDLE_PASS: Duration = Duration::from_secs(5);
 impl ContainerMetaController {
     /// Every view change is a pass; between changes, passes only as often as pending work needs.
     fn next_pass(&self) -> Duration {
-        if self.mismatch_since.is_empty() && self.in_flight.is_empty() && self.writing.is_empty() {
+        let settling = self.containers.values().any(|c| c.mismatch_since.is_some());
+        let killing = self.instances.values().any(|i| i.killing);
+        if !settling && !killing && !self.annotations.busy() {
             IDLE_PASS
         } else {
             BUSY_PASS
@@ -193,20 +206,11 @@ impl ContainerMetaController {
             .flat_map(|p| &p.containers)
             .filter_map(|c| c.runtime.as_ref().map(|r| r.id.as_str()))
             .collect();
-        self.started.retain(|id, _| live.contains(id.as_str()));
-        let pod_uids: HashSet<&str> = view.pods.iter().map(|p| p.uid.as_str()).collect();
-        self.mismatch_since
-            .retain(|(uid, _), _| pod_uids.contains(uid.as_str()));
-        self.undecodable
-            .retain(|(uid, _)| pod_uids.contains(uid.as_str()));
-        self.written
-            .retain(|uid, _| pod_uids.contains(uid.as_str()));
-        self.write_failures
-            .retain(|uid, _| pod_uids.contains(uid.as_str()));
-        self.resumed.retain(|id| live.contains(id.as_str()));
-        // Keys name the pod's UID (`…:<uid>:<container>:…`): forgotten with the pod.
-        self.reported
-            .retain(|key| key.split(':').any(|part| pod_uids.contains(part)));
+        self.instances
+            .retain(|id, i| i.killing || live.contains(id.as_str()));
+        let pod_uids: HashSet<String> = view.pods.iter().map(|p| p.uid.clone()).collect();
+        self.containers.retain(|(uid, _), _| pod_uids.contains(uid));
+        self.annotations.retain(&pod_uids);
         for pod in &view.pods {
             self.sync_pod(pod, done).await;
         }
@@ -252,10 +256,8 @@ impl ContainerMetaController {
                 Err(err) => {
                     // The API validated the spec: only a foreign writer gets here. Said once
                     // per pod object, not on every pass.
-                    if self
-                        .undecodable
-                        .insert((pod.uid.clone(), container.name.clone()))
-                    {
+                    let seen = self.seen(pod, &container.name);
+                    if !std::mem::replace(&mut seen.undecodable, true) {
                         tracing::warn!(namespace = %pod.namespace, pod = %pod.name,
                             container = %container.name, error = %err,
                             "the container's env cannot be read; not served");
@@ -297,14 +299,29 @@ impl ContainerMetaController {
             );
         }
         if let Some(value) = plan::annotation_patch(&api_pod, &runtime) {
-            self.write_annotation(pod, value);
+            let current = api_pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(plan::META_ANNOTATION))
+                .cloned()
+                .unwrap_or_default();
+            tracing::debug!(pod = %pod.name, namespace = %pod.namespace, %value, "writing runtime-containers-meta");
+            let object = ObjectRef {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                uid: pod.uid.clone(),
+                // The annotation is this agent's alone: no version condition.
+                resource_version: None,
+            };
+            self.annotations.write(&object, &current, value);
         }
     }
 
     /// The runtime's facts of a container: env from the OCI spec (ExecSync `env` as the
     /// fallback), preStop, grace and ports from kubelet's annotations.
     async fn started(&mut self, id: &str) -> Started {
-        if let Some(s) = self.started.get(id)
+        if let Some(s) = self.instances.get(id).and_then(|i| i.started.as_ref())
             && (s.env.is_some() || s.read_at.elapsed() < ENV_RETRY)
         {
             return s.clone();
@@ -362,7 +379,7 @@ impl ContainerMetaController {
                 }
             }
         }
-        self.started.insert(id.to_owned(), started.clone());
+        self.instances.entry(id.to_owned()).or_default().started = Some(started.clone());
         started
     }
 
@@ -382,7 +399,6 @@ impl ContainerMetaController {
         let expected = plan::expected_values(api_pod, change.refs);
         let differs = plan::env_differences(&expected, change.env);
         let expected_hash = fnv_of(&expected);
-        let seen_key = (pod.uid.clone(), container.name.clone());
         let restart_count = r.restart_count.unwrap_or(0);
         let key = |n: u32| format!("env:{}:{expected_hash:x}:{n}", pod.uid);
         // The journal is read only for a change that may lead to a kill; without it, no kill.
@@ -406,11 +422,12 @@ impl ContainerMetaController {
             container_id: &r.id,
             intent: intent.as_ref(),
             previous_intent: previous_intent.as_ref(),
-            in_flight: self.in_flight.contains(&r.id),
-            resumed: self.resumed.contains(&r.id),
+            in_flight: self.instances.get(&r.id).is_some_and(|i| i.killing),
+            resumed: self.instances.get(&r.id).is_some_and(|i| i.resumed),
             mismatch_for: self
-                .mismatch_since
-                .get(&seen_key)
+                .containers
+                .get(&(pod.uid.clone(), container.name.clone()))
+                .and_then(|c| c.mismatch_since)
                 .filter(|(hash, _)| *hash == expected_hash)
                 .map(|(_, at)| at.elapsed()),
             settle: self.config.settle,
@@ -418,13 +435,14 @@ impl ContainerMetaController {
         });
         match decision {
             EnvRestart::Matches => {
-                self.mismatch_since.remove(&seen_key);
+                self.seen(pod, &container.name).mismatch_since = None;
             }
             EnvRestart::NotRestartable(why) => {
-                if self.reported.insert(format!(
-                    "not-restartable:{}:{}:{expected_hash:x}",
-                    pod.uid, container.name
-                )) {
+                if self
+                    .seen(pod, &container.name)
+                    .reported
+                    .insert(format!("not-restartable:{expected_hash:x}"))
+                {
                     self.metrics
                         .count_env_restart(EnvRestartResult::NotRestartable);
                     tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %container.name,
@@ -437,7 +455,7 @@ impl ContainerMetaController {
                 let Some(claim) = self.config.stops.claim(&r.id) else {
                     return;
                 };
-                self.resumed.insert(r.id.clone());
+                self.instances.entry(r.id.clone()).or_default().resumed = true;
                 let order = KillOrder {
                     container: container.name.clone(),
                     container_id: r.id.clone(),
@@ -451,7 +469,11 @@ impl ContainerMetaController {
                 self.spawn_kill(pod, order, claim, done);
             }
             EnvRestart::Unmatched => {
-                if self.reported.insert(key(restart_count)) {
+                if self
+                    .seen(pod, &container.name)
+                    .reported
+                    .insert(format!("unmatched:{}", key(restart_count)))
+                {
                     self.metrics.count_env_restart(EnvRestartResult::Unmatched);
                     let message = format!(
                         "container {} still runs with env {} that differs from the pod's labels/annotations after an in-place restart; not restarting it again",
@@ -467,9 +489,9 @@ impl ContainerMetaController {
                     );
                 }
             }
-            EnvRestart::Settling => self.note_mismatch(seen_key, expected_hash),
+            EnvRestart::Settling => self.note_mismatch(pod, &container.name, expected_hash),
             EnvRestart::Kill => {
-                self.note_mismatch(seen_key, expected_hash);
+                self.note_mismatch(pod, &container.name, expected_hash);
                 self.kill_for_env(
                     pod,
                     container,
@@ -486,13 +508,27 @@ impl ContainerMetaController {
 
     /// Notes when this mismatch (these expected values) was first seen: the settle time runs
     /// from then, not from an older change to values the pod has since left and come back to.
-    fn note_mismatch(&mut self, seen_key: (String, String), expected_hash: u64) {
-        let seen = self
+    fn note_mismatch(&mut self, pod: &PodView, container: &str, expected_hash: u64) {
+        let seen = self.seen(pod, container);
+        if seen
             .mismatch_since
-            .entry(seen_key)
-            .or_insert((expected_hash, Instant::now()));
-        if seen.0 != expected_hash {
-            *seen = (expected_hash, Instant::now());
+            .is_none_or(|(hash, _)| hash != expected_hash)
+        {
+            seen.mismatch_since = Some((expected_hash, Instant::now()));
+        }
+    }
+
+    /// What is kept of this container of `pod`.
+    fn seen(&mut self, pod: &PodView, container: &str) -> &mut SeenContainer {
+        self.containers
+            .entry((pod.uid.clone(), container.to_owned()))
+            .or_default()
+    }
+
+    /// A kill of the instance `id` has ended.
+    fn killed(&mut self, id: &str) {
+        if let Some(instance) = self.instances.get_mut(id) {
+            instance.killing = false;
         }
     }
 
@@ -575,7 +611,10 @@ impl ContainerMetaController {
         claim: StopClaim,
         done: &mpsc::Sender<String>,
     ) {
-        self.in_flight.insert(order.container_id.clone());
+        self.instances
+            .entry(order.container_id.clone())
+            .or_default()
+            .killing = true;
         self.config
             .ledger
             .record(&order.container_id, Trigger::EnvChange);
@@ -636,75 +675,6 @@ impl ContainerMetaController {
             false
         }
     }
-
-    /// Merge patch of the annotation through `pods/status`, off the loop; one write per pod at
-    /// a time, and never the same value twice within 5 s (the view may lag our own write).
-    fn write_annotation(&mut self, pod: &PodView, value: String) {
-        let just_written = self
-            .written
-            .get(&pod.uid)
-            .is_some_and(|(v, at)| *v == value && at.elapsed() < Duration::from_secs(5));
-        let backing_off = self
-            .write_failures
-            .get(&pod.uid)
-            .is_some_and(|(_, retry_at)| Instant::now() < *retry_at);
-        if just_written || backing_off || self.writing.contains(&pod.uid) {
-            return;
-        }
-        self.writing.insert(pod.uid.clone());
-        tracing::debug!(pod = %pod.name, namespace = %pod.namespace, %value, "writing runtime-containers-meta");
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let (uid, name) = (pod.uid.clone(), pod.name.clone());
-        let written = self.written_tx.clone();
-        let metrics = self.metrics.clone();
-        tokio::spawn(async move {
-            let ok = match patch_meta_annotation(&api, &name, &uid, &value).await {
-                Ok(()) => true,
-                // 422 on the UID: the pod was replaced under the same name; its own pass writes.
-                Err(::kube::Error::Api(status))
-                    if status.code == 422 && status.message.contains("metadata.uid") =>
-                {
-                    tracing::debug!(pod = %name, %uid, message = %status.message, "pod replaced; runtime-containers-meta not written");
-                    false
-                }
-                Err(err) => {
-                    tracing::warn!(pod = %name, error = %err, "cannot write the runtime-containers-meta annotation; retrying");
-                    false
-                }
-            };
-            metrics.count_runtime_meta_patch(ok);
-            let _ = written.send((uid, value, ok)).await;
-        });
-    }
-
-    fn status_written(&mut self, uid: String, value: String, ok: bool) {
-        self.writing.remove(&uid);
-        if ok {
-            self.write_failures.remove(&uid);
-            self.written.insert(uid, (value, Instant::now()));
-        } else {
-            let failures = self.write_failures.get(&uid).map_or(1, |(n, _)| n + 1);
-            self.write_failures
-                .insert(uid, (failures, Instant::now() + write_backoff(failures)));
-        }
-    }
-}
-
-/// Merge patch of the annotation through `pods/status`, for the pod with this UID only: the API
-/// server refuses a UID other than the stored one (422), so a successor under the same name
-/// (a StatefulSet's) never receives its predecessor's containers.
-async fn patch_meta_annotation(
-    api: &Api<Pod>,
-    name: &str,
-    uid: &str,
-    value: &str,
-) -> Result<(), ::kube::Error> {
-    let patch = serde_json::json!({
-        "metadata": {"uid": uid, "annotations": {plan::META_ANNOTATION: value}}
-    });
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(drop)
 }
 
 /// What a container's env is compared with, and whether a restart is ours to do.
@@ -713,12 +683,6 @@ struct Change<'a> {
     env: &'a BTreeMap<String, String>,
     /// Why kubelet would not bring the container back as wanted after a stop, if so.
     not_restartable: Option<&'static str>,
-}
-
-/// How long after the `failures`-th failed write in a row the next may go: 1 s doubling to
-/// 256 s, then 256 s.
-fn write_backoff(failures: u32) -> Duration {
-    Duration::from_secs(1u64 << failures.saturating_sub(1).min(8))
 }
 
 /// A stable key for a set of expected values (FNV-1a 64 over `name=value\0`).
@@ -736,70 +700,6 @@ fn fnv_of(values: &BTreeMap<String, String>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn the_annotation_is_written_only_to_the_pod_it_was_made_for() {
-        let server = apiserver_double::ApiServer::start(apiserver_double::ServerConfig::default())
-            .await
-            .expect("api server starts");
-        let kubeconfig = ::kube::config::Kubeconfig::from_yaml(&server.kubeconfig(None))
-            .expect("kubeconfig parses");
-        let config = ::kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .expect("client config");
-        let client = ::kube::Client::try_from(config).expect("client builds");
-        let pods: Api<Pod> = Api::namespaced(client, "default");
-        let spec: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "web-0", "namespace": "default"},
-            "spec": {"nodeName": "n", "containers": [{"name": "app", "image": "busybox:1"}]}
-        }))
-        .expect("pod");
-        let uid_of = |p: Pod| p.metadata.uid.expect("server sets the uid");
-        let old_uid = uid_of(
-            pods.create(&Default::default(), &spec)
-                .await
-                .expect("create"),
-        );
-        pods.delete(
-            "web-0",
-            &::kube::api::DeleteParams::default().grace_period(0),
-        )
-        .await
-        .expect("delete");
-        let new_uid = uid_of(
-            pods.create(&Default::default(), &spec)
-                .await
-                .expect("recreate"),
-        );
-        let annotation = |p: Pod| {
-            p.metadata
-                .annotations
-                .and_then(|a| a.get(plan::META_ANNOTATION).cloned())
-        };
-
-        let stale = patch_meta_annotation(&pods, "web-0", &old_uid, "{\"old\":1}").await;
-        assert!(
-            matches!(&stale, Err(::kube::Error::Api(s)) if s.code == 422),
-            "{stale:?}"
-        );
-        assert_eq!(annotation(pods.get("web-0").await.expect("get")), None);
-
-        patch_meta_annotation(&pods, "web-0", &new_uid, "{\"new\":1}")
-            .await
-            .expect("written to its own pod");
-        assert_eq!(
-            annotation(pods.get("web-0").await.expect("get")).as_deref(),
-            Some("{\"new\":1}")
-        );
-    }
-
-    #[test]
-    fn failed_writes_back_off_from_one_second_to_256() {
-        let backoff: Vec<u64> = (1..=11).map(|n| write_backoff(n).as_secs()).collect();
-        assert_eq!(backoff, [1, 2, 4, 8, 16, 32, 64, 128, 256, 256, 256]);
-        assert_eq!(write_backoff(0), Duration::from_secs(1));
-        assert_eq!(write_backoff(u32::MAX), Duration::from_secs(256));
-    }
 
     #[test]
     fn expected_value_keys_differ_per_change() {

@@ -18,7 +18,7 @@ use crate::cri::CriClient;
 use crate::health::Health;
 use crate::kube::events::PodEvents;
 use crate::kube::request::pod_group;
-use crate::kube::status::{ObjectRef, StatusWriter};
+use crate::kube::status::{ObjectRef, StatusWriter, Target};
 use crate::kube::{Watched, WatchedRequests};
 use crate::metrics::{Metrics, Trigger};
 use crate::nodeview::{NodeView, PodView, RuntimeState};
@@ -101,14 +101,15 @@ pub async fn run(
             client.clone(),
             resource,
             crr::KIND,
-            &["message", "completionTime"],
+            Target::Status {
+                clear: &["message", "completionTime"],
+            },
         ),
         config,
         client,
         cri,
         journal: None,
-        in_flight: HashMap::new(),
-        failures: HashMap::new(),
+        requests: HashMap::new(),
         health,
         ledger,
         metrics,
@@ -145,7 +146,7 @@ pub async fn run(
     }
     crr_watch.abort();
     // Never leave a kill half done: wait for the ones under way.
-    while controller.in_flight.values().any(|c| !c.is_empty()) {
+    while controller.requests.values().any(|r| !r.killing.is_empty()) {
         match done_rx.recv().await {
             Some(done) => controller.finish(done),
             None => break,
@@ -158,10 +159,8 @@ struct RecreateController {
     client: ::kube::Client,
     cri: CriClient,
     journal: Option<KillJournal>,
-    /// Request UID → containers being killed.
-    in_flight: HashMap<String, HashSet<String>>,
-    /// Request UID → container → why its kill failed.
-    failures: HashMap<String, HashMap<String, String>>,
+    /// Request UID → what this agent's kills for it are doing.
+    requests: HashMap<String, Kills>,
     statuses: StatusWriter<CrrStatus>,
     /// Where kills are noted for the restart timing metrics.
     ledger: KillLedger,
@@ -173,6 +172,15 @@ struct RecreateController {
     /// When the current sync pass began: a reaction splits into the wait for the pass that
     /// handles the request and the pass itself.
     pass_began: Instant,
+}
+
+/// The kills of one request.
+#[derive(Default)]
+struct Kills {
+    /// Containers being killed.
+    killing: HashSet<String>,
+    /// Container → why its kill failed.
+    failed: HashMap<String, String>,
 }
 
 /// When the agent's watch first delivered each request (by UID): the start of its reaction,
@@ -215,9 +223,8 @@ impl FirstSeen {
 
 impl RecreateController {
     fn finish(&mut self, done: KillDone) {
-        if let Some(containers) = self.in_flight.get_mut(&done.crr_uid) {
-            containers.remove(&done.container);
-        }
+        let kills = self.requests.entry(done.crr_uid).or_default();
+        kills.killing.remove(&done.container);
         match done.result {
             Ok(()) => {}
             Err(err) if err.transient => {
@@ -225,10 +232,7 @@ impl RecreateController {
                 "the runtime went away during a stop; the kill is resumed if the container still runs")
             }
             Err(err) => {
-                self.failures
-                    .entry(done.crr_uid)
-                    .or_default()
-                    .insert(done.container, err.message);
+                kills.failed.insert(done.container, err.message);
             }
         }
     }
@@ -341,16 +345,16 @@ impl RecreateController {
                         .collect()
                 })
                 .unwrap_or_default();
-            let no_containers = HashSet::new();
-            let no_failures = HashMap::new();
+            let no_kills = Kills::default();
+            let kills = self.requests.get(&request.uid).unwrap_or(&no_kills);
             let decision = plan::decide(
                 request,
                 &Facts {
                     now,
                     pod: pod_facts.as_ref(),
                     intents,
-                    in_flight: self.in_flight.get(&request.uid).unwrap_or(&no_containers),
-                    kill_failures: self.failures.get(&request.uid).unwrap_or(&no_failures),
+                    in_flight: &kills.killing,
+                    kill_failures: &kills.failed,
                 },
             );
             if let Some(after) = decision.requeue_after {
@@ -423,9 +427,10 @@ impl RecreateController {
                 }
             }
         };
-        self.in_flight
+        self.requests
             .entry(request.uid.clone())
             .or_default()
+            .killing
             .insert(order.container.clone());
         // The agent's own reaction (its watch event to the request's first kill), for
         // operators comparing with the runtime; a resumed kill reacts to the agent's restart.
@@ -511,9 +516,8 @@ impl RecreateController {
         self.statuses.retain(&live);
         self.first_seen.retain(&live);
         self.working_on.retain(|_, uid| live.contains(uid));
-        self.failures.retain(|uid, _| live.contains(uid));
-        self.in_flight
-            .retain(|uid, containers| live.contains(uid) || !containers.is_empty());
+        self.requests
+            .retain(|uid, kills| live.contains(uid) || !kills.killing.is_empty());
         let now_ms = Timestamp::now().as_millisecond();
         if let Some(journal) = self.journal.take() {
             let keep =

@@ -15,20 +15,20 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
 use super::cgroup::Cgroups;
+use super::plan::{self, Admission, CriOutcome, CriStep, Facts};
 use super::request::{
     self, Actuator, ContainerPhase, ContainerResult, ResizePhase, ResizeRequest, ResizeStatus,
 };
-use super::resources::{self, InitContainer, Refusal};
-use super::through_cri::{self, ContainerTarget, PodTarget, ResizeError};
+use super::through_cri::{self, PodTarget, ResizeError};
 use super::through_kubelet::{self, ActuatorSetting, KubeletResizeApi, Progress};
 use crate::cri::CriClient;
 use crate::health::Health;
 use crate::kube::events::PodEvents;
 use crate::kube::request::pod_group;
-use crate::kube::status::{ObjectRef, StatusWriter};
+use crate::kube::status::{ObjectRef, StatusWriter, Target};
 use crate::kube::{Watched, WatchedRequests};
 use crate::metrics::Metrics;
-use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
+use crate::nodeview::{NodeView, PodView};
 use crate::resources::Resources;
 
 #[derive(Clone, Debug)]
@@ -98,20 +98,16 @@ pub async fn run(
             client.clone(),
             resource,
             request::KIND,
-            &["message", "completionTime"],
+            Target::Status {
+                clear: &["message", "completionTime"],
+            },
         ),
         config,
         client,
         cri,
         health,
         metrics,
-        in_flight: HashSet::new(),
-        retried: HashSet::new(),
-        started: HashMap::new(),
-        requested: HashSet::new(),
-        outcomes: HashMap::new(),
-        deleted: HashSet::new(),
-        written: HashMap::new(),
+        requests: HashMap::new(),
         limit_ranges: HashMap::new(),
         done_tx,
     };
@@ -132,18 +128,12 @@ pub async fn run(
     }
     watch_task.abort();
     // A resize under way is a handful of cgroup writes and CRI calls: let it finish.
-    while !controller.in_flight.is_empty() {
+    while controller.requests.values().any(|r| r.in_flight) {
         match done_rx.recv().await {
             Some(done) => controller.finish(done),
             None => break,
         }
     }
-}
-
-/// What a finished `cri` resize left for the next pass to write.
-enum CriOutcome {
-    Applied(Vec<through_cri::Applied>, bool),
-    Failed(String),
 }
 
 struct ResizeController {
@@ -153,160 +143,53 @@ struct ResizeController {
     health: Health,
     metrics: Metrics,
     statuses: StatusWriter<ResizeStatus>,
-    /// Requests with a `cri` resize running (a re-apply runs under the newest succeeded one).
-    in_flight: HashSet<String>,
-    /// Requests whose `cri` resize failed once and is being tried again.
-    retried: HashSet<String>,
-    /// Request UID → when the agent took it up (for the duration metric).
-    started: HashMap<String, Instant>,
-    /// Requests whose `kubelet` resize the API has accepted from this agent.
-    requested: HashSet<String>,
-    /// Request UID → how its last `cri` resize ended.
-    outcomes: HashMap<String, CriOutcome>,
-    /// Requests deleted after their TTL (the watch may still show them).
-    deleted: HashSet<String>,
-    /// Statuses written that the watch does not show yet. They count over the (older) watched
-    /// copy: a request concluded here is over, a container the resize was just applied to again
-    /// is not "replaced" once more.
-    written: HashMap<String, ResizeStatus>,
+    /// Request UID → what this agent did for it; pruned in [`ResizeController::sync`].
+    requests: HashMap<String, Tracked>,
     /// Namespace → its LimitRanges and when they were listed: requests waiting their turn are
     /// checked on every pass, and listing each time flooded the API (15,000 lists in the soak).
+    /// Dropped once older than [`LIMIT_RANGES_TTL`].
     limit_ranges: HashMap<String, (Instant, Vec<Value>)>,
     done_tx: mpsc::Sender<CriDone>,
 }
 
+/// What the agent did for one request.
+#[derive(Default)]
+struct Tracked {
+    /// A `cri` resize of it runs (a re-apply runs under the newest succeeded request).
+    in_flight: bool,
+    /// Its `cri` resize failed once and is being tried again.
+    retried: bool,
+    /// When the agent took it up (for the duration metric).
+    started: Option<Instant>,
+    /// The API accepted its `kubelet` resize from this agent.
+    requested: bool,
+    /// How its last `cri` resize ended, for the next pass to report.
+    outcome: Option<CriOutcome>,
+    /// Deleted after its TTL (the watch may still show it).
+    deleted: bool,
+}
+
 /// How long a namespace's listed LimitRanges are used before listing again.
 const LIMIT_RANGES_TTL: Duration = Duration::from_secs(10);
-
-/// The fields of a container spec the resize checks read, and the one decoder of them.
-#[derive(serde::Deserialize)]
-struct ResizeFields {
-    #[serde(default)]
-    resources: Option<Value>,
-    /// `Always` marks a sidecar among the init containers.
-    #[serde(default, rename = "restartPolicy")]
-    restart_policy: Option<String>,
-    /// Kept as text, read only when a resize is checked: a malformed policy must not hide
-    /// the container's resources, and the node's other pods never need it.
-    #[serde(default, rename = "resizePolicy")]
-    resize_policy: Option<Box<serde_json::value::RawValue>>,
-}
-
-/// A container of the pod's spec as the resize checks see it.
-struct SpecContainer<'a> {
-    name: &'a str,
-    resources: Resources,
-    sidecar: bool,
-    resize_policy: Option<Box<serde_json::value::RawValue>>,
-}
-
-impl SpecContainer<'_> {
-    /// Whether its `resizePolicy` asks for a restart to resize `resource`.
-    fn restarts_to_resize(&self, resource: &str) -> bool {
-        let policies = self
-            .resize_policy
-            .as_deref()
-            .and_then(|text| serde_json::from_str::<Vec<Value>>(text.get()).ok())
-            .unwrap_or_default();
-        policies.iter().any(|p| {
-            p.get("resourceName").and_then(Value::as_str) == Some(resource)
-                && p.get("restartPolicy").and_then(Value::as_str) == Some("RestartContainer")
-        })
-    }
-}
-
-/// The pod's containers of `kind`, in the spec's order, with the resources the API gives them.
-/// Runs for every pod of the node when a request is checked against the node's allocatable:
-/// only the fields of [`ResizeFields`] are decoded.
-fn containers_of(pod: &PodView, kind: ContainerKind) -> impl Iterator<Item = SpecContainer<'_>> {
-    pod.containers
-        .iter()
-        .filter(move |c| c.kind == kind)
-        .filter_map(|c| {
-            let spec: ResizeFields = pod.spec_of(c)?.decode().ok()?;
-            let value = spec
-                .resources
-                .unwrap_or_else(|| Value::Object(Default::default()));
-            Some(SpecContainer {
-                name: c.name.as_str(),
-                resources: Resources::from_requirements(&value).ok()?,
-                sidecar: spec.restart_policy.as_deref() == Some("Always"),
-                resize_policy: spec.resize_policy,
-            })
-        })
-}
-
-/// A pod's app containers with the resources the API gives them.
-fn spec_resources(pod: &PodView) -> Vec<(String, Resources)> {
-    containers_of(pod, ContainerKind::Regular)
-        .map(|c| (c.name.to_owned(), c.resources))
-        .collect()
-}
-
-/// A pod's init containers in order, sidecars marked: they count in the pod's totals, its QoS
-/// class and its cgroup, as kubelet counts them.
-fn init_containers(pod: &PodView) -> Vec<InitContainer> {
-    containers_of(pod, ContainerKind::Init)
-        .map(|c| InitContainer {
-            resources: c.resources,
-            sidecar: c.sidecar,
-        })
-        .collect()
-}
-
-/// Why the `cri` actuator must leave this resize alone: a container whose `resizePolicy` asks
-/// for a restart to resize a resource that changes (cpu: request or limit; memory: limit, the
-/// values kubelet compares). Only the kubelet can restart it with the new values; resized in
-/// place it would run against its own policy.
-fn restart_required(
-    pod: &PodView,
-    before: &[(String, Resources)],
-    after: &[(String, Resources)],
-) -> Option<String> {
-    for c in containers_of(pod, ContainerKind::Regular) {
-        let find =
-            |list: &[(String, Resources)]| list.iter().find(|(n, _)| n == c.name).map(|(_, r)| *r);
-        let (Some(b), Some(a)) = (find(before), find(after)) else {
-            continue;
-        };
-        let changed = [
-            (
-                "cpu",
-                a.cpu_request != b.cpu_request || a.cpu_limit != b.cpu_limit,
-            ),
-            ("memory", a.memory_limit != b.memory_limit),
-        ];
-        for (resource, changes) in changed {
-            if changes && c.restarts_to_resize(resource) {
-                return Some(format!(
-                    "container {:?} has resizePolicy RestartContainer for {resource}: only the kubelet can restart it with the new values (1.27+ with InPlacePodVerticalScaling); the cri actuator resizes running containers in place only",
-                    c.name
-                ));
-            }
-        }
-    }
-    None
-}
-
-fn overlay(base: &mut [(String, Resources)], request: &ResizeRequest) {
-    for desired in request.desired() {
-        if let Some((_, r)) = base.iter_mut().find(|(n, _)| *n == desired.name) {
-            *r = r.overlay(&desired.resources);
-        }
-    }
-}
 
 fn now_text() -> String {
     Timestamp::now().to_string()
 }
 
 impl ResizeController {
+    fn tracked(&mut self, uid: &str) -> &mut Tracked {
+        self.requests.entry(uid.to_owned()).or_default()
+    }
+
     fn finish(&mut self, done: CriDone) {
-        self.in_flight.remove(&done.uid);
+        let tracked = self.tracked(&done.uid);
+        tracked.in_flight = false;
         match done.result {
             Ok(applied) => {
-                self.outcomes
-                    .insert(done.uid, CriOutcome::Applied(applied, done.reapply));
+                tracked.outcome = Some(CriOutcome::Applied {
+                    applied,
+                    reapply: done.reapply,
+                });
             }
             Err(err @ ResizeError::NotRunning(_)) => {
                 tracing::info!(error = %err, "the container restarted during the resize; trying again once it runs");
@@ -314,16 +197,12 @@ impl ResizeController {
             Err(err) if err.is_transient() => {
                 tracing::warn!(error = %err, "the runtime went away during a resize; trying again");
             }
-            Err(err)
-                if !done.reapply
-                    && err.may_be_a_race()
-                    && self.retried.insert(done.uid.clone()) =>
-            {
+            Err(err) if !done.reapply && err.may_be_a_race() && !tracked.retried => {
+                tracked.retried = true;
                 tracing::info!(error = %err, "a resize failed; trying once more from a fresh view before failing the request");
             }
             Err(err) => {
-                self.outcomes
-                    .insert(done.uid, CriOutcome::Failed(err.to_string()));
+                tracked.outcome = Some(CriOutcome::Failed(err.to_string()));
             }
         }
     }
@@ -339,7 +218,8 @@ impl ResizeController {
             match ResizeRequest::from_object(object) {
                 Ok(r) => {
                     present.insert(r.uid.clone());
-                    if !r.deleting && !self.deleted.contains(&r.uid) {
+                    let deleted = self.requests.get(&r.uid).is_some_and(|t| t.deleted);
+                    if !r.deleting && !deleted {
                         requests.push(r);
                     }
                 }
@@ -349,7 +229,12 @@ impl ResizeController {
             }
         }
         for request in &mut requests {
-            self.overlay_written(request);
+            // The status this agent wrote last counts over the (older) watched copy until the
+            // watch shows it: a request concluded here is over, a container the resize was
+            // just applied to again is not "replaced" once more.
+            if let Some(newest) = self.statuses.newest(&object_ref(request), &request.status) {
+                request.status = newest;
+            }
         }
         requests.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
         let mut by_pod: BTreeMap<(String, String), Vec<ResizeRequest>> = BTreeMap::new();
@@ -367,15 +252,14 @@ impl ResizeController {
                 .find(|p| p.namespace == *namespace && p.name == *pod_name);
             self.sync_pod(group, pod, view).await;
         }
-        // Deleted by their TTL: remembered until the cache no longer holds them.
-        self.deleted.retain(|uid| present.contains(uid));
+        // Deleted by their TTL: remembered until the cache no longer holds them; a resize
+        // under way until it ends.
+        self.requests.retain(|uid, t| {
+            t.in_flight || live.contains(uid) || (t.deleted && present.contains(uid))
+        });
         self.statuses.retain(&live);
-        self.written.retain(|uid, _| live.contains(uid));
-        self.started.retain(|uid, _| live.contains(uid));
-        self.requested.retain(|uid| live.contains(uid));
-        self.retried.retain(|uid| live.contains(uid));
-        self.outcomes
-            .retain(|uid, _| live.contains(uid) || self.in_flight.contains(uid));
+        self.limit_ranges
+            .retain(|_, (listed, _)| listed.elapsed() < LIMIT_RANGES_TTL);
     }
 
     async fn sync_pod(&mut self, group: &[ResizeRequest], pod: Option<&PodView>, view: &NodeView) {
@@ -404,29 +288,9 @@ impl ResizeController {
         self.drive(first, group, pod, view).await;
     }
 
-    /// Puts the status this agent wrote last in place of the watched one until the watch shows
-    /// it, writing it again meanwhile (a failed write is retried this way).
-    fn overlay_written(&mut self, request: &mut ResizeRequest) {
-        let Some(written) = self.written.get(&request.uid) else {
-            return;
-        };
-        if *written == request.status {
-            self.written.remove(&request.uid);
-            return;
-        }
-        let written = written.clone();
-        self.statuses
-            .write(&object_ref(request), &request.status, written.clone());
-        request.status = written;
-    }
-
     /// Writes `status` unless the request already has it (`request.status` is the watched one
     /// or, when newer, the one last written).
     fn write(&mut self, request: &ResizeRequest, status: ResizeStatus) {
-        if status == request.status {
-            return;
-        }
-        self.written.insert(request.uid.clone(), status.clone());
         self.statuses
             .write(&object_ref(request), &request.status, status);
     }
@@ -462,30 +326,23 @@ impl ResizeController {
                 c.phase = ContainerPhase::Failed;
             }
         }
-        self.observe_end(request, phase, status.actuator);
+        let seconds = self
+            .tracked(&request.uid)
+            .started
+            .take()
+            .map(|at| at.elapsed().as_secs_f64());
+        self.metrics.observe_resize(
+            status.actuator.map_or("none", Actuator::as_str),
+            phase.as_str(),
+            seconds,
+        );
         if phase != ResizePhase::Succeeded {
             tracing::warn!(request = %request.name, namespace = %request.namespace, phase = phase.as_str(), %message, "ContainerResizeRequest not done");
         }
         self.write(request, status);
     }
 
-    fn observe_end(
-        &mut self,
-        request: &ResizeRequest,
-        phase: ResizePhase,
-        actuator: Option<Actuator>,
-    ) {
-        let seconds = self
-            .started
-            .remove(&request.uid)
-            .map(|at| at.elapsed().as_secs_f64());
-        self.metrics.observe_resize(
-            actuator.map_or("none", Actuator::as_str),
-            phase.as_str(),
-            seconds,
-        );
-    }
-
+    /// Decides the request whose turn it is ([`plan::admit`]) and carries the decision out.
     async fn drive(
         &mut self,
         request: &ResizeRequest,
@@ -493,123 +350,68 @@ impl ResizeController {
         pod: Option<&PodView>,
         view: &NodeView,
     ) {
-        self.started
-            .entry(request.uid.clone())
-            .or_insert_with(Instant::now);
-        let spec = match &request.spec {
-            Ok(spec) => spec,
-            Err(err) => return self.conclude(request, ResizePhase::Failed, err.clone(), None),
-        };
-        if let (Some(seconds), Some(created)) = (spec.active_deadline_seconds, request.created_at)
-            && Timestamp::now().duration_since(created).as_secs() >= seconds
-            && !self.in_flight.contains(&request.uid)
-        {
-            let message = format!("not done within activeDeadlineSeconds ({seconds} s)");
-            return self.conclude(request, ResizePhase::Failed, message, None);
-        }
-        let Some(pod) = pod else {
-            let message = format!(
-                "pod {} not found on node {}",
-                spec.pod_name, self.config.node_name
-            );
-            return self.conclude(request, ResizePhase::Failed, message, None);
-        };
-        if let Some(uid) = &spec.pod_uid
-            && *uid != pod.uid
-        {
-            let message = format!(
-                "pod {} has UID {}, the request is for {uid}",
-                pod.name, pod.uid
-            );
-            return self.conclude(request, ResizePhase::Failed, message, None);
-        }
-        if pod.terminating {
-            let message = format!("pod {} is terminating", pod.name);
-            return self.conclude(request, ResizePhase::Failed, message, None);
-        }
-        let base = spec_resources(pod);
-        for c in &spec.containers {
-            if !base.iter().any(|(name, _)| *name == c.name) {
-                let message = format!(
-                    "pod {} has no container {:?} that can be resized",
-                    pod.name, c.name
-                );
-                return self.conclude(request, ResizePhase::Failed, message, None);
+        let tracked = self.tracked(&request.uid);
+        tracked.started.get_or_insert_with(Instant::now);
+        let in_flight = tracked.in_flight;
+        let begun = in_flight || tracked.outcome.is_some() || tracked.requested;
+        let kubelet_gate = (request.status.actuator != Some(Actuator::Cri))
+            .then(|| through_kubelet::resize_gate_from_kubelet_config(&self.config.kubelet_config))
+            .flatten();
+        let mut limit_ranges = None;
+        let admission = loop {
+            let admission = plan::admit(&Facts {
+                request,
+                group,
+                pod,
+                view,
+                now: Timestamp::now(),
+                in_flight,
+                begun,
+                setting: self.config.actuator,
+                kubelet_gate,
+                limit_ranges: limit_ranges.as_deref(),
+            });
+            if admission != Admission::NeedsLimitRanges {
+                break admission;
             }
-        }
-        // The actuator is chosen once per request.
-        let (actuator, api) = match request.status.actuator {
-            Some(Actuator::Cri) => (Actuator::Cri, None),
-            _ => {
-                let gate =
-                    through_kubelet::resize_gate_from_kubelet_config(&self.config.kubelet_config);
-                match through_kubelet::choose_actuator(
-                    self.config.actuator,
-                    view.kubelet_version.as_deref(),
-                    gate,
-                    pod.static_pod,
-                ) {
-                    Ok(choice) => choice,
-                    Err(message) => {
-                        return self.conclude(request, ResizePhase::Failed, message, None);
-                    }
-                }
-            }
-        };
-        // Before: what the pod has now (the API's spec; for `cri`, with the resizes this
-        // agent keeps applied). After: that with this request on top.
-        let mut before = base.clone();
-        if actuator == Actuator::Cri {
-            for earlier in group.iter().filter(|r| {
-                r.status.phase == ResizePhase::Succeeded && r.status.actuator == Some(Actuator::Cri)
-            }) {
-                overlay(&mut before, earlier);
-            }
-        }
-        let mut after = before.clone();
-        overlay(&mut after, request);
-
-        // The checks run once, before anything is changed.
-        let untouched = matches!(
-            request.status.phase,
-            ResizePhase::None | ResizePhase::Pending
-        ) && !self.in_flight.contains(&request.uid)
-            && !self.outcomes.contains_key(&request.uid)
-            && !self.requested.contains(&request.uid);
-        if untouched {
-            let limit_ranges = match self.limit_ranges(&request.namespace).await {
-                Ok(ranges) => ranges,
+            match self.limit_ranges(&request.namespace).await {
+                Ok(ranges) => limit_ranges = Some(ranges),
                 Err(err) => {
                     tracing::warn!(error = %err, "cannot list LimitRanges; trying again");
                     return;
                 }
-            };
-            if actuator == Actuator::Cri
-                && let Some(message) = restart_required(pod, &before, &after)
-            {
-                return self.conclude(request, ResizePhase::Failed, message, Some(actuator));
             }
-            let allocatable = node_allocatable(view);
-            if let Err(refusal) = resources::check_resize(
-                &before,
-                &after,
-                &init_containers(pod),
-                &allocatable,
-                &limit_ranges,
-            ) {
-                let phase = match refusal {
-                    Refusal::ExceedsAllocatable { .. } => ResizePhase::Infeasible,
-                    _ => ResizePhase::Failed,
-                };
-                return self.conclude(request, phase, refusal.to_string(), Some(actuator));
-            }
-        }
-        match actuator {
-            Actuator::Cri => self.drive_cri(request, group, pod, view, &after).await,
-            Actuator::Kubelet => {
+        };
+        match (admission, pod) {
+            (
+                Admission::Conclude {
+                    phase,
+                    message,
+                    actuator,
+                },
+                _,
+            ) => self.conclude(request, phase, message, actuator),
+            (
+                Admission::Proceed {
+                    actuator: Actuator::Cri,
+                    after,
+                    ..
+                },
+                Some(pod),
+            ) => self.drive_cri(request, group, pod, view, &after),
+            (
+                Admission::Proceed {
+                    actuator: Actuator::Kubelet,
+                    api,
+                    after,
+                },
+                Some(pod),
+            ) => {
                 let api = api.unwrap_or(KubeletResizeApi::Subresource);
                 self.drive_kubelet(request, pod, api, &after).await
             }
+            // Admitted only with a pod; relisted LimitRanges are asked for again.
+            (Admission::Proceed { .. } | Admission::NeedsLimitRanges, _) => {}
         }
     }
 
@@ -631,7 +433,8 @@ impl ResizeController {
         Ok(ranges)
     }
 
-    async fn drive_cri(
+    /// Carries out [`plan::cri_step`].
+    fn drive_cri(
         &mut self,
         request: &ResizeRequest,
         group: &[ResizeRequest],
@@ -640,90 +443,72 @@ impl ResizeController {
         after: &[(String, Resources)],
     ) {
         let named: Vec<String> = request.desired().into_iter().map(|d| d.name).collect();
-        if let Some(outcome) = self.outcomes.remove(&request.uid) {
-            return match outcome {
-                CriOutcome::Applied(applied, _) => {
-                    let mut status = self.running_status(request, Actuator::Cri);
-                    status.containers = applied
-                        .iter()
-                        .map(|a| ContainerResult {
-                            name: a.name.clone(),
-                            phase: ContainerPhase::Succeeded,
-                            container_id: Some(a.container_id.clone()),
-                            resources: Some(a.resources.to_requirements()),
-                            ..Default::default()
-                        })
-                        .collect();
-                    PodEvents::new(self.client.clone(), &self.config.node_name).emit(
-                        &pod.event_ref(),
-                        "Resized",
-                        format!(
-                            "Resized containers {} in place by ContainerResizeRequest {}",
-                            named.join(", "),
-                            request.name
-                        ),
-                        "Normal",
-                    );
-                    let message = "resized through CRI and the pod cgroup".to_string();
-                    self.conclude_from(
-                        request,
-                        status,
-                        ResizePhase::Succeeded,
-                        message,
-                        Some(Actuator::Cri),
-                    );
-                }
-                CriOutcome::Failed(message) => {
-                    PodEvents::new(self.client.clone(), &self.config.node_name).emit(
-                        &pod.event_ref(),
-                        "ResizeFailed",
-                        format!("ContainerResizeRequest {}: {message}", request.name),
-                        "Warning",
-                    );
-                    self.conclude(request, ResizePhase::Failed, message, Some(Actuator::Cri))
-                }
-            };
-        }
-        if self.pod_busy(group) {
-            return;
-        }
-        let this_pod = pod_requests(after, &init_containers(pod));
-        if !resources::fits_node(
-            &other_pods_requests(view, pod),
-            &this_pod,
-            &node_allocatable(view),
-        ) {
-            let mut status = self.running_status(request, Actuator::Cri);
-            status.phase = ResizePhase::Deferred;
-            status.message = Some("the node's allocatable cpu or memory cannot take the new requests now; trying again".into());
-            return self.write(request, status);
-        }
-        let Some(target) = pod_target(pod, after, &named) else {
-            let mut status = self.running_status(request, Actuator::Cri);
-            status.phase = ResizePhase::Pending;
-            status.message = Some("waiting for the containers to run".into());
-            return self.write(request, status);
-        };
+        let outcome = self.tracked(&request.uid).outcome.take();
         let mut status = self.running_status(request, Actuator::Cri);
-        status.phase = ResizePhase::InProgress;
-        status.message = None;
-        status.containers = named
-            .iter()
-            .map(|name| ContainerResult {
-                name: name.clone(),
-                phase: ContainerPhase::InProgress,
-                ..Default::default()
-            })
-            .collect();
-        self.write(request, status);
-        self.spawn_cri(request.uid.clone(), target, false);
+        match plan::cri_step(request, outcome, self.pod_busy(group), pod, view, after) {
+            CriStep::Succeeded(containers) => {
+                status.containers = containers;
+                PodEvents::new(self.client.clone(), &self.config.node_name).emit(
+                    &pod.event_ref(),
+                    "Resized",
+                    format!(
+                        "Resized containers {} in place by ContainerResizeRequest {}",
+                        named.join(", "),
+                        request.name
+                    ),
+                    "Normal",
+                );
+                let message = "resized through CRI and the pod cgroup".to_string();
+                self.conclude_from(
+                    request,
+                    status,
+                    ResizePhase::Succeeded,
+                    message,
+                    Some(Actuator::Cri),
+                );
+            }
+            CriStep::Failed(message) => {
+                PodEvents::new(self.client.clone(), &self.config.node_name).emit(
+                    &pod.event_ref(),
+                    "ResizeFailed",
+                    format!("ContainerResizeRequest {}: {message}", request.name),
+                    "Warning",
+                );
+                self.conclude(request, ResizePhase::Failed, message, Some(Actuator::Cri))
+            }
+            CriStep::WaitForPod => {}
+            CriStep::Deferred => {
+                status.phase = ResizePhase::Deferred;
+                status.message = Some("the node's allocatable cpu or memory cannot take the new requests now; trying again".into());
+                self.write(request, status);
+            }
+            CriStep::WaitForRunning => {
+                status.phase = ResizePhase::Pending;
+                status.message = Some("waiting for the containers to run".into());
+                self.write(request, status);
+            }
+            CriStep::Start(target) => {
+                status.phase = ResizePhase::InProgress;
+                status.message = None;
+                status.containers = named
+                    .iter()
+                    .map(|name| ContainerResult {
+                        name: name.clone(),
+                        phase: ContainerPhase::InProgress,
+                        ..Default::default()
+                    })
+                    .collect();
+                self.write(request, status);
+                self.spawn_cri(request.uid.clone(), target, false);
+            }
+        }
     }
 
-    /// A `cri` resize of one of the pod's requests (or a re-apply) is running: the pod's
-    /// cgroup and containers are changed by one resize at a time, or the read-backs of one
-    /// would show the other's values.
+    /// A `cri` resize of one of the pod's requests (or a re-apply) is running.
     fn pod_busy(&self, group: &[ResizeRequest]) -> bool {
-        group.iter().any(|r| self.in_flight.contains(&r.uid))
+        group
+            .iter()
+            .any(|r| self.requests.get(&r.uid).is_some_and(|t| t.in_flight))
     }
 
     fn spawn_cri(&mut self, uid: String, target: PodTarget, reapply: bool) {
@@ -732,12 +517,11 @@ impl ResizeController {
             Err(err) => {
                 self.health
                     .set(HEALTH_KEY, Err(format!("cannot resize through CRI: {err}")));
-                self.outcomes
-                    .insert(uid, CriOutcome::Failed(err.to_string()));
+                self.tracked(&uid).outcome = Some(CriOutcome::Failed(err.to_string()));
                 return;
             }
         };
-        self.in_flight.insert(uid.clone());
+        self.tracked(&uid).in_flight = true;
         let cri = self.cri.clone();
         let done = self.done_tx.clone();
         tokio::spawn(async move {
@@ -774,7 +558,7 @@ impl ResizeController {
             .filter(|(name, _)| named.contains(name))
             .cloned()
             .collect();
-        if !self.requested.contains(&request.uid) {
+        if !self.tracked(&request.uid).requested {
             match through_kubelet::request(
                 &self.client,
                 api,
@@ -784,9 +568,7 @@ impl ResizeController {
             )
             .await
             {
-                Ok(()) => {
-                    self.requested.insert(request.uid.clone());
-                }
+                Ok(()) => self.tracked(&request.uid).requested = true,
                 Err(::kube::Error::Api(status))
                     if (400..500).contains(&status.code) && status.code != 429 =>
                 {
@@ -861,14 +643,17 @@ impl ResizeController {
     async fn reapply(&mut self, group: &[ResizeRequest], pod: &PodView) {
         let succeeded: Vec<&ResizeRequest> = group
             .iter()
-            .filter(|r| {
-                r.status.phase == ResizePhase::Succeeded && r.status.actuator == Some(Actuator::Cri)
-            })
+            .filter(|r| plan::applied_through_cri(r))
             .collect();
         let Some(newest) = succeeded.last() else {
             return;
         };
-        if let Some(CriOutcome::Applied(applied, true)) = self.outcomes.remove(&newest.uid) {
+        let outcome = self.tracked(&newest.uid).outcome.take();
+        if let Some(CriOutcome::Applied {
+            applied,
+            reapply: true,
+        }) = outcome
+        {
             self.metrics.count_resize_reapplied();
             for request in &succeeded {
                 let mut status = request.status.clone();
@@ -891,35 +676,15 @@ impl ResizeController {
         if self.pod_busy(group) {
             return;
         }
-        // The containers whose running instance is not the one the resize was applied to.
-        let mut replaced = Vec::new();
-        for request in &succeeded {
-            for c in &request.status.containers {
-                let Some(view) = pod.containers.iter().find(|v| v.name == c.name) else {
-                    continue;
-                };
-                let Some(runtime) = view
-                    .runtime
-                    .as_ref()
-                    .filter(|r| r.state == RuntimeState::Running)
-                else {
-                    continue;
-                };
-                if c.container_id.as_deref().is_some_and(|id| id != runtime.id)
-                    && !replaced.contains(&c.name)
-                {
-                    replaced.push(c.name.clone());
-                }
-            }
-        }
+        let replaced = plan::replaced_containers(&succeeded, pod);
         if replaced.is_empty() {
             return;
         }
-        let mut after = spec_resources(pod);
+        let mut after = plan::spec_resources(pod);
         for request in &succeeded {
-            overlay(&mut after, request);
+            plan::overlay(&mut after, request);
         }
-        if let Some(target) = pod_target(pod, &after, &replaced) {
+        if let Some(target) = plan::pod_target(pod, &after, &replaced) {
             tracing::info!(pod = %pod.name, containers = ?replaced, "the kubelet replaced resized containers; applying the resize again");
             self.spawn_cri(newest.uid.clone(), target, true);
         }
@@ -945,10 +710,10 @@ impl ResizeController {
         match api.delete(&request.name, &DeleteParams::default()).await {
             Ok(_) => {
                 tracing::info!(request = %request.name, namespace = %request.namespace, "deleted finished ContainerResizeRequest after its TTL");
-                self.deleted.insert(request.uid.clone());
+                self.tracked(&request.uid).deleted = true;
             }
             Err(::kube::Error::Api(status)) if status.code == 404 => {
-                self.deleted.insert(request.uid.clone());
+                self.tracked(&request.uid).deleted = true;
             }
             Err(err) => {
                 tracing::warn!(error = %err, "cannot delete an expired ContainerResizeRequest")
@@ -964,95 +729,5 @@ fn object_ref(request: &ResizeRequest) -> ObjectRef {
         uid: request.uid.clone(),
         // This agent is the status's only writer.
         resource_version: None,
-    }
-}
-
-/// The containers to resize with their running instances; None while one is not running.
-fn pod_target(pod: &PodView, after: &[(String, Resources)], named: &[String]) -> Option<PodTarget> {
-    let mut containers = Vec::new();
-    for name in named {
-        let view = pod.containers.iter().find(|c| c.name == *name)?;
-        let runtime = view
-            .runtime
-            .as_ref()
-            .filter(|r| r.state == RuntimeState::Running)?;
-        let target = after.iter().find(|(n, _)| n == name)?.1;
-        containers.push(ContainerTarget {
-            name: name.clone(),
-            container_id: runtime.id.clone(),
-            target,
-        });
-    }
-    let all: Vec<Resources> = after.iter().map(|(_, r)| *r).collect();
-    let init = init_containers(pod);
-    let every: Vec<Resources> = all
-        .iter()
-        .copied()
-        .chain(init.iter().map(|c| c.resources))
-        .collect();
-    Some(PodTarget {
-        containers,
-        qos: resources::qos_class(&every),
-        all,
-        init,
-    })
-}
-
-fn node_allocatable(view: &NodeView) -> Resources {
-    view.node_allocatable.unwrap_or_default()
-}
-
-fn pod_requests(containers: &[(String, Resources)], init: &[InitContainer]) -> Resources {
-    let app: Vec<Resources> = containers.iter().map(|(_, r)| *r).collect();
-    resources::pod_totals(&app, init)
-}
-
-/// The requests of the node's other pods that still hold resources, one total per pod.
-fn other_pods_requests(view: &NodeView, pod: &PodView) -> Vec<Resources> {
-    view.pods
-        .iter()
-        .filter(|p| p.uid != pod.uid && !p.terminating)
-        .map(|p| pod_requests(&spec_resources(p), &init_containers(p)))
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(json: Value) -> SpecContainer<'static> {
-        let fields: ResizeFields = serde_json::from_str(&json.to_string()).expect("decodes");
-        let resources = fields
-            .resources
-            .unwrap_or_else(|| Value::Object(Default::default()));
-        SpecContainer {
-            name: "app",
-            resources: Resources::from_requirements(&resources).expect("resources"),
-            sidecar: false,
-            resize_policy: fields.resize_policy,
-        }
-    }
-
-    #[test]
-    fn resize_policy_asks_for_a_restart_per_resource() {
-        let c = spec(serde_json::json!({"resizePolicy": [
-            {"resourceName": "cpu", "restartPolicy": "NotRequired"},
-            {"resourceName": "memory", "restartPolicy": "RestartContainer"},
-        ]}));
-        assert!(c.restarts_to_resize("memory"));
-        assert!(!c.restarts_to_resize("cpu"));
-        assert!(!spec(serde_json::json!({})).restarts_to_resize("memory"));
-    }
-
-    /// A malformed policy neither fails the decoding (the container's resources still count
-    /// on the node) nor asks for a restart.
-    #[test]
-    fn a_malformed_resize_policy_keeps_the_resources() {
-        let c = spec(serde_json::json!({
-            "resources": {"limits": {"memory": "64Mi"}},
-            "resizePolicy": "RestartContainer",
-        }));
-        assert_eq!(c.resources.memory_limit, Some(64 << 20));
-        assert!(!c.restarts_to_resize("memory"));
     }
 }

@@ -5,6 +5,7 @@
 pub mod cgroup;
 pub mod cli;
 mod controller;
+mod plan;
 pub mod request;
 pub mod resources;
 pub mod through_cri;
