@@ -12,6 +12,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminRequest};
+use crate::checkpoints;
 use crate::config::Config;
 use crate::cri::{CriClient, CriConfig, CriEndpoint, CriError};
 use crate::hashing::KubeletVersion;
@@ -57,7 +58,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let admin_listener = admin::bind(&config.admin_socket)?;
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(http::serve(listener, metrics.clone(), health.clone()));
-    tasks.spawn(admin::serve(admin_listener, admin_handler(views.clone())));
+    tasks.spawn(admin::serve(
+        admin_listener,
+        admin_handler(views.clone(), config.kubelet_root_dir.clone()),
+    ));
     tracing::info!(listen = %config.listen_address, admin = %config.admin_socket.display(), node = %config.node_name, "inplaced serving");
 
     // Ready means "the agent is up", not "its dependencies are": see the module docs.
@@ -347,14 +351,19 @@ fn status_line(view: &NodeView, health: &Health) -> String {
     }
 }
 
-fn admin_handler(views: watch::Receiver<Arc<NodeView>>) -> admin::Handler {
+fn admin_handler(
+    views: watch::Receiver<Arc<NodeView>>,
+    kubelet_root_dir: std::path::PathBuf,
+) -> admin::Handler {
     Arc::new(move |request| {
         let view = views.borrow().clone();
         match request {
             AdminRequest::Pods => serde_json::to_value(view.as_ref()).map_err(|e| e.to_string()),
             AdminRequest::UpgradeCheck { to } => {
                 let to = KubeletVersion::parse(&to).map_err(|e| e.to_string())?;
-                serde_json::to_value(nodeview::upgrade_check(&view, &to)).map_err(|e| e.to_string())
+                let mut report = nodeview::upgrade_check(&view, &to);
+                report.checkpoints = checkpoints::check(&kubelet_root_dir, &to);
+                serde_json::to_value(report).map_err(|e| e.to_string())
             }
         }
     })

@@ -20,6 +20,7 @@ pub const DEFAULT_ADMIN_SOCKET: &str = "/run/inplaced/admin.sock";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/inplaced";
 /// kubeadm's location of the kubelet's config file.
 pub const DEFAULT_KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
+pub const DEFAULT_KUBELET_ROOT_DIR: &str = "/var/lib/kubelet";
 const MAX_ENV_RESTART_SETTLE: Duration = Duration::from_secs(300);
 /// kube-rs's client logs every failed API request at ERROR under this target, without context;
 /// the agent reports the same failures itself, once per outage and with what they affect.
@@ -85,6 +86,10 @@ pub struct Settings {
     /// [default: /var/lib/kubelet/config.yaml]
     #[arg(long, env = "INPLACED_KUBELET_CONFIG")]
     pub kubelet_config: Option<PathBuf>,
+    /// The kubelet's root directory (its `--root-dir`), where `upgrade-check` reads the
+    /// kubelet's pod-resource checkpoint files [default: /var/lib/kubelet]
+    #[arg(long, env = "INPLACED_KUBELET_ROOT_DIR")]
+    pub kubelet_root_dir: Option<PathBuf>,
     /// Where the cgroup filesystem is mounted [default: /sys/fs/cgroup]
     #[arg(long, env = "INPLACED_CGROUP_ROOT")]
     pub cgroup_root: Option<PathBuf>,
@@ -123,6 +128,7 @@ impl Settings {
             ignore_kruise_daemon: self.ignore_kruise_daemon.or(lower.ignore_kruise_daemon),
             resize_actuator: self.resize_actuator.or(lower.resize_actuator),
             kubelet_config: self.kubelet_config.or(lower.kubelet_config),
+            kubelet_root_dir: self.kubelet_root_dir.or(lower.kubelet_root_dir),
             cgroup_root: self.cgroup_root.or(lower.cgroup_root),
             env_restart_settle: self.env_restart_settle.or(lower.env_restart_settle),
             env_restarts_per_minute: self
@@ -152,6 +158,7 @@ pub struct Config {
     pub ignore_kruise_daemon: bool,
     pub resize_actuator: ActuatorSetting,
     pub kubelet_config: PathBuf,
+    pub kubelet_root_dir: PathBuf,
     pub cgroup_root: PathBuf,
     pub env_restart_settle: Duration,
     pub env_restarts_per_minute: u32,
@@ -287,6 +294,9 @@ impl Config {
             kubelet_config: s
                 .kubelet_config
                 .unwrap_or_else(|| DEFAULT_KUBELET_CONFIG.into()),
+            kubelet_root_dir: s
+                .kubelet_root_dir
+                .unwrap_or_else(|| DEFAULT_KUBELET_ROOT_DIR.into()),
             cgroup_root: s.cgroup_root.unwrap_or_else(|| cgroup::DEFAULT_ROOT.into()),
             env_restart_settle,
             env_restarts_per_minute,

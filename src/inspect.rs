@@ -151,7 +151,8 @@ fn yes_no(value: Option<bool>) -> String {
     }
 }
 
-/// The upgrade report as text: one line per running container, then the totals.
+/// The upgrade report as text: one line per container, the totals, then the kubelet's
+/// checkpoint files.
 pub fn upgrade_table(report: &UpgradeReport) -> String {
     let mut out = String::new();
     for c in &report.containers {
@@ -173,9 +174,20 @@ pub fn upgrade_table(report: &UpgradeReport) -> String {
     }
     let _ = writeln!(
         out,
-        "kubelet {}: {} would restart, {} keep running, {} unknown",
-        report.to, report.restart, report.keep, report.unknown
+        "kubelet {}: {} would restart, {} keep running, {} unknown, {} not running",
+        report.to, report.restart, report.keep, report.unknown, report.not_running
     );
+    for finding in &report.checkpoints {
+        let verdict = serde_json::to_value(finding.verdict)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "checkpoint {} ({verdict}): {}",
+            finding.file, finding.message
+        );
+    }
     out
 }
 

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod agent;
+pub mod checkpoints;
 pub mod config;
 pub mod containermeta;
 pub mod cri;

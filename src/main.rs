@@ -5,10 +5,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use inplaced::admin::{self, AdminError, AdminRequest};
+use inplaced::checkpoints;
 use inplaced::config::{Config, LogFormat, Settings};
 use inplaced::cri::{CriClient, CriConfig, CriEndpoint};
 use inplaced::hashing::KubeletVersion;
 use inplaced::nodeview::{self, NodeView, UpgradeReport};
+use inplaced::resize::through_kubelet;
 use inplaced::{agent, inspect};
 
 #[derive(Parser)]
@@ -225,7 +227,14 @@ async fn pods_command(config: Config, output: Output) -> anyhow::Result<ExitCode
     };
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&view)?),
-        Output::Table => print!("{}", inspect::table(&view)),
+        Output::Table => {
+            print!("{}", inspect::table(&view));
+            let gate = through_kubelet::resize_gate_from_kubelet_config(&config.kubelet_config);
+            println!(
+                "\n{}",
+                through_kubelet::actuator_line(&view, config.resize_actuator, gate)
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -245,7 +254,9 @@ async fn upgrade_check_command(
                 "note: no agent answers on {}; listing the runtime and the API directly",
                 config.admin_socket.display()
             );
-            nodeview::upgrade_check(&inspect::snapshot(&config).await?, &target)
+            let mut report = nodeview::upgrade_check(&inspect::snapshot(&config).await?, &target);
+            report.checkpoints = checkpoints::check(&config.kubelet_root_dir, &target);
+            report
         }
         Err(err) => return Err(err.into()),
     };

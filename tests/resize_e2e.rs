@@ -689,3 +689,100 @@ async fn kubelet_actuator_through_the_pod_spec_on_1_30_with_the_gate() {
     assert_eq!(node.proxy.calls("UpdateContainerResources"), 0);
     node.stop().await;
 }
+
+/// Every skew pair the sandbox models: a kubelet with the gate on, up to three minors older
+/// than its API server (gate on). The resize API follows the API server (discovery), the
+/// actuator what the kubelet reports in the pod status (no kubelet config file is given), the
+/// outcome the kubelet's own way of reporting (`status.resize` before 1.33, conditions after).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn kubelet_actuator_follows_the_api_server_in_every_skew_pair() {
+    let pairs = [
+        ("v1.30.14", 31, "the pod spec"),
+        ("v1.30.14", 32, "pods/resize"),
+        ("v1.30.14", 33, "pods/resize"),
+        ("v1.31.12", 34, "pods/resize"),
+        ("v1.32.4", 35, "pods/resize"),
+        ("v1.33.5", 36, "pods/resize"),
+    ];
+    for (kubelet, api_server, through) in pairs {
+        let node = Node::start_with(
+            NodeOptions::kubelet(kubelet)
+                .gate(true)
+                .api_server(api_server),
+        )
+        .await;
+        let pod_name = unique("skew");
+        let pod = node
+            .run_pod(
+                &pod_name,
+                json!({"containers": [busybox("app", POLITE, resources("100m", "32Mi", "200m", "64Mi"))]}),
+            )
+            .await;
+        let name = create_resize(
+            &node,
+            &pod_name,
+            json!([{"name": "app", "resources": {"limits": {"cpu": "300m", "memory": "80Mi"}}}]),
+        )
+        .await;
+        let done = wait_final(&node, &name).await;
+        let pair = format!("kubelet {kubelet}, API server 1.{api_server}");
+        assert_eq!(done["status"]["phase"], "Succeeded", "{pair}: {done:#}");
+        assert_eq!(done["status"]["actuator"], "kubelet", "{pair}: {done:#}");
+        assert!(message(&done).contains(through), "{pair}: {done:#}");
+        assert_eq!(
+            cgroup(&pod, Some("app")),
+            Limits {
+                shares: 102,
+                quota: 30_000,
+                memory: 80 * MI
+            },
+            "{pair}"
+        );
+        assert_eq!(node.proxy.calls("UpdateContainerResources"), 0, "{pair}");
+        node.stop().await;
+    }
+}
+
+/// A kubelet with the gate off reports no applied resources: `auto` resizes through CRI even
+/// when its config file claims the gate is on, and the API server is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn the_pod_status_outweighs_the_kubelet_config_file() {
+    let kubelet_config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        kubelet_config.path(),
+        "{\"kind\": \"KubeletConfiguration\", \"featureGates\": {\"InPlacePodVerticalScaling\": true}}\n",
+    )
+    .unwrap();
+    let path = kubelet_config.path().display().to_string();
+    let node = Node::start_with(
+        NodeOptions::kubelet("v1.31.12")
+            .api_server(31)
+            .agent_args(&["--kubelet-config", &path]),
+    )
+    .await;
+    let pod_name = unique("no-gate");
+    let pod = node
+        .run_pod(
+            &pod_name,
+            json!({"containers": [busybox("app", POLITE, resources("100m", "32Mi", "200m", "64Mi"))]}),
+        )
+        .await;
+    let name = create_resize(
+        &node,
+        &pod_name,
+        json!([{"name": "app", "resources": {"limits": {"cpu": "300m"}}}]),
+    )
+    .await;
+    let done = wait_final(&node, &name).await;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
+    assert_eq!(done["status"]["actuator"], "cri", "{done:#}");
+    assert_eq!(cgroup(&pod, Some("app")).quota, 30_000);
+    assert_eq!(
+        node.pod(&pod_name).unwrap()["spec"]["containers"][0]["resources"],
+        resources("100m", "32Mi", "200m", "64Mi"),
+        "the pod spec is left alone"
+    );
+    node.stop().await;
+}

@@ -191,7 +191,14 @@ pub struct UpgradeReport {
     pub restart: usize,
     pub keep: usize,
     pub unknown: usize,
+    /// Containers not running: kubelet starts them with the target's hash, nothing to restart.
+    #[serde(default)]
+    pub not_running: usize,
     pub containers: Vec<UpgradeVerdict>,
+    /// The kubelet's pod-resource checkpoint files and what the target release does with them
+    /// (filled by the caller, which can read the kubelet's root directory).
+    #[serde(default)]
+    pub checkpoints: Vec<crate::checkpoints::Finding>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -203,7 +210,7 @@ pub struct UpgradeVerdict {
     pub stored_hash: Option<String>,
     /// The hash the target release computes for the spec.
     pub target_hash: Option<String>,
-    /// "restart", "keep" or "unknown".
+    /// "restart", "keep", "unknown", or "start" for a container that is not running.
     pub verdict: String,
     pub note: Option<String>,
 }
@@ -217,9 +224,7 @@ pub fn upgrade_check(view: &NodeView, to: &KubeletVersion) -> UpgradeReport {
             let Some(runtime) = container.runtime.as_ref() else {
                 continue;
             };
-            if runtime.state != RuntimeState::Running {
-                continue;
-            }
+            let running = runtime.state == RuntimeState::Running;
             let mut verdict = UpgradeVerdict {
                 namespace: pod.namespace.clone(),
                 pod: pod.name.clone(),
@@ -231,6 +236,13 @@ pub fn upgrade_check(view: &NodeView, to: &KubeletVersion) -> UpgradeReport {
                 note: None,
             };
             match (pod.static_pod, pod.spec_of(container)) {
+                _ if !running => {
+                    verdict.verdict = "start".into();
+                    verdict.note = Some(format!(
+                        "not running ({}): kubelet starts it with the new release's hash, nothing to restart",
+                        format!("{:?}", runtime.state).to_lowercase()
+                    ));
+                }
                 (true, _) => verdict.note = Some(STATIC_POD_NOTE.into()),
                 (false, None) => {
                     verdict.note = Some(
@@ -261,7 +273,9 @@ pub fn upgrade_check(view: &NodeView, to: &KubeletVersion) -> UpgradeReport {
         restart: count("restart"),
         keep: count("keep"),
         unknown: count("unknown"),
+        not_running: count("start"),
         containers,
+        checkpoints: Vec::new(),
     }
 }
 

@@ -149,6 +149,10 @@ pub struct StatusView {
     pub container_id: String,
     pub ready: bool,
     pub restart_count: i32,
+    /// It carries `resources` (what kubelet applied): only a kubelet that resizes in place
+    /// writes it.
+    #[serde(default)]
+    pub reports_resources: bool,
 }
 
 fn pod_status_of(pod: &CachedPod, name: &str) -> Option<StatusView> {
@@ -163,6 +167,7 @@ fn pod_status_of(pod: &CachedPod, name: &str) -> Option<StatusView> {
             container_id: s.container_id.clone().unwrap_or_default(),
             ready: s.ready,
             restart_count: s.restart_count,
+            reports_resources: s.resources.is_some(),
         })
 }
 
@@ -1324,7 +1329,7 @@ mod tests {
                 "status": {
                     "containerStatuses": [
                         {"name": "app", "containerID": "containerd://c1", "ready": true,
-                         "restartCount": 3},
+                         "restartCount": 3, "resources": {"limits": {"cpu": "100m"}}},
                     ],
                     "initContainerStatuses": [
                         {"name": "setup", "ready": false, "restartCount": 1},
@@ -1345,6 +1350,7 @@ mod tests {
                 container_id: "containerd://c1".into(),
                 ready: true,
                 restart_count: 3,
+                reports_resources: true,
             })
         );
         assert_eq!(
@@ -1353,6 +1359,7 @@ mod tests {
                 container_id: String::new(),
                 ready: false,
                 restart_count: 1,
+                reports_resources: false,
             })
         );
         assert_eq!(container_in(pod, "side").status, None);

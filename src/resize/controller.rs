@@ -109,6 +109,7 @@ pub async fn run(
         metrics,
         requests: HashMap::new(),
         limit_ranges: HashMap::new(),
+        served_api: None,
         done_tx,
     };
     loop {
@@ -149,6 +150,8 @@ struct ResizeController {
     /// checked on every pass, and listing each time flooded the API (15,000 lists in the soak).
     /// Dropped once older than [`LIMIT_RANGES_TTL`].
     limit_ranges: HashMap<String, (Instant, Vec<Value>)>,
+    /// The resize API the API server serves and when discovery said so.
+    served_api: Option<(KubeletResizeApi, Instant)>,
     done_tx: mpsc::Sender<CriDone>,
 }
 
@@ -161,13 +164,17 @@ struct Tracked {
     retried: bool,
     /// When the agent took it up (for the duration metric).
     started: Option<Instant>,
-    /// The API accepted its `kubelet` resize from this agent.
-    requested: bool,
+    /// The API accepted its `kubelet` resize from this agent, through this API.
+    requested: Option<KubeletResizeApi>,
     /// How its last `cri` resize ended, for the next pass to report.
     outcome: Option<CriOutcome>,
     /// Deleted after its TTL (the watch may still show it).
     deleted: bool,
 }
+
+/// How long the API server's resize API, once discovered, is used before asking again (an
+/// upgrade of the API server is also noticed by the refusal of a resize).
+const SERVED_API_TTL: Duration = Duration::from_secs(300);
 
 /// How long a namespace's listed LimitRanges are used before listing again.
 const LIMIT_RANGES_TTL: Duration = Duration::from_secs(10);
@@ -353,8 +360,11 @@ impl ResizeController {
         let tracked = self.tracked(&request.uid);
         tracked.started.get_or_insert_with(Instant::now);
         let in_flight = tracked.in_flight;
-        let begun = in_flight || tracked.outcome.is_some() || tracked.requested;
-        let kubelet_gate = (request.status.actuator != Some(Actuator::Cri))
+        let begun = in_flight || tracked.outcome.is_some() || tracked.requested.is_some();
+        let kubelet_gate = request
+            .status
+            .actuator
+            .is_none()
             .then(|| through_kubelet::resize_gate_from_kubelet_config(&self.config.kubelet_config))
             .flatten();
         let mut limit_ranges = None;
@@ -402,16 +412,40 @@ impl ResizeController {
             (
                 Admission::Proceed {
                     actuator: Actuator::Kubelet,
-                    api,
                     after,
                 },
                 Some(pod),
-            ) => {
-                let api = api.unwrap_or(KubeletResizeApi::Subresource);
-                self.drive_kubelet(request, pod, api, &after).await
-            }
+            ) => self.drive_kubelet(request, pod, &after).await,
             // Admitted only with a pod; relisted LimitRanges are asked for again.
             (Admission::Proceed { .. } | Admission::NeedsLimitRanges, _) => {}
+        }
+    }
+
+    /// The resize API the API server serves, from discovery at most every
+    /// [`SERVED_API_TTL`], or now when `again` (a resize was refused). None while discovery
+    /// fails (logged; the next pass asks again).
+    async fn served_api(&mut self, again: bool) -> Option<KubeletResizeApi> {
+        if let Some((api, found)) = self.served_api
+            && !again
+            && found.elapsed() < SERVED_API_TTL
+        {
+            return Some(api);
+        }
+        match through_kubelet::served_api(&self.client).await {
+            Ok(api) => {
+                if self.served_api.is_some_and(|(before, _)| before != api) {
+                    tracing::info!(
+                        api = api.describe(),
+                        "the API server now takes resizes through another API"
+                    );
+                }
+                self.served_api = Some((api, Instant::now()));
+                Some(api)
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot discover the API server's resize API; trying again");
+                None
+            }
         }
     }
 
@@ -549,7 +583,6 @@ impl ResizeController {
         &mut self,
         request: &ResizeRequest,
         pod: &PodView,
-        api: KubeletResizeApi,
         after: &[(String, Resources)],
     ) {
         let named: Vec<String> = request.desired().into_iter().map(|d| d.name).collect();
@@ -558,34 +591,57 @@ impl ResizeController {
             .filter(|(name, _)| named.contains(name))
             .cloned()
             .collect();
-        if !self.tracked(&request.uid).requested {
-            match through_kubelet::request(
-                &self.client,
-                api,
-                &request.namespace,
-                &pod.name,
-                &targets,
-            )
-            .await
-            {
-                Ok(()) => self.tracked(&request.uid).requested = true,
-                Err(::kube::Error::Api(status))
-                    if (400..500).contains(&status.code) && status.code != 429 =>
-                {
-                    let message = format!("the API server refused the resize: {}", status.message);
-                    return self.conclude(
-                        request,
-                        ResizePhase::Failed,
-                        message,
-                        Some(Actuator::Kubelet),
-                    );
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, "cannot ask for the resize; trying again");
+        let api = match self.tracked(&request.uid).requested {
+            Some(api) => api,
+            None => {
+                let Some(api) = self.served_api(false).await else {
                     return;
+                };
+                match through_kubelet::request(
+                    &self.client,
+                    api,
+                    &request.namespace,
+                    &pod.name,
+                    &targets,
+                )
+                .await
+                {
+                    Ok(()) => {
+                        self.tracked(&request.uid).requested = Some(api);
+                        api
+                    }
+                    Err(::kube::Error::Api(status))
+                        if (400..500).contains(&status.code) && status.code != 429 =>
+                    {
+                        // The API server may have been upgraded since it was asked: a refusal
+                        // of the API it no longer serves the way it did is tried again the new
+                        // way on the next pass.
+                        if let Some(now_served) = self.served_api(true).await
+                            && now_served != api
+                        {
+                            tracing::info!(request = %request.name, refused = api.describe(),
+                                served = now_served.describe(), "the API server changed how it takes resizes; asking again");
+                            return;
+                        }
+                        let message = format!(
+                            "the API server refused the resize through {}: {}",
+                            api.describe(),
+                            status.message
+                        );
+                        return self.conclude(
+                            request,
+                            ResizePhase::Failed,
+                            message,
+                            Some(Actuator::Kubelet),
+                        );
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %err, "cannot ask for the resize; trying again");
+                        return;
+                    }
                 }
             }
-        }
+        };
         let Some(api_pod) = pod
             .api_pod
             .as_ref()

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::request::{Actuator, ContainerPhase, ContainerResult, ResizePhase, ResizeRequest};
 use super::resources::{self, InitContainer, Refusal};
 use super::through_cri::{self, ContainerTarget, PodTarget};
-use super::through_kubelet::{self, ActuatorSetting, KubeletResizeApi};
+use super::through_kubelet::{self, ActuatorSetting};
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 use crate::resources::Resources;
 
@@ -48,7 +48,6 @@ pub(super) enum Admission {
     /// Resize through `actuator` to `after` (every app container of the pod).
     Proceed {
         actuator: Actuator,
-        api: Option<KubeletResizeApi>,
         after: Vec<(String, Resources)>,
     },
 }
@@ -117,15 +116,14 @@ pub(super) fn admit(f: &Facts<'_>) -> Admission {
             None,
         );
     }
-    let (actuator, api) = match request.status.actuator {
-        Some(Actuator::Cri) => (Actuator::Cri, None),
-        _ => match through_kubelet::choose_actuator(
+    let actuator = match request.status.actuator {
+        Some(actuator) => actuator,
+        None => match through_kubelet::choose_actuator(
             f.setting,
-            f.view.kubelet_version.as_deref(),
-            f.kubelet_gate,
+            &through_kubelet::kubelet_support(f.view, f.kubelet_gate),
             pod.static_pod,
         ) {
-            Ok(choice) => choice,
+            Ok(actuator) => actuator,
             Err(message) => return failed(message, None),
         },
     };
@@ -172,11 +170,7 @@ pub(super) fn admit(f: &Facts<'_>) -> Admission {
             };
         }
     }
-    Admission::Proceed {
-        actuator,
-        api,
-        after,
-    }
+    Admission::Proceed { actuator, after }
 }
 
 /// A request whose `cri` resize succeeded: the pod keeps its values applied.
@@ -611,19 +605,15 @@ mod tests {
         }
     }
 
-    fn proceeds(admission: Admission) -> (Actuator, Option<KubeletResizeApi>, Resources) {
+    fn proceeds(admission: Admission) -> (Actuator, Resources) {
         match admission {
-            Admission::Proceed {
-                actuator,
-                api,
-                after,
-            } => {
+            Admission::Proceed { actuator, after } => {
                 let app = after
                     .iter()
                     .find(|(n, _)| n == "app")
                     .map(|(_, r)| *r)
                     .expect("app");
-                (actuator, api, app)
+                (actuator, app)
             }
             other => panic!("not admitted: {other:?}"),
         }
@@ -632,8 +622,8 @@ mod tests {
     #[test]
     fn a_request_on_a_kubelet_that_does_not_resize_goes_through_cri_with_its_values_on_top() {
         let case = Case::new(cpu_limit("300m"), "v1.30.14");
-        let (actuator, api, app) = proceeds(case.admit());
-        assert_eq!((actuator, api), (Actuator::Cri, None));
+        let (actuator, app) = proceeds(case.admit());
+        assert_eq!(actuator, Actuator::Cri);
         assert_eq!(app.cpu_limit, Some(300));
         assert_eq!(app.cpu_request, Some(100), "the values not named are kept");
     }
@@ -641,18 +631,10 @@ mod tests {
     #[test]
     fn the_actuator_follows_the_kubelet_release_and_its_gate() {
         let on_133 = Case::new(cpu_limit("300m"), "v1.33.1");
-        let (actuator, api, _) = proceeds(on_133.admit());
-        assert_eq!(
-            (actuator, api),
-            (Actuator::Kubelet, Some(KubeletResizeApi::Subresource))
-        );
+        assert_eq!(proceeds(on_133.admit()).0, Actuator::Kubelet);
         let mut gated_130 = Case::new(cpu_limit("300m"), "v1.30.14");
         gated_130.gate = Some(true);
-        let (actuator, api, _) = proceeds(gated_130.admit());
-        assert_eq!(
-            (actuator, api),
-            (Actuator::Kubelet, Some(KubeletResizeApi::PodSpec))
-        );
+        assert_eq!(proceeds(gated_130.admit()).0, Actuator::Kubelet);
         let mut forced = Case::new(cpu_limit("300m"), "v1.26.0");
         forced.setting = ActuatorSetting::Kubelet;
         let (phase, message) = conclusion(forced.admit());
@@ -669,6 +651,13 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(proceeds(case.admit()).0, Actuator::Cri);
+        let mut case = Case::new(cpu_limit("300m"), "v1.30.14");
+        case.request.status = ResizeStatus {
+            actuator: Some(Actuator::Kubelet),
+            phase: ResizePhase::InProgress,
+            ..Default::default()
+        };
+        assert_eq!(proceeds(case.admit()).0, Actuator::Kubelet);
     }
 
     #[test]
@@ -784,7 +773,7 @@ mod tests {
         );
         let mut case = Case::new(cpu_limit("300m"), "v1.30.14");
         case.group = vec![earlier, case.request.clone()];
-        let (_, _, app) = proceeds(case.admit());
+        let (_, app) = proceeds(case.admit());
         assert_eq!((app.cpu_request, app.cpu_limit), (Some(150), Some(300)));
     }
 

@@ -1,7 +1,9 @@
-//! The `kubelet` actuator: where the node's kubelet resizes in place, the agent asks it through
-//! the API — `pods/resize` from 1.32, a pod spec patch on 1.27–1.31 with the
-//! InPlacePodVerticalScaling gate — and follows the pod's resize status to the end. kubelet
-//! 1.33+ checkpoints what it actuated, so resizing behind its back would be undone.
+//! The `kubelet` actuator: where the node's kubelet resizes in place (seen in the pod status
+//! first, its config file and release second), the agent asks it through the API the API
+//! server serves — `pods/resize` where discovery lists it, a pod spec patch otherwise (1.27–1.31
+//! with the InPlacePodVerticalScaling gate) — and follows the pod's resize status to the end:
+//! conditions from a 1.33+ kubelet, `status.resize` from an older one. kubelet 1.33+
+//! checkpoints what it actuated, so resizing behind its back would be undone.
 
 use std::path::Path;
 
@@ -12,6 +14,7 @@ use serde_json::{Value, json};
 use super::request::Actuator;
 use super::resources;
 use crate::hashing::KubeletVersion;
+use crate::nodeview::{NodeView, RuntimeState};
 use crate::resources::Resources;
 
 /// How the agent picks an actuator (`resize-actuator` setting).
@@ -25,48 +28,153 @@ pub enum ActuatorSetting {
     Cri,
 }
 
-/// Which API the kubelet resizes from.
+/// Which API the kubelet is asked through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KubeletResizeApi {
-    /// `pods/resize` (1.32+).
+    /// `pods/resize` (API servers from 1.32 with the gate; always from 1.35).
     Subresource,
-    /// `spec.containers[*].resources` of the pod (1.27–1.31 with the gate).
+    /// `spec.containers[*].resources` of the pod (API servers 1.27–1.31 with the gate).
     PodSpec,
 }
 
-/// The actuator for one pod, and for `kubelet` the API to use.
+impl KubeletResizeApi {
+    pub fn describe(self) -> &'static str {
+        match self {
+            KubeletResizeApi::Subresource => "pods/resize",
+            KubeletResizeApi::PodSpec => "the pod spec",
+        }
+    }
+}
+
+/// The resize API the API server serves, from discovery: `pods/resize` where `/api/v1` lists
+/// it, the pod spec otherwise (which an API server without the gate refuses, and the refusal
+/// says so). The API server decides what it accepts, not the kubelet's release: a 1.30 kubelet
+/// behind a 1.32 API server is resized through `pods/resize`.
+pub async fn served_api(client: &::kube::Client) -> Result<KubeletResizeApi, ::kube::Error> {
+    let core = client.list_core_api_resources("v1").await?;
+    Ok(if core.resources.iter().any(|r| r.name == "pods/resize") {
+        KubeletResizeApi::Subresource
+    } else {
+        KubeletResizeApi::PodSpec
+    })
+}
+
+/// Whether the node's kubelet resizes in place, and what says so.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeletSupport {
+    pub resizes: bool,
+    pub why: String,
+}
+
+/// Whether the node's kubelet resizes in place, from the strongest evidence at hand:
+/// 1. the pod status: a kubelet with the InPlacePodVerticalScaling gate writes what it applied
+///    into `containerStatuses[].resources` of every running container (1.27+), a kubelet
+///    without it never does, and an API server without the gate drops the field (1.33+) — the
+///    same test the API server makes before it accepts a resize (1.32+);
+/// 2. `featureGates` in the kubelet's config file (`config_gate`);
+/// 3. the release's default: on from 1.33.
+pub fn kubelet_support(view: &NodeView, config_gate: Option<bool>) -> KubeletSupport {
+    let no = |why: String| KubeletSupport {
+        resizes: false,
+        why,
+    };
+    let Some(version) = view.kubelet_version.as_deref() else {
+        return no("the node's kubelet version is not known yet".into());
+    };
+    let Some(minor) = KubeletVersion::parse(version).ok().map(|v| v.minor()) else {
+        return no(format!("the kubelet version {version:?} cannot be read"));
+    };
+    if minor < 27 {
+        return no(format!("kubelet {version} predates in-place resize (1.27)"));
+    }
+    let (mut running, mut reporting) = (0usize, 0usize);
+    for pod in view.pods.iter().filter(|p| !p.terminating) {
+        for c in &pod.containers {
+            let (Some(runtime), Some(status)) = (&c.runtime, &c.status) else {
+                continue;
+            };
+            // Only a status that describes the running instance counts.
+            if runtime.state != RuntimeState::Running || status.container_id != runtime.container_id
+            {
+                continue;
+            }
+            running += 1;
+            reporting += usize::from(status.reports_resources);
+        }
+    }
+    if running > 0 && reporting == running {
+        return KubeletSupport {
+            resizes: true,
+            why: format!(
+                "kubelet {version}: all {running} running containers report applied resources in their pod status"
+            ),
+        };
+    }
+    if running > 0 && reporting == 0 {
+        return no(format!(
+            "kubelet {version}: none of the {running} running containers report applied resources in their pod status (the InPlacePodVerticalScaling gate is off in the kubelet or the API server)"
+        ));
+    }
+    let status_says = if running == 0 {
+        "no running container reports a status yet".to_string()
+    } else {
+        format!("{reporting} of {running} running containers report applied resources")
+    };
+    match config_gate {
+        Some(gate) => KubeletSupport {
+            resizes: gate,
+            why: format!(
+                "kubelet {version}: its config file sets InPlacePodVerticalScaling: {gate} ({status_says})"
+            ),
+        },
+        None => KubeletSupport {
+            resizes: minor >= 33,
+            why: format!(
+                "kubelet {version}: InPlacePodVerticalScaling is {} by default in this release ({status_says})",
+                if minor >= 33 { "on" } else { "off" }
+            ),
+        },
+    }
+}
+
+/// The actuator for one pod.
 pub fn choose_actuator(
     setting: ActuatorSetting,
-    kubelet_version: Option<&str>,
-    resize_gate: Option<bool>,
+    kubelet: &KubeletSupport,
     static_pod: bool,
-) -> Result<(Actuator, Option<KubeletResizeApi>), String> {
+) -> Result<Actuator, String> {
     // kubelet never resizes static pods: their spec comes from a file, not the API.
     if static_pod || setting == ActuatorSetting::Cri {
-        return Ok((Actuator::Cri, None));
+        return Ok(Actuator::Cri);
     }
-    let minor = kubelet_version
-        .and_then(|v| KubeletVersion::parse(v).ok())
-        .map(|v| v.minor());
-    let api = |minor: u32| {
-        if minor >= 32 {
-            KubeletResizeApi::Subresource
-        } else {
-            KubeletResizeApi::PodSpec
-        }
-    };
-    // The gate is beta and on by default from 1.33 (GA in 1.35), alpha and off before.
-    let kubelet_resizes = minor.is_some_and(|m| m >= 27 && resize_gate.unwrap_or(m >= 33));
-    match (setting, minor) {
-        (ActuatorSetting::Kubelet, Some(m)) if kubelet_resizes => {
-            Ok((Actuator::Kubelet, Some(api(m))))
-        }
-        (ActuatorSetting::Kubelet, _) => Err(format!(
-            "resize-actuator is kubelet, but the kubelet ({}) does not resize in place: it needs 1.27+ with the InPlacePodVerticalScaling gate (on by default from 1.33)",
-            kubelet_version.unwrap_or("version unknown")
+    match (setting, kubelet.resizes) {
+        (_, true) => Ok(Actuator::Kubelet),
+        (ActuatorSetting::Kubelet, false) => Err(format!(
+            "resize-actuator is kubelet, but the kubelet does not resize in place: {} (it needs 1.27+ with the InPlacePodVerticalScaling gate, on by default from 1.33)",
+            kubelet.why
         )),
-        (_, Some(m)) if kubelet_resizes => Ok((Actuator::Kubelet, Some(api(m)))),
-        _ => Ok((Actuator::Cri, None)),
+        _ => Ok(Actuator::Cri),
+    }
+}
+
+/// One line for `inplaced pods`: which actuator a ContainerResizeRequest would get here, and why.
+pub fn actuator_line(
+    view: &NodeView,
+    setting: ActuatorSetting,
+    config_gate: Option<bool>,
+) -> String {
+    let kubelet = kubelet_support(view, config_gate);
+    let statics = if view.pods.iter().any(|p| p.static_pod) {
+        "; static pods: cri (kubelet never resizes them)"
+    } else {
+        ""
+    };
+    match choose_actuator(setting, &kubelet, false) {
+        Ok(Actuator::Cri) if setting == ActuatorSetting::Cri => {
+            "resizes: cri (resize-actuator is cri)".to_string()
+        }
+        Ok(actuator) => format!("resizes: {} ({}){statics}", actuator.as_str(), kubelet.why),
+        Err(message) => format!("resizes: refused ({message})"),
     }
 }
 
@@ -231,52 +339,122 @@ mod tests {
         }
     }
 
+    /// A node view of kubelet `version` whose running containers report resources or not
+    /// (`true`/`false` each), plus one that is not running.
+    fn view(version: Option<&str>, reports: &[bool]) -> NodeView {
+        let times = serde_json::to_value(crate::nodeview::ContainerTimes::default())
+            .expect("times serialize");
+        let mut containers: Vec<Value> = reports
+            .iter()
+            .enumerate()
+            .map(|(i, reports)| {
+                json!({
+                    "name": format!("c{i}"), "kind": "regular",
+                    "runtime": {"container_id": format!("containerd://{i}"), "id": i.to_string(),
+                        "state": "running", "attempt": 0, "restart_count": 0,
+                        "stored_hash": null, "stored_hash_without_resources": null,
+                        "image": "busybox", "times": times},
+                    "hash_check": null,
+                    "status": {"container_id": format!("containerd://{i}"), "ready": true,
+                        "restart_count": 0, "reports_resources": reports},
+                })
+            })
+            .collect();
+        containers.push(json!({
+            "name": "exited", "kind": "regular",
+            "runtime": {"container_id": "containerd://x", "id": "x", "state": "exited",
+                "attempt": 0, "restart_count": 0, "stored_hash": null,
+                "stored_hash_without_resources": null, "image": "busybox", "times": times},
+            "hash_check": null,
+            "status": {"container_id": "containerd://x", "ready": false, "restart_count": 0},
+        }));
+        serde_json::from_value(json!({
+            "node_name": "n", "runtime": null, "kubelet_version": version, "synced": true,
+            "unmatched_sandboxes": [],
+            "pods": [{"namespace": "ns", "name": "p", "uid": "u", "runtime_uid": "u",
+                "static_pod": false, "terminating": false, "pod_ip": null, "sandbox_id": null,
+                "sandbox_ready": true, "containers": containers}],
+        }))
+        .expect("a node view")
+    }
+
     #[test]
-    fn actuator_follows_the_kubelet_release_and_gate() {
+    fn the_pod_status_says_first_whether_the_kubelet_resizes() {
+        let on = kubelet_support(&view(Some("v1.30.14"), &[true, true]), Some(false));
+        assert!(on.resizes, "{on:?}");
+        assert!(on.why.contains("all 2 running containers report"), "{on:?}");
+        let off = kubelet_support(&view(Some("v1.35.0"), &[false]), Some(true));
+        assert!(!off.resizes, "{off:?}");
+        assert!(off.why.contains("none of the 1 running"), "{off:?}");
+    }
+
+    #[test]
+    fn without_a_clear_pod_status_the_config_file_then_the_release_default_decide() {
+        let config = kubelet_support(&view(Some("v1.30.14"), &[]), Some(true));
+        assert!(config.resizes, "{config:?}");
+        assert!(config.why.contains("config file"), "{config:?}");
+        let mixed = kubelet_support(&view(Some("v1.30.14"), &[true, false]), None);
+        assert!(!mixed.resizes, "{mixed:?}");
+        assert!(mixed.why.contains("1 of 2"), "{mixed:?}");
+        assert!(kubelet_support(&view(Some("v1.33.1"), &[]), None).resizes);
+        assert!(!kubelet_support(&view(Some("v1.32.2"), &[]), None).resizes);
+        assert!(!kubelet_support(&view(Some("v1.26.3"), &[true]), Some(true)).resizes);
+        assert!(!kubelet_support(&view(None, &[true]), Some(true)).resizes);
+    }
+
+    #[test]
+    fn the_actuator_follows_what_the_kubelet_does() {
         use ActuatorSetting::*;
-        let pick = |s, v: Option<&str>, gate, static_pod| choose_actuator(s, v, gate, static_pod);
-        assert_eq!(
-            pick(Auto, Some("v1.35.0"), None, false),
-            Ok((Actuator::Kubelet, Some(KubeletResizeApi::Subresource)))
+        let yes = KubeletSupport {
+            resizes: true,
+            why: "seen".into(),
+        };
+        let no = KubeletSupport {
+            resizes: false,
+            why: "not seen".into(),
+        };
+        assert_eq!(choose_actuator(Auto, &yes, false), Ok(Actuator::Kubelet));
+        assert_eq!(choose_actuator(Auto, &no, false), Ok(Actuator::Cri));
+        assert_eq!(choose_actuator(Auto, &yes, true), Ok(Actuator::Cri));
+        assert_eq!(choose_actuator(Cri, &yes, false), Ok(Actuator::Cri));
+        assert_eq!(choose_actuator(Kubelet, &yes, false), Ok(Actuator::Kubelet));
+        assert!(choose_actuator(Kubelet, &no, false).is_err_and(|e| e.contains("not seen")));
+        let line = actuator_line(&view(Some("v1.30.14"), &[true]), Auto, None);
+        assert!(
+            line.starts_with("resizes: kubelet (kubelet v1.30.14: all 1"),
+            "{line}"
         );
-        assert_eq!(
-            pick(Auto, Some("v1.33.1"), None, false),
-            Ok((Actuator::Kubelet, Some(KubeletResizeApi::Subresource)))
-        );
-        assert_eq!(
-            pick(Auto, Some("v1.33.1"), Some(false), false),
-            Ok((Actuator::Cri, None))
-        );
-        assert_eq!(
-            pick(Auto, Some("v1.32.2"), None, false),
-            Ok((Actuator::Cri, None))
-        );
-        assert_eq!(
-            pick(Auto, Some("v1.32.2"), Some(true), false),
-            Ok((Actuator::Kubelet, Some(KubeletResizeApi::Subresource)))
-        );
-        assert_eq!(
-            pick(Auto, Some("v1.30.7"), Some(true), false),
-            Ok((Actuator::Kubelet, Some(KubeletResizeApi::PodSpec)))
-        );
-        assert_eq!(
-            pick(Auto, Some("v1.26.3"), Some(true), false),
-            Ok((Actuator::Cri, None))
-        );
-        assert_eq!(pick(Auto, None, None, false), Ok((Actuator::Cri, None)));
-        assert_eq!(
-            pick(Auto, Some("v1.35.0"), None, true),
-            Ok((Actuator::Cri, None))
-        );
-        assert_eq!(
-            pick(Cri, Some("v1.35.0"), None, false),
-            Ok((Actuator::Cri, None))
-        );
-        assert!(pick(Kubelet, Some("v1.26.3"), None, false).is_err_and(|e| e.contains("1.27+")));
-        assert_eq!(
-            pick(Kubelet, Some("v1.35.0+k3s1"), None, false),
-            Ok((Actuator::Kubelet, Some(KubeletResizeApi::Subresource)))
-        );
+    }
+
+    /// Discovery of each API server release the double models.
+    #[tokio::test]
+    async fn the_resize_api_is_what_the_api_server_serves() {
+        use apiserver_double::{ApiServer, PodResizeApi, ServerConfig};
+        for (minor, gate, want) in [
+            (31, true, KubeletResizeApi::PodSpec),
+            (32, true, KubeletResizeApi::Subresource),
+            (32, false, KubeletResizeApi::PodSpec),
+            (33, true, KubeletResizeApi::Subresource),
+            (36, true, KubeletResizeApi::Subresource),
+        ] {
+            let server = ApiServer::start(ServerConfig {
+                pod_resize: PodResizeApi::for_release(minor, gate),
+                ..Default::default()
+            })
+            .await
+            .expect("api server starts");
+            let kubeconfig = ::kube::config::Kubeconfig::from_yaml(&server.kubeconfig(None))
+                .expect("kubeconfig parses");
+            let config = ::kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .expect("client config");
+            let client = ::kube::Client::try_from(config).expect("client builds");
+            assert_eq!(
+                served_api(&client).await.expect("discovery"),
+                want,
+                "1.{minor}, gate {gate}"
+            );
+        }
     }
 
     #[test]

@@ -87,6 +87,13 @@ impl NodeOptions {
         self
     }
 
+    /// An API server of release 1.`minor` with the InPlacePodVerticalScaling gate on, beside
+    /// the kubelet of the options (a version skew: the kubelet may be up to three minors older).
+    pub fn api_server(mut self, minor: u32) -> NodeOptions {
+        self.pod_resize = PodResizeApi::for_release(minor, true);
+        self
+    }
+
     pub fn agent_args(mut self, args: &[&str]) -> NodeOptions {
         self.agent_args = args.iter().map(|a| a.to_string()).collect();
         self

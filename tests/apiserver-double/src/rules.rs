@@ -101,10 +101,34 @@ pub fn prepare_update(
             Ok(out)
         }
         Endpoint::Resize => {
+            check_node_supports_resize(def, old)?;
             let mut out = with_new_resources(def, old, &new, Endpoint::Resize)?;
             mark_resize_proposed(def, old, &mut out);
             Ok(out)
         }
+    }
+}
+
+/// `ValidatePodResize`'s version-skew check (1.32+): the first running container's status
+/// must carry `resources`, which only a kubelet that resizes in place writes. Without a
+/// running container the server cannot tell, and lets the resize through.
+fn check_node_supports_resize(def: &ResourceDef, pod: &Value) -> ApiResult<()> {
+    let statuses = get_path(pod, "status.containerStatuses")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    let first_running = statuses
+        .iter()
+        .find(|s| get_path(s, "state.running").is_some());
+    match first_running {
+        Some(status) if status.get("resources").is_none_or(Value::is_null) => {
+            Err(ApiError::invalid(
+                def,
+                name_of(pod),
+                "spec",
+                "Forbidden: Pod running on node without support for resize",
+            ))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -458,3 +458,61 @@ fn resize_api_by_release() {
     );
     assert_eq!(PodResizeApi::for_release(35, false), PodResizeApi::Off);
 }
+
+/// From 1.32 `pods/resize` is refused for a pod whose first running container reports no
+/// applied resources (a kubelet that does not resize in place); a pod without a running
+/// container cannot tell and is let through.
+#[tokio::test]
+async fn resize_is_refused_where_the_kubelet_reports_no_applied_resources() {
+    let (_server, api) = setup_with(PodResizeApi::Subresource).await;
+    let running = |resources: serde_json::Value| {
+        json!({"status": {"containerStatuses": [{
+            "name": "app", "ready": true, "restartCount": 0, "image": "busybox:1", "imageID": "",
+            "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+            "resources": resources}]}})
+    };
+    api.patch_resize(
+        "p",
+        &PatchParams::default(),
+        &Patch::Strategic(&resources_patch("110m", "210m")),
+    )
+    .await
+    .expect("no running container: let through");
+
+    api.patch_status(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(&running(json!(null))),
+    )
+    .await
+    .unwrap();
+    let refused = api
+        .patch_resize(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(&resources_patch("120m", "220m")),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s))
+            if s.code == 422 && s.message.contains("Pod running on node without support for resize")),
+        "{refused:?}"
+    );
+
+    let applied = json!({"requests": {"cpu": "110m", "memory": "64Mi"},
+                         "limits": {"cpu": "210m", "memory": "128Mi"}});
+    api.patch_status(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(&running(applied)),
+    )
+    .await
+    .unwrap();
+    api.patch_resize(
+        "p",
+        &PatchParams::default(),
+        &Patch::Strategic(&resources_patch("120m", "220m")),
+    )
+    .await
+    .expect("a kubelet that reports what it applied resizes");
+}

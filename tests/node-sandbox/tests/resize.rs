@@ -523,19 +523,28 @@ async fn kubelet_1_30_resizes_after_a_pod_spec_update() {
 #[tokio::test]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn kubelet_without_resize_leaves_containers_alone_and_recreates_from_the_spec() {
-    // A kubelet with the gate off under an API server that resizes (version skew).
-    let env = env_for("v1.33.5", PodResizeApi::Subresource, false).await;
+    // A kubelet with the gate off under an API server that takes resizes in the pod spec (a
+    // 1.31 API server with the gate on): the spec changes, the kubelet does not follow. (From
+    // 1.32 the API server refuses `pods/resize` for a pod whose running containers report no
+    // applied resources, so the spec cannot change under such a kubelet.)
+    let env = env_for("v1.30.7", PodResizeApi::SpecUpdate, false).await;
     assert!(!env.kubelet().resizes_in_place());
     let running = start_pod(&env).await;
     let name = running.name.as_str();
 
     // Smaller resources, so a container recreated from them fits the unchanged pod cgroup.
-    patch_resize(
-        &env,
-        name,
-        &containers_patch(resources("100m", "32Mi", "150m", "48Mi"), None),
-    )
-    .await;
+    env.pods_api()
+        .await
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Strategic(&containers_patch(
+                resources("100m", "32Mi", "150m", "48Mi"),
+                None,
+            )),
+        )
+        .await
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(2);
     while Instant::now() < deadline {
         assert_eq!(cgroup(&running.uid, &running.app), BEFORE_APP);
