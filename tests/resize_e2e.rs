@@ -728,7 +728,12 @@ async fn kubelet_actuator_follows_the_api_server_in_every_skew_pair() {
         let done = wait_final(&node, &name).await;
         let pair = format!("kubelet {kubelet}, API server 1.{api_server}");
         assert_eq!(done["status"]["phase"], "Succeeded", "{pair}: {done:#}");
-        assert_eq!(done["status"]["actuator"], "kubelet", "{pair}: {done:#}");
+        assert_eq!(
+            done["status"]["actuator"],
+            "kubelet",
+            "{pair}: {done:#}\npod status: {:#}",
+            node.pod(&pod_name).unwrap()["status"]
+        );
         assert!(message(&done).contains(through), "{pair}: {done:#}");
         assert_eq!(
             cgroup(&pod, Some("app")),

@@ -79,10 +79,23 @@ pub struct CachedContainerStatus {
     pub ready: bool,
     #[serde(default, deserialize_with = "null_as_default")]
     pub restart_count: i32,
-    /// What kubelet reports as applied (1.29+).
+    /// What kubelet reports as applied (1.27+ with in-place resize).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Only whether the kubelet reports it running is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<CachedContainerState>,
 }
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CachedContainerState {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<Running>,
+}
+
+/// `state.running`, its fields (`startedAt`) not kept.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Running {}
 
 impl CachedContainer {
     pub fn name(&self) -> &str {
@@ -287,7 +300,12 @@ mod tests {
         let back = serde_json::to_value(&pod).expect("serializes");
         assert!(back.pointer("/spec/volumes").is_none());
         assert!(back.pointer("/status/hostIP").is_none());
-        assert!(back.pointer("/status/containerStatuses/0/state").is_none());
+        assert_eq!(
+            back.pointer("/status/containerStatuses/0/state"),
+            Some(&json!({"running": {}})),
+            "whether it runs, not since when"
+        );
+        assert!(app.state.as_ref().is_some_and(|s| s.running.is_some()));
         assert_eq!(
             back.pointer("/status/conditions/0/type"),
             Some(&json!("Ready"))

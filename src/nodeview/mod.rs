@@ -153,6 +153,9 @@ pub struct StatusView {
     /// writes it.
     #[serde(default)]
     pub reports_resources: bool,
+    /// The kubelet reports it running.
+    #[serde(default)]
+    pub running: bool,
 }
 
 fn pod_status_of(pod: &CachedPod, name: &str) -> Option<StatusView> {
@@ -168,6 +171,10 @@ fn pod_status_of(pod: &CachedPod, name: &str) -> Option<StatusView> {
             ready: s.ready,
             restart_count: s.restart_count,
             reports_resources: s.resources.is_some(),
+            running: s
+                .state
+                .as_ref()
+                .is_some_and(|state| state.running.is_some()),
         })
 }
 
@@ -1351,6 +1358,7 @@ mod tests {
                 ready: true,
                 restart_count: 3,
                 reports_resources: true,
+                running: false,
             })
         );
         assert_eq!(
@@ -1360,6 +1368,7 @@ mod tests {
                 ready: false,
                 restart_count: 1,
                 reports_resources: false,
+                running: false,
             })
         );
         assert_eq!(container_in(pod, "side").status, None);

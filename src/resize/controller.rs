@@ -417,6 +417,20 @@ impl ResizeController {
                 Some(pod),
             ) => self.drive_kubelet(request, pod, &after).await,
             // Admitted only with a pod; relisted LimitRanges are asked for again.
+            (Admission::Wait(message), _) => {
+                if matches!(
+                    request.status.phase,
+                    ResizePhase::None | ResizePhase::Pending
+                ) {
+                    let status = ResizeStatus {
+                        phase: ResizePhase::Pending,
+                        message: Some(message),
+                        observed_generation: request.generation,
+                        ..Default::default()
+                    };
+                    self.write(request, status);
+                }
+            }
             (Admission::Proceed { .. } | Admission::NeedsLimitRanges, _) => {}
         }
     }

@@ -45,6 +45,9 @@ pub(super) enum Admission {
     },
     /// The checks need the namespace's LimitRanges: list them and decide again.
     NeedsLimitRanges,
+    /// Not yet: what decides the actuator is about to be known (the kubelet has not reported
+    /// the status of containers that run).
+    Wait(String),
     /// Resize through `actuator` to `after` (every app container of the pod).
     Proceed {
         actuator: Actuator,
@@ -118,14 +121,19 @@ pub(super) fn admit(f: &Facts<'_>) -> Admission {
     }
     let actuator = match request.status.actuator {
         Some(actuator) => actuator,
-        None => match through_kubelet::choose_actuator(
-            f.setting,
-            &through_kubelet::kubelet_support(f.view, f.kubelet_gate),
-            pod.static_pod,
-        ) {
-            Ok(actuator) => actuator,
-            Err(message) => return failed(message, None),
-        },
+        None => {
+            let kubelet = through_kubelet::kubelet_support(f.view, f.kubelet_gate);
+            if kubelet.pending && f.setting != ActuatorSetting::Cri && !pod.static_pod {
+                return Admission::Wait(format!(
+                    "waiting to see whether the kubelet resizes in place: {}",
+                    kubelet.why
+                ));
+            }
+            match through_kubelet::choose_actuator(f.setting, &kubelet, pod.static_pod) {
+                Ok(actuator) => actuator,
+                Err(message) => return failed(message, None),
+            }
+        }
     };
     // Before: what the pod has now (the API's spec; for `cri`, with the resizes this agent
     // keeps applied). After: that with this request on top.
@@ -458,7 +466,7 @@ mod tests {
     use serde_json::json;
 
     use crate::kube::CachedPod;
-    use crate::nodeview::{self, RuntimeContainer, RuntimeSnapshot};
+    use crate::nodeview::{self, RuntimeContainer, RuntimeSnapshot, StatusView};
     use crate::resize::request::ResizeStatus;
 
     const POD_UID: &str = "pod-uid-1";
@@ -515,7 +523,8 @@ mod tests {
             .expect("pod web")
     }
 
-    /// `container` of pod `web` runs as runtime container `id`.
+    /// `container` of pod `web` runs as runtime container `id`, and the kubelet reports it
+    /// without applied resources.
     fn running(view: &mut NodeView, container: &str, id: &str) {
         let c = web_mut(view)
             .containers
@@ -532,6 +541,14 @@ mod tests {
             stored_hash_without_resources: None,
             image: "busybox".into(),
             times: Default::default(),
+        });
+        // As a kubelet without in-place resize reports it.
+        c.status = Some(StatusView {
+            container_id: format!("containerd://{id}"),
+            ready: true,
+            restart_count: 0,
+            reports_resources: false,
+            running: true,
         });
     }
 
@@ -640,6 +657,22 @@ mod tests {
         let (phase, message) = conclusion(forced.admit());
         assert_eq!(phase, ResizePhase::Failed);
         assert!(message.contains("does not resize in place"), "{message}");
+    }
+
+    #[test]
+    fn the_actuator_waits_for_the_kubelet_to_report_a_running_container() {
+        let mut case = Case::new(cpu_limit("300m"), "v1.30.14");
+        case.gate = Some(true);
+        running(&mut case.view, "app", "c1");
+        web_mut(&mut case.view).containers[0].status = None;
+        match case.admit() {
+            Admission::Wait(message) => {
+                assert!(message.contains("not reported alike"), "{message}")
+            }
+            other => panic!("not waiting: {other:?}"),
+        }
+        case.setting = ActuatorSetting::Cri;
+        assert_eq!(proceeds(case.admit()).0, Actuator::Cri);
     }
 
     #[test]

@@ -64,6 +64,9 @@ pub async fn served_api(client: &::kube::Client) -> Result<KubeletResizeApi, ::k
 pub struct KubeletSupport {
     pub resizes: bool,
     pub why: String,
+    /// The pod status will tell soon: containers run whose status the kubelet has not
+    /// reported yet, and none that it has. A guess now would stick to the request.
+    pub pending: bool,
 }
 
 /// Whether the node's kubelet resizes in place, from the strongest evidence at hand:
@@ -77,6 +80,7 @@ pub fn kubelet_support(view: &NodeView, config_gate: Option<bool>) -> KubeletSup
     let no = |why: String| KubeletSupport {
         resizes: false,
         why,
+        pending: false,
     };
     let Some(version) = view.kubelet_version.as_deref() else {
         return no("the node's kubelet version is not known yet".into());
@@ -87,19 +91,24 @@ pub fn kubelet_support(view: &NodeView, config_gate: Option<bool>) -> KubeletSup
     if minor < 27 {
         return no(format!("kubelet {version} predates in-place resize (1.27)"));
     }
-    let (mut running, mut reporting) = (0usize, 0usize);
+    let (mut running, mut reporting, mut unreported) = (0usize, 0usize, 0usize);
     for pod in view.pods.iter().filter(|p| !p.terminating) {
         for c in &pod.containers {
-            let (Some(runtime), Some(status)) = (&c.runtime, &c.status) else {
-                continue;
-            };
-            // Only a status that describes the running instance counts.
-            if runtime.state != RuntimeState::Running || status.container_id != runtime.container_id
-            {
-                continue;
+            let runtime = c
+                .runtime
+                .as_ref()
+                .filter(|r| r.state == RuntimeState::Running);
+            // Only a status that describes the running instance counts; one that the runtime
+            // or the kubelet shows running without the other yet will count soon.
+            match (runtime, &c.status) {
+                (Some(runtime), Some(status)) if status.container_id == runtime.container_id => {
+                    running += 1;
+                    reporting += usize::from(status.reports_resources);
+                }
+                (Some(_), _) => unreported += 1,
+                (None, Some(status)) if status.running => unreported += 1,
+                (None, _) => {}
             }
-            running += 1;
-            reporting += usize::from(status.reports_resources);
         }
     }
     if running > 0 && reporting == running {
@@ -108,12 +117,22 @@ pub fn kubelet_support(view: &NodeView, config_gate: Option<bool>) -> KubeletSup
             why: format!(
                 "kubelet {version}: all {running} running containers report applied resources in their pod status"
             ),
+            pending: false,
         };
     }
     if running > 0 && reporting == 0 {
         return no(format!(
             "kubelet {version}: none of the {running} running containers report applied resources in their pod status (the InPlacePodVerticalScaling gate is off in the kubelet or the API server)"
         ));
+    }
+    if running == 0 && unreported > 0 {
+        return KubeletSupport {
+            resizes: false,
+            why: format!(
+                "the running containers of kubelet {version} ({unreported}) are not reported alike by the runtime and the pod status yet"
+            ),
+            pending: true,
+        };
     }
     let status_says = if running == 0 {
         "no running container reports a status yet".to_string()
@@ -126,6 +145,7 @@ pub fn kubelet_support(view: &NodeView, config_gate: Option<bool>) -> KubeletSup
             why: format!(
                 "kubelet {version}: its config file sets InPlacePodVerticalScaling: {gate} ({status_says})"
             ),
+            pending: false,
         },
         None => KubeletSupport {
             resizes: minor >= 33,
@@ -133,6 +153,7 @@ pub fn kubelet_support(view: &NodeView, config_gate: Option<bool>) -> KubeletSup
                 "kubelet {version}: InPlacePodVerticalScaling is {} by default in this release ({status_says})",
                 if minor >= 33 { "on" } else { "off" }
             ),
+            pending: false,
         },
     }
 }
@@ -403,15 +424,30 @@ mod tests {
     }
 
     #[test]
+    fn a_status_the_kubelet_has_not_reported_yet_is_waited_for() {
+        let mut lagging = view(Some("v1.30.14"), &[true]);
+        lagging.pods[0].containers[0].status = None;
+        let support = kubelet_support(&lagging, Some(true));
+        assert!(support.pending && !support.resizes, "{support:?}");
+        // One reported container settles it, whatever else lags.
+        let mut one_reported = view(Some("v1.30.14"), &[true, true]);
+        one_reported.pods[0].containers[0].status = None;
+        let support = kubelet_support(&one_reported, None);
+        assert!(support.resizes && !support.pending, "{support:?}");
+    }
+
+    #[test]
     fn the_actuator_follows_what_the_kubelet_does() {
         use ActuatorSetting::*;
         let yes = KubeletSupport {
             resizes: true,
             why: "seen".into(),
+            pending: false,
         };
         let no = KubeletSupport {
             resizes: false,
             why: "not seen".into(),
+            pending: false,
         };
         assert_eq!(choose_actuator(Auto, &yes, false), Ok(Actuator::Kubelet));
         assert_eq!(choose_actuator(Auto, &no, false), Ok(Actuator::Cri));

@@ -524,10 +524,11 @@ async fn kubelet_1_30_resizes_after_a_pod_spec_update() {
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn kubelet_without_resize_leaves_containers_alone_and_recreates_from_the_spec() {
     // A kubelet with the gate off under an API server that takes resizes in the pod spec (a
-    // 1.31 API server with the gate on): the spec changes, the kubelet does not follow. (From
-    // 1.32 the API server refuses `pods/resize` for a pod whose running containers report no
-    // applied resources, so the spec cannot change under such a kubelet.)
-    let env = env_for("v1.30.7", PodResizeApi::SpecUpdate, false).await;
+    // 1.31 API server with the gate on): the spec changes, the kubelet does not follow, and a
+    // 1.31 kubelet, whose hash leaves resources out, does not restart the container either.
+    // (From 1.32 the API server refuses `pods/resize` for a pod whose running containers
+    // report no applied resources, so the spec cannot change under such a kubelet.)
+    let env = env_for("v1.31.12", PodResizeApi::SpecUpdate, false).await;
     assert!(!env.kubelet().resizes_in_place());
     let running = start_pod(&env).await;
     let name = running.name.as_str();
