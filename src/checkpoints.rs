@@ -144,6 +144,10 @@ fn status_manager_verdict(
         )
     };
     match (to, format) {
+        (..=26, _) => (
+            Verdict::Ignored,
+            format!("kubelet 1.{to} has no in-place resize and never opens it"),
+        ),
         (33.., _) => (
             Verdict::Ignored,
             format!(
@@ -409,6 +413,15 @@ mod tests {
         assert_eq!(
             verdicts(&corrupt, "1.32"),
             [(ALLOCATED_FILE.to_string(), Verdict::Ignored)]
+        );
+    }
+
+    #[test]
+    fn a_kubelet_before_in_place_resize_opens_no_checkpoint() {
+        let dir = root(&[("v1.32-pod_status_manager_state", STATUS_MANAGER_FILE)]);
+        assert_eq!(
+            verdicts(&dir, "1.26"),
+            [(STATUS_MANAGER_FILE.to_string(), Verdict::Ignored)]
         );
     }
 

@@ -450,6 +450,17 @@ async fn upgrade_check_and_era_detection_agree_with_golden_hashes() {
     let kubeconfig = tempfile::NamedTempFile::new().unwrap();
     server.write_kubeconfig(kubeconfig.path(), None).unwrap();
     let dir = tempfile::tempdir().unwrap();
+    // The kubelet's root directory holds the allocation checkpoint a 1.27–1.31 kubelet with
+    // the resize gate left behind.
+    let kubelet_root = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/checkpoints/v1.27-pod_status_manager_state"
+        ),
+        kubelet_root.path().join("pod_status_manager_state"),
+    )
+    .unwrap();
     let args = [
         "--node-name".to_string(),
         node.clone(),
@@ -459,6 +470,8 @@ async fn upgrade_check_and_era_detection_agree_with_golden_hashes() {
         endpoint().to_string(),
         "--admin-socket".into(),
         dir.path().join("none.sock").display().to_string(),
+        "--kubelet-root-dir".into(),
+        kubelet_root.path().display().to_string(),
     ];
 
     let (view, _) = pods_json(&args);
@@ -527,6 +540,29 @@ async fn upgrade_check_and_era_detection_agree_with_golden_hashes() {
             );
         }
     }
+    // The checkpoint: read by 1.31, refused by 1.32 (with what to do), ignored from 1.33.
+    for (to, verdict) in [("1.31", "read"), ("1.32", "refused"), ("1.33", "ignored")] {
+        let output = Command::new(env!("CARGO_BIN_EXE_inplaced"))
+            .args(["upgrade-check", "--to", to, "-o", "json"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let findings = report["checkpoints"].as_array().unwrap();
+        assert_eq!(findings.len(), 1, "{report:#}");
+        assert_eq!(findings[0]["verdict"], verdict, "{to}: {:#}", findings[0]);
+        assert_eq!(findings[0]["format"], "status-manager-v127");
+    }
+    let table = Command::new(env!("CARGO_BIN_EXE_inplaced"))
+        .args(["upgrade-check", "--to", "1.32"])
+        .args(&args)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("pod_status_manager_state (refused)") && table.contains("delete"),
+        "{table}"
+    );
     for (_, _, runtime_pod) in runtime_pods {
         runtime_pod.remove(&cri).await;
     }

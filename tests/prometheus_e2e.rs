@@ -374,9 +374,9 @@ async fn check_dashboard(prometheus: &Prometheus, target: &str) {
     }
 }
 
-/// One in-place resize (the `cri` actuator: a kubelet 1.30 without the resize gate): Prometheus
-/// stores it once, with a duration no longer than the test saw from creating the request to
-/// seeing it Succeeded.
+/// One in-place resize (through the kubelet: the node's 1.30 kubelet has the resize gate on,
+/// which its pod status shows): Prometheus stores it once, under the actuator the request got,
+/// with a duration no longer than the test saw from creating the request to seeing it Succeeded.
 async fn check_resize(node: &Node, prometheus: &Prometheus) {
     let pod = unique("sized");
     let mut app = quick_container();
@@ -391,7 +391,8 @@ async fn check_resize(node: &Node, prometheus: &Prometheus) {
     let done = node.wait_resize_final(&name, WAIT).await;
     let seen = unix_nanos();
     assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
-    let selector = format!("{{job=\"{JOB}\",actuator=\"cri\",result=\"Succeeded\"}}");
+    assert_eq!(done["status"]["actuator"], "kubelet", "{done:#}");
+    let selector = format!("{{job=\"{JOB}\",actuator=\"kubelet\",result=\"Succeeded\"}}");
     prometheus
         .wait_vector(&format!("inplaced_resizes_total{selector}"), WAIT, |s| {
             s.len() == 1 && s[0].value == 1.0

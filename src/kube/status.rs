@@ -100,6 +100,9 @@ enum WriteOutcome {
     Landed(Option<String>),
     /// Refused with 409: the version it was decided from is no longer current.
     Outdated,
+    /// Refused for what it is (4xx other than 409 and 429): asking again soon will not help.
+    Refused,
+    /// The API server was not reached, or failed (5xx, 429, no answer).
     Failed,
 }
 
@@ -119,17 +122,26 @@ struct Backoff {
 
 impl Backoff {
     const FIRST: Duration = Duration::from_millis(200);
-    /// The agent's token bucket bounds what retries cost the API server; a short cap keeps
-    /// what users wait on (a request's outcome, the annotation kruise-manager waits for)
-    /// close behind the end of an outage.
+    /// After an outage (5xx, no answer): a short cap keeps what users wait on (a request's
+    /// outcome, the annotation kruise-manager waits for) close behind its end; the agent's token
+    /// bucket bounds what the retries cost the API server.
     const MAX: Duration = Duration::from_secs(10);
+    /// After a refusal of the write itself (a webhook, a policy): it will likely be refused
+    /// again, so a node with many such objects must not keep the API server busy with them.
+    const MAX_REFUSED: Duration = Duration::from_secs(300);
 
-    /// The state after one more failure at `now`: 200 ms, 400 ms, ... up to 10 s.
-    fn after_failure(previous: Option<Backoff>, now: Instant) -> Backoff {
+    /// The state after one more failure at `now`: 200 ms, 400 ms, ... up to 10 s, or up to
+    /// 5 min when the API server refused the write.
+    fn after_failure(previous: Option<Backoff>, now: Instant, refused: bool) -> Backoff {
         let failures = previous.map_or(1, |b| b.failures.saturating_add(1));
+        let cap = if refused {
+            Self::MAX_REFUSED
+        } else {
+            Self::MAX
+        };
         let delay = Self::FIRST
             .saturating_mul(1u32 << (failures - 1).min(16))
-            .min(Self::MAX);
+            .min(cap);
         Backoff {
             failures,
             next_attempt: now + delay,
@@ -223,6 +235,11 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
             let outcome = match result {
                 Ok(landed) => WriteOutcome::Landed(landed.metadata.resource_version),
                 Err(::kube::Error::Api(status)) if status.code == 409 => WriteOutcome::Outdated,
+                Err(::kube::Error::Api(status))
+                    if (400..500).contains(&status.code) && status.code != 429 =>
+                {
+                    WriteOutcome::Refused
+                }
                 Err(_) => WriteOutcome::Failed,
             };
             let _ = results
@@ -286,10 +303,15 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
                 Written::Landed
             }
             outcome => {
+                let refused = matches!(outcome, WriteOutcome::Refused);
                 if let (WriteOutcome::Outdated, Some(version)) = (outcome, based_on) {
                     entry.outdated = Some(version);
                 }
-                entry.failing = Some(Backoff::after_failure(entry.failing, Instant::now()));
+                entry.failing = Some(Backoff::after_failure(
+                    entry.failing,
+                    Instant::now(),
+                    refused,
+                ));
                 Written::Failed
             }
         })
@@ -448,7 +470,7 @@ mod tests {
         let mut state = None;
         let mut delays = Vec::new();
         for _ in 0..12 {
-            let next = Backoff::after_failure(state, now);
+            let next = Backoff::after_failure(state, now, false);
             delays.push(next.next_attempt - now);
             state = Some(next);
         }
@@ -469,8 +491,25 @@ mod tests {
             failures: u32::MAX,
             next_attempt: now,
         };
-        let next = Backoff::after_failure(Some(long_failing), now);
+        let next = Backoff::after_failure(Some(long_failing), now, false);
         assert_eq!(next.failures, u32::MAX);
         assert_eq!(next.next_attempt - now, Backoff::MAX);
+        let refused = Backoff::after_failure(Some(long_failing), now, true);
+        assert_eq!(refused.next_attempt - now, Backoff::MAX_REFUSED);
+    }
+
+    #[test]
+    fn a_refused_write_backs_off_to_5_minutes() {
+        let now = Instant::now();
+        let mut state = None;
+        let mut last = Duration::ZERO;
+        for _ in 0..14 {
+            let next = Backoff::after_failure(state, now, true);
+            last = next.next_attempt - now;
+            state = Some(next);
+        }
+        assert_eq!(last, Duration::from_secs(300));
+        let once = Backoff::after_failure(None, now, true);
+        assert_eq!(once.next_attempt - now, Backoff::FIRST);
     }
 }

@@ -236,10 +236,13 @@ pub fn upgrade_check(view: &NodeView, to: &KubeletVersion) -> UpgradeReport {
                 note: None,
             };
             match (pod.static_pod, pod.spec_of(container)) {
+                _ if runtime.state == RuntimeState::Unknown => {
+                    verdict.note = Some("the runtime does not know its state".into());
+                }
                 _ if !running => {
                     verdict.verdict = "start".into();
                     verdict.note = Some(format!(
-                        "not running ({}): kubelet starts it with the new release's hash, nothing to restart",
+                        "not running ({}): nothing to restart; a container kubelet starts again gets the new release's hash",
                         format!("{:?}", runtime.state).to_lowercase()
                     ));
                 }
@@ -353,6 +356,29 @@ mod tests {
         // A spec change: no release's hash of the new spec is the stored one.
         let changed = written_by(&pod("busybox:2", "Running"), &runtime, &mut cache);
         assert!(changed.is_empty(), "{changed:?}");
+    }
+
+    /// A container that is not running has nothing to restart: kubelet starts it with the new
+    /// release's hash.
+    #[test]
+    fn a_container_that_is_not_running_is_listed_as_started_not_restarted() {
+        let mut runtime = snapshot("busybox:1");
+        let mut exited = (*runtime.containers[0]).clone();
+        exited.state = ContainerState::ContainerExited as i32;
+        runtime.containers = vec![Arc::new(exited)];
+        let view = join("node", &[pod("busybox:1", "Running")], &runtime);
+        let to = KubeletVersion::parse("1.31").expect("version");
+        let report = upgrade_check(&view, &to);
+        assert_eq!((report.restart, report.keep, report.not_running), (0, 0, 1));
+        assert_eq!(report.containers[0].verdict, "start");
+        assert!(
+            report.containers[0]
+                .note
+                .as_deref()
+                .is_some_and(|n| n.contains("not running (exited)")),
+            "{:?}",
+            report.containers[0]
+        );
     }
 
     #[test]

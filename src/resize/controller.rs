@@ -166,6 +166,9 @@ struct Tracked {
     started: Option<Instant>,
     /// The API accepted its `kubelet` resize from this agent, through this API.
     requested: Option<KubeletResizeApi>,
+    /// A refused resize was asked again the way the API server now serves (once: API servers
+    /// of two releases behind one address could otherwise send it back and forth).
+    reasked: bool,
     /// How its last `cri` resize ended, for the next pass to report.
     outcome: Option<CriOutcome>,
     /// Deleted after its TTL (the watch may still show it).
@@ -630,8 +633,11 @@ impl ResizeController {
                         // The API server may have been upgraded since it was asked: a refusal
                         // of the API it no longer serves the way it did is tried again the new
                         // way on the next pass.
+                        let reasked =
+                            std::mem::replace(&mut self.tracked(&request.uid).reasked, true);
                         if let Some(now_served) = self.served_api(true).await
                             && now_served != api
+                            && !reasked
                         {
                             tracing::info!(request = %request.name, refused = api.describe(),
                                 served = now_served.describe(), "the API server changed how it takes resizes; asking again");

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::request::Actuator;
 use super::resources;
 use crate::hashing::KubeletVersion;
-use crate::nodeview::{NodeView, RuntimeState};
+use crate::nodeview::{ContainerKind, NodeView, RuntimeState};
 use crate::resources::Resources;
 
 /// How the agent picks an actuator (`resize-actuator` setting).
@@ -92,8 +92,14 @@ pub fn kubelet_support(view: &NodeView, config_gate: Option<bool>) -> KubeletSup
         return no(format!("kubelet {version} predates in-place resize (1.27)"));
     }
     let (mut running, mut reporting, mut unreported) = (0usize, 0usize, 0usize);
+    // App containers only, as the API server checks: a non-restartable init container never
+    // carries `resources`, whatever the kubelet.
     for pod in view.pods.iter().filter(|p| !p.terminating) {
-        for c in &pod.containers {
+        for c in pod
+            .containers
+            .iter()
+            .filter(|c| c.kind == ContainerKind::Regular)
+        {
             let runtime = c
                 .runtime
                 .as_ref()

@@ -13,6 +13,13 @@
 #   containerd.sh endpoint print the CRI endpoint (unix://...).
 #
 # Environment (optional):
+#   INPLACED_CONTAINERD        the containerd release to run: 1.6 (default: Debian 12's package,
+#                              installed with apt), 1.7 (Debian 13's) or 2.1 (Debian sid's); the
+#                              newer ones are fetched with a private apt directory (the machine's own
+#                              apt sources are never changed), unpacked under
+#                              $INPLACED_TEST_RUNTIME_CACHE and run from there beside the system's
+#                              containerd, never instead of it. runc is Debian 12's for all three.
+#   INPLACED_TEST_RUNTIME_CACHE where fetched releases are kept (default /var/cache/inplaced-test)
 #   INPLACED_TEST_CRI_BASE     state directory (default /run/inplaced-test); the socket lives in it,
 #                              so keep it short (unix socket paths are limited to ~100 bytes)
 #   INPLACED_TEST_CGROUP_ROOT  cgroup parent under which tests put pod cgroups (default inplaced-test)
@@ -22,13 +29,27 @@
 # registry (images are built here from busybox-static and imported), one containerd per machine.
 set -euo pipefail
 
+RELEASE=${INPLACED_CONTAINERD:-1.6}
+RUNTIME_CACHE=${INPLACED_TEST_RUNTIME_CACHE:-/var/cache/inplaced-test}
 BASE=${INPLACED_TEST_CRI_BASE:-/run/inplaced-test}
 CGROUP_ROOT=${INPLACED_TEST_CGROUP_ROOT:-inplaced-test}
 PAUSE_IMAGE=localhost/pause:local
 TEST_IMAGE=localhost/busybox:local
 SOCK=$BASE/containerd.sock
 PIDFILE=$BASE/containerd.pid
-CTR=(ctr --address "$SOCK" -n k8s.io)
+# The Debian suite each release is taken from, and where its binaries are.
+case "$RELEASE" in
+  1.6) SUITE=bookworm ;;
+  1.7) SUITE=trixie ;;
+  2.1) SUITE=sid ;;
+  *) echo "containerd.sh: INPLACED_CONTAINERD=$RELEASE: choose 1.6, 1.7 or 2.1" >&2; exit 2 ;;
+esac
+bin_of() { if [ "$1" = 1.6 ]; then echo /usr/bin; else echo "$RUNTIME_CACHE/containerd-$1/usr/bin"; fi; }
+# What is running now was started with the release recorded here: status, down, endpoint and the
+# daemon restarts act on that one, whatever INPLACED_CONTAINERD says.
+RUNNING_RELEASE=$(cat "$BASE/release" 2>/dev/null || echo 1.6)
+BIN=$(bin_of "$RUNNING_RELEASE")
+CTR=("$BIN/ctr" --address "$SOCK" -n k8s.io)
 
 T0=$(date +%s%N)
 log() { printf '[containerd.sh %5dms] %s\n' "$(( ($(date +%s%N) - T0) / 1000000 ))" "$*" >&2; }
@@ -45,6 +66,35 @@ install_packages() {
   apt-get update -qq
   # RUNLEVEL=1 keeps invoke-rc.d from starting the distribution's own containerd service.
   DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# containerd of a newer Debian suite: `apt-get download` through a private apt directory (its own
+# sources, lists and archives), then `dpkg-deb -x` into the cache. Nothing is installed.
+fetch_release() {
+  [ "$RELEASE" = 1.6 ] && return 0
+  local dir=$RUNTIME_CACHE/containerd-$RELEASE
+  if [ -x "$dir/usr/bin/containerd" ]; then return 0; fi
+  local apt=$RUNTIME_CACHE/apt-$SUITE
+  mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/sources" "$apt/debs"
+  printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+    "$SUITE" > "$apt/sources/$SUITE.sources"
+  local opts=(-o "Dir::Etc::sourcelist=/dev/null" -o "Dir::Etc::sourceparts=$apt/sources"
+    -o "Dir::State::lists=$apt/lists" -o "Dir::Cache::archives=$apt/archives"
+    -o "APT::Get::List-Cleanup=0" -o "Debug::NoLocking=1")
+  log "fetching containerd $RELEASE from Debian $SUITE"
+  apt-get "${opts[@]}" update -qq >/dev/null 2>&1 || die "apt-get update of Debian $SUITE failed"
+  local version
+  version=$(apt-cache "${opts[@]}" madison containerd 2>/dev/null \
+    | awk -v r="$RELEASE." '{v=$3} index(v, r) == 1 {print v; exit}')
+  [ -n "$version" ] || die "Debian $SUITE has no containerd $RELEASE.x (it has: $(apt-cache "${opts[@]}" madison containerd 2>/dev/null | awk '{print $3}' | tr '\n' ' '))"
+  rm -f "$apt/debs/"*.deb
+  (cd "$apt/debs" && apt-get "${opts[@]}" download "containerd=$version" >/dev/null 2>&1) \
+    || die "apt-get download containerd=$version failed"
+  local tmp; tmp=$(mktemp -d "$RUNTIME_CACHE/unpack.XXXX")
+  dpkg-deb -x "$apt/debs/"containerd_*.deb "$tmp"
+  "$tmp/usr/bin/containerd" --version >/dev/null || die "containerd $version does not run here"
+  rm -rf "$dir"; mv "$tmp" "$dir"
+  log "containerd $version unpacked in $dir"
 }
 
 pick_snapshotter() {
@@ -65,6 +115,7 @@ restrict_oom() {
 
 write_config() {
   mkdir -p "$BASE"/{root,state}
+  if [ "$RELEASE" = 2.1 ]; then write_config_v3 "$@"; return; fi
   cat > "$BASE/config.toml" <<EOF
 version = 2
 root = "$BASE/root"
@@ -84,6 +135,34 @@ state = "$BASE/state"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$BASE/cni/net.d"
+EOF
+}
+
+# containerd 2.x: configuration version 3, the CRI plugin split in an images and a runtime part.
+write_config_v3() {
+  cat > "$BASE/config.toml" <<EOF
+version = 3
+root = "$BASE/root"
+state = "$BASE/state"
+[grpc]
+  address = "$SOCK"
+[ttrpc]
+  address = "$SOCK.ttrpc"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "$1"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$PAUSE_IMAGE"
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = $2
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$BASE/cni/net.d"
 EOF
@@ -122,8 +201,9 @@ build_images() {
 
 start_containerd() {
   # Own session and no inherited stdio: containerd must outlive this shell and not hold its pipes.
-  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    setsid nohup containerd --config "$BASE/config.toml" >>"$BASE/containerd.log" 2>&1 </dev/null &
+  # The release's own directory first: containerd finds its shim on PATH.
+  PATH=$BIN:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    setsid nohup "$BIN/containerd" --config "$BASE/config.toml" >>"$BASE/containerd.log" 2>&1 </dev/null &
   echo $! > "$PIDFILE"
   local _
   for _ in $(seq 1 300); do
@@ -134,24 +214,33 @@ start_containerd() {
   # grep reads to the end (no -q): with pipefail, a grep that exits at the first match can
   # leave ctr to die of SIGPIPE and fail the pipeline.
   "${CTR[@]}" plugins ls 2>/dev/null | grep -E '^io\.containerd\.grpc\.v1 +cri +\S+ +ok' >/dev/null \
-    || { tail -20 "$BASE/containerd.log" >&2; die "the CRI plugin did not load"; }
+    || { tail -20 "$BASE/containerd.log" >&2; die "the CRI plugin of containerd $RUNNING_RELEASE did not load (config $BASE/config.toml)"; }
 }
 
 up() {
   [ "$(id -u)" = 0 ] || die "must run as root"
-  if running; then log "containerd already running (pid $(cat "$PIDFILE"))"; echo "unix://$SOCK"; return 0; fi
+  if running; then
+    [ "$RUNNING_RELEASE" = "$RELEASE" ] \
+      || die "containerd $RUNNING_RELEASE is up; run '$0 down' before starting $RELEASE (one containerd per machine)"
+    log "containerd already running (pid $(cat "$PIDFILE"))"; echo "unix://$SOCK"; return 0
+  fi
   if pgrep -x containerd >/dev/null; then
     die "another containerd is running on this machine (pid $(pgrep -x containerd | tr '\n' ' ')); containerd 1.6 allows one per machine"
   fi
   mkdir -p "$BASE"
   install_packages
+  fetch_release
+  RUNNING_RELEASE=$RELEASE
+  BIN=$(bin_of "$RELEASE")
+  CTR=("$BIN/ctr" --address "$SOCK" -n k8s.io)
+  echo "$RELEASE" > "$BASE/release"
   local snapshotter; snapshotter=$(pick_snapshotter)
   write_config "$snapshotter" "$(restrict_oom)"
   build_images
   start_containerd
   "${CTR[@]}" images import --snapshotter "$snapshotter" "$BASE/images.tar" >/dev/null
   "${CTR[@]}" images ls -q | grep -x "$PAUSE_IMAGE" >/dev/null || die "image import failed"
-  log "containerd $(containerd --version | awk '{print $3}') pid $(cat "$PIDFILE"), snapshotter $snapshotter: unix://$SOCK"
+  log "containerd $("$BIN/containerd" --version | awk '{print $3}') pid $(cat "$PIDFILE"), snapshotter $snapshotter: unix://$SOCK"
   echo "unix://$SOCK"
 }
 
@@ -206,7 +295,8 @@ case "${1:-up}" in
   down) down ;;
   stop-daemon) stop_daemon ;;
   start-daemon) running || start_containerd ;;
-  status) if running; then echo "running pid $(cat "$PIDFILE") unix://$SOCK"; else echo stopped; exit 1; fi ;;
+  status) if running; then echo "running pid $(cat "$PIDFILE") containerd $RUNNING_RELEASE unix://$SOCK"; else echo stopped; exit 1; fi ;;
+  release) if running; then echo "$RUNNING_RELEASE"; else echo stopped; exit 1; fi ;;
   endpoint) echo "unix://$SOCK" ;;
-  *) echo "usage: $0 up|down|stop-daemon|start-daemon|status|endpoint" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|stop-daemon|start-daemon|status|release|endpoint" >&2; exit 2 ;;
 esac
