@@ -214,3 +214,51 @@ async fn stop_container_honours_sigterm_and_the_grace_timeout() {
     assert!(stubborn_status.finished_at > stubborn_status.started_at);
     pod.remove(&cri).await;
 }
+
+/// The container event stream where the runtime has one: containerd 1.6 answers
+/// `GetContainerEvents` with an error (the agent then polls `ListContainers`), 1.7 and 2.x stream
+/// a container's creation and start as they happen.
+#[tokio::test]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn container_events_stream_from_1_7_and_are_refused_by_1_6() {
+    use inplaced::cri::proto::ContainerEventType;
+    let cri = client();
+    let version = cri.version().await.expect("Version").runtime_version;
+    let events = tokio::spawn({
+        let cri = cri.clone();
+        async move { cri.container_events().await }
+    });
+    // The subscription is in place before anything happens.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pod = TestPod::run(&cri, "events").await;
+    let app = pod
+        .start_container(&cri, "app", "exec sleep 600", "3c42280f")
+        .await;
+    let answer = tokio::time::timeout(Duration::from_secs(10), events)
+        .await
+        .expect("the runtime answers GetContainerEvents once something happens")
+        .expect("joined");
+    if version.starts_with("1.6") {
+        assert!(answer.is_err(), "containerd {version} streams events");
+    } else {
+        let mut stream = answer.unwrap_or_else(|e| panic!("containerd {version}: {e}"));
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !seen.contains(&ContainerEventType::ContainerStartedEvent) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let event = tokio::time::timeout(left, stream.message())
+                .await
+                .unwrap_or_else(|_| panic!("containerd {version}: only {seen:?} for {app}"))
+                .expect("stream")
+                .expect("an event");
+            if event.container_id == app {
+                seen.push(event.container_event_type());
+            }
+        }
+        assert!(
+            seen.contains(&ContainerEventType::ContainerCreatedEvent),
+            "containerd {version}: {seen:?}"
+        );
+    }
+    pod.remove(&cri).await;
+}

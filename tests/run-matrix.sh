@@ -17,6 +17,7 @@ core_binaries=(cri_containerd cri_runtime_restart recreate_e2e containermeta_e2e
 core_tests=(
   # The runtime API: version (`inplaced runtime`), listing, status with verbose info, exec, stop.
   version_reports_containerd_speaking_cri_v1
+  container_events_stream_from_1_7_and_are_refused_by_1_6
   kubelet_style_pod_lists_back_with_its_labels_and_annotations
   container_status_reports_state_times_resources_and_verbose_info
   exec_sync_returns_output_and_exit_code

@@ -163,7 +163,7 @@ state = "$BASE/state"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         SystemdCgroup = false
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$BASE/cni/net.d"
 EOF
 }
