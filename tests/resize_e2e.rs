@@ -661,7 +661,15 @@ async fn kubelet_actuator_through_the_pod_spec_on_1_30_with_the_gate() {
             .agent_args(&["--kubelet-config", &path]),
     )
     .await;
-    let pod_name = unique("spec-patch");
+    resized_by_the_kubelet(&node, "the pod spec", "kubelet 1.30 with its config file").await;
+    node.stop().await;
+}
+
+/// A pod's app container resized from 200m/64Mi to 300m/80Mi limits through the kubelet: the
+/// request succeeds through `through` (the API the message names), the cgroup follows, and the
+/// agent never touches the container itself.
+async fn resized_by_the_kubelet(node: &Node, through: &str, case: &str) {
+    let pod_name = unique("by-kubelet");
     let pod = node
         .run_pod(
             &pod_name,
@@ -669,25 +677,30 @@ async fn kubelet_actuator_through_the_pod_spec_on_1_30_with_the_gate() {
         )
         .await;
     let name = create_resize(
-        &node,
+        node,
         &pod_name,
         json!([{"name": "app", "resources": {"limits": {"cpu": "300m", "memory": "80Mi"}}}]),
     )
     .await;
-    let done = wait_final(&node, &name).await;
-    assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
-    assert_eq!(done["status"]["actuator"], "kubelet");
-    assert!(message(&done).contains("pod spec"), "{done:#}");
+    let done = wait_final(node, &name).await;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{case}: {done:#}");
+    assert_eq!(
+        done["status"]["actuator"],
+        "kubelet",
+        "{case}: {done:#}\npod status: {:#}",
+        node.pod(&pod_name).unwrap()["status"]
+    );
+    assert!(message(&done).contains(through), "{case}: {done:#}");
     assert_eq!(
         cgroup(&pod, Some("app")),
         Limits {
             shares: 102,
             quota: 30_000,
             memory: 80 * MI
-        }
+        },
+        "{case}"
     );
-    assert_eq!(node.proxy.calls("UpdateContainerResources"), 0);
-    node.stop().await;
+    assert_eq!(node.proxy.calls("UpdateContainerResources"), 0, "{case}");
 }
 
 /// Every skew pair the sandbox models: a kubelet with the gate on, up to three minors older
@@ -712,39 +725,8 @@ async fn kubelet_actuator_follows_the_api_server_in_every_skew_pair() {
                 .api_server(api_server),
         )
         .await;
-        let pod_name = unique("skew");
-        let pod = node
-            .run_pod(
-                &pod_name,
-                json!({"containers": [busybox("app", POLITE, resources("100m", "32Mi", "200m", "64Mi"))]}),
-            )
-            .await;
-        let name = create_resize(
-            &node,
-            &pod_name,
-            json!([{"name": "app", "resources": {"limits": {"cpu": "300m", "memory": "80Mi"}}}]),
-        )
-        .await;
-        let done = wait_final(&node, &name).await;
         let pair = format!("kubelet {kubelet}, API server 1.{api_server}");
-        assert_eq!(done["status"]["phase"], "Succeeded", "{pair}: {done:#}");
-        assert_eq!(
-            done["status"]["actuator"],
-            "kubelet",
-            "{pair}: {done:#}\npod status: {:#}",
-            node.pod(&pod_name).unwrap()["status"]
-        );
-        assert!(message(&done).contains(through), "{pair}: {done:#}");
-        assert_eq!(
-            cgroup(&pod, Some("app")),
-            Limits {
-                shares: 102,
-                quota: 30_000,
-                memory: 80 * MI
-            },
-            "{pair}"
-        );
-        assert_eq!(node.proxy.calls("UpdateContainerResources"), 0, "{pair}");
+        resized_by_the_kubelet(&node, through, &pair).await;
         node.stop().await;
     }
 }

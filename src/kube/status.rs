@@ -339,12 +339,9 @@ mod tests {
         let server = apiserver_double::ApiServer::start(apiserver_double::ServerConfig::default())
             .await
             .expect("api server starts");
-        let kubeconfig = ::kube::config::Kubeconfig::from_yaml(&server.kubeconfig(None))
-            .expect("kubeconfig parses");
-        let config = ::kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        let client = node_sandbox::util::kube_client(&server.kubeconfig(None))
             .await
-            .expect("client config");
-        let client = ::kube::Client::try_from(config).expect("client builds");
+            .expect("client builds");
         (server, client)
     }
 

@@ -485,12 +485,9 @@ mod tests {
             })
             .await
             .expect("api server starts");
-            let kubeconfig = ::kube::config::Kubeconfig::from_yaml(&server.kubeconfig(None))
-                .expect("kubeconfig parses");
-            let config = ::kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            let client = node_sandbox::util::kube_client(&server.kubeconfig(None))
                 .await
-                .expect("client config");
-            let client = ::kube::Client::try_from(config).expect("client builds");
+                .expect("client builds");
             assert_eq!(
                 served_api(&client).await.expect("discovery"),
                 want,
