@@ -38,7 +38,8 @@ pub enum AdminError {
     Protocol { path: String, message: String },
 }
 
-pub type Handler = Arc<dyn Fn(AdminRequest) -> Result<serde_json::Value, String> + Send + Sync>;
+pub(crate) type Handler =
+    Arc<dyn Fn(AdminRequest) -> Result<serde_json::Value, String> + Send + Sync>;
 
 /// Binds the socket (replacing a stale one, never another kind of file) with root-only
 /// permissions.

@@ -13,10 +13,10 @@ use serde_json::Value;
 use crate::hashing::KubeletVersion;
 
 /// 1.27–1.32 (status manager).
-pub const STATUS_MANAGER_FILE: &str = "pod_status_manager_state";
+pub(crate) const STATUS_MANAGER_FILE: &str = "pod_status_manager_state";
 /// 1.33+ (allocation manager).
-pub const ALLOCATED_FILE: &str = "allocated_pods_state";
-pub const ACTUATED_FILE: &str = "actuated_pods_state";
+pub(crate) const ALLOCATED_FILE: &str = "allocated_pods_state";
+pub(crate) const ACTUATED_FILE: &str = "actuated_pods_state";
 
 /// Which release line wrote a checkpoint file, from its shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,7 +72,7 @@ pub struct Finding {
 
 /// The checksum kubelet's checkpoint manager keeps for an envelope's `data` (1.32+): FNV-1a
 /// 32-bit over go-spew's dump of the Go string, which is `(string)` followed by the bytes.
-pub fn envelope_checksum(data: &str) -> u64 {
+pub(crate) fn envelope_checksum(data: &str) -> u64 {
     let mut hash: u32 = 0x811c_9dc5;
     for byte in b"(string)".iter().chain(data.as_bytes()) {
         hash ^= u32::from(*byte);

@@ -11,16 +11,16 @@ use serde::Deserialize;
 use crate::resize::ActuatorSetting;
 use crate::resize::cgroup;
 
-pub const DEFAULT_CONFIG_FILE: &str = "/etc/inplaced/config.toml";
-pub const DEFAULT_KUBECONFIG: &str = "/etc/inplaced/kubeconfig";
+pub(crate) const DEFAULT_CONFIG_FILE: &str = "/etc/inplaced/config.toml";
+pub(crate) const DEFAULT_KUBECONFIG: &str = "/etc/inplaced/kubeconfig";
 /// kruise-daemon holds :10221 on nodes where it still runs; 10231 keeps clear of it and of the
 /// kubelet (10250, 10255), kube-proxy (10249, 10256) and the control plane (10257, 10259).
-pub const DEFAULT_LISTEN_ADDRESS: &str = "0.0.0.0:10231";
-pub const DEFAULT_ADMIN_SOCKET: &str = "/run/inplaced/admin.sock";
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/inplaced";
+pub(crate) const DEFAULT_LISTEN_ADDRESS: &str = "0.0.0.0:10231";
+pub(crate) const DEFAULT_ADMIN_SOCKET: &str = "/run/inplaced/admin.sock";
+pub(crate) const DEFAULT_STATE_DIR: &str = "/var/lib/inplaced";
 /// kubeadm's location of the kubelet's config file.
-pub const DEFAULT_KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
-pub const DEFAULT_KUBELET_ROOT_DIR: &str = "/var/lib/kubelet";
+pub(crate) const DEFAULT_KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
+pub(crate) const DEFAULT_KUBELET_ROOT_DIR: &str = "/var/lib/kubelet";
 const MAX_ENV_RESTART_SETTLE: Duration = Duration::from_secs(300);
 /// kube-rs's client logs every failed API request at ERROR under this target, without context;
 /// the agent reports the same failures itself, once per outage and with what they affect.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::systemd::Heartbeat;
 
 /// The main loop beats at least this often; a longer silence means it is stuck.
-pub const STALL_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const STALL_AFTER: Duration = Duration::from_secs(30);
 
 /// Why the agent is not ready, per dependency; empty = ready.
 #[derive(Clone, Debug)]
@@ -49,7 +49,7 @@ impl Health {
     }
 
     /// The reasons for not being ready, one line each as `dependency: reason`.
-    pub fn unready_reasons(&self) -> Vec<String> {
+    pub(crate) fn unready_reasons(&self) -> Vec<String> {
         self.reasons
             .lock()
             .map(|r| r.iter().map(|(k, v)| format!("{k}: {v}")).collect())

@@ -88,7 +88,8 @@ impl Quantity {
     }
 
     /// Whether apimachinery would print the original text verbatim.
-    pub fn is_cached(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_cached(&self) -> bool {
         self.cached.is_some()
     }
 
@@ -123,7 +124,7 @@ impl Quantity {
     }
 
     /// Thousandths of a unit (millicores for cpu), rounded away from zero.
-    pub fn milli_value(&self) -> Option<i64> {
+    pub(crate) fn milli_value(&self) -> Option<i64> {
         self.scaled_value(3)
     }
 

@@ -22,7 +22,7 @@ pub struct Resources {
 
 /// A `ResourceRequirements` object that cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ResourceError {
+pub(crate) enum ResourceError {
     #[error("{field}: {reason}")]
     Invalid { field: String, reason: String },
 }
@@ -115,7 +115,7 @@ impl fmt::Display for ResourceField {
 impl Resources {
     /// From a v1 ResourceRequirements JSON object (`{"requests":{...},"limits":{...}}`); other
     /// resources are ignored; a bad quantity is a [`ResourceError`] naming the field.
-    pub fn from_requirements(v: &Value) -> Result<Self, ResourceError> {
+    pub(crate) fn from_requirements(v: &Value) -> Result<Self, ResourceError> {
         let object = match v {
             Value::Null => return Ok(Resources::default()),
             Value::Object(o) => o,

@@ -125,7 +125,7 @@ impl Notifier {
     /// Waits, at most `within`, until everything queued so far was handed to the service
     /// manager: the process is about to exit, and a queued `STOPPING=1` would die with it. A
     /// manager that does not read costs the exit `within`, never more.
-    pub async fn flush(&self, within: Duration) {
+    pub(crate) async fn flush(&self, within: Duration) {
         let Some(queue) = &self.queue else { return };
         let (done, delivered) = tokio::sync::oneshot::channel();
         if queue.try_send(Note::Flush(done)).is_err() {
@@ -179,7 +179,7 @@ impl Heartbeat {
     }
 
     /// Time since the last beat; `None` before the first.
-    pub fn since_last_beat(&self) -> Option<Duration> {
+    pub(crate) fn since_last_beat(&self) -> Option<Duration> {
         let last = self.last.load(Ordering::Relaxed);
         (last > 0).then(|| {
             self.origin
@@ -194,7 +194,7 @@ impl Heartbeat {
 }
 
 /// The watchdog interval systemd asked for (`WATCHDOG_USEC`, for this PID), if any.
-pub fn watchdog_interval() -> Option<Duration> {
+pub(crate) fn watchdog_interval() -> Option<Duration> {
     sd_notify::watchdog_enabled()
 }
 

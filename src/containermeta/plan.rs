@@ -19,21 +19,21 @@ pub const META_ANNOTATION: &str = "apps.kruise.io/runtime-containers-meta";
 /// changes for a pod that kruise would not serve (no OpenKruise needed).
 pub const OPT_IN_ANNOTATION: &str = "inplaced.io/runtime-containers-meta";
 /// Pods injected by a SidecarSet carry this; kruise serves them whatever their owner.
-pub const SIDECARSET_HASH_ANNOTATION: &str = "kruise.io/sidecarset-hash";
+pub(crate) const SIDECARSET_HASH_ANNOTATION: &str = "kruise.io/sidecarset-hash";
 /// kruise's pod condition: False while an in-place update is under way.
-pub const IN_PLACE_UPDATE_READY: &str = "InPlaceUpdateReady";
+pub(crate) const IN_PLACE_UPDATE_READY: &str = "InPlaceUpdateReady";
 const KRUISE_GROUP: &str = "apps.kruise.io";
 
 /// `RuntimeContainerMetaSet` as kruise v1.8 serializes it (field order and names matter: the
 /// annotation is compared byte for byte to decide whether to patch).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MetaSet {
+pub(crate) struct MetaSet {
     /// Go marshals a nil slice as `null`.
     pub containers: Option<Vec<ContainerMeta>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContainerMeta {
+pub(crate) struct ContainerMeta {
     pub name: String,
     #[serde(rename = "containerID")]
     pub container_id: String,
@@ -43,7 +43,7 @@ pub struct ContainerMeta {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hashes {
+pub(crate) struct Hashes {
     #[serde(rename = "plainHash", default)]
     pub plain_hash: u64,
     /// v1.8 writes it always (no omitempty); v1.9 managers ignore it.
@@ -63,7 +63,7 @@ fn is_zero(n: &u64) -> bool {
 
 impl MetaSet {
     /// The annotation value, compact like Go's `json.Marshal`.
-    pub fn to_annotation(&self) -> String {
+    pub(crate) fn to_annotation(&self) -> String {
         // Serializing plain structs of strings and integers cannot fail.
         serde_json::to_string(self).unwrap_or_default()
     }
@@ -71,14 +71,14 @@ impl MetaSet {
 
 /// Why a pod is served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Eligibility {
+pub(crate) enum Eligibility {
     /// Controller owner in `apps.kruise.io` or a SidecarSet pod: what kruise-daemon serves.
     Kruise,
     /// Carries [`OPT_IN_ANNOTATION`] = "true".
     OptIn,
 }
 
-pub fn eligibility(pod: &CachedPod) -> Option<Eligibility> {
+pub(crate) fn eligibility(pod: &CachedPod) -> Option<Eligibility> {
     let meta = &pod.metadata;
     let annotations = meta.annotations.as_ref();
     let kruise_owner = meta.owner_references.iter().flatten().any(|o| {
@@ -101,7 +101,7 @@ pub fn eligibility(pod: &CachedPod) -> Option<Eligibility> {
 
 /// Env-from-metadata restarts are allowed: an in-place update is under way (kruise sets
 /// `InPlaceUpdateReady` False) or the pod opted in.
-pub fn restarts_enabled(pod: &CachedPod, eligibility: Eligibility) -> bool {
+pub(crate) fn restarts_enabled(pod: &CachedPod, eligibility: Eligibility) -> bool {
     match eligibility {
         Eligibility::OptIn => true,
         Eligibility::Kruise => {
@@ -124,7 +124,7 @@ pub fn restarts_enabled(pod: &CachedPod, eligibility: Eligibility) -> bool {
 
 /// One env var whose value comes from a pod label or annotation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MetadataRef {
+pub(crate) struct MetadataRef {
     pub env: String,
     pub source: MetadataSource,
     pub key: String,
@@ -134,7 +134,7 @@ pub struct MetadataRef {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MetadataSource {
+pub(crate) enum MetadataSource {
     Labels,
     Annotations,
 }
@@ -142,7 +142,9 @@ pub enum MetadataSource {
 /// The env vars kruise counts: empty `value`, `fieldRef` to `metadata.labels['k']` or
 /// `metadata.annotations['k']`, not the SidecarSet version vars.
 /// Fails where the spec's `env` does not decode.
-pub fn metadata_refs(container: &CachedContainer) -> Result<Vec<MetadataRef>, serde_json::Error> {
+pub(crate) fn metadata_refs(
+    container: &CachedContainer,
+) -> Result<Vec<MetadataRef>, serde_json::Error> {
     #[derive(Deserialize)]
     struct EnvOnly {
         #[serde(default)]
@@ -189,7 +191,7 @@ pub fn metadata_refs(container: &CachedContainer) -> Result<Vec<MetadataRef>, se
 
 /// What the pod's labels and annotations give each env var now; a shadowed reference gives the
 /// container nothing, so nothing is expected of it.
-pub fn expected_values(pod: &CachedPod, refs: &[MetadataRef]) -> BTreeMap<String, String> {
+pub(crate) fn expected_values(pod: &CachedPod, refs: &[MetadataRef]) -> BTreeMap<String, String> {
     let empty = BTreeMap::new();
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
     let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
@@ -207,7 +209,7 @@ pub fn expected_values(pod: &CachedPod, refs: &[MetadataRef]) -> BTreeMap<String
 
 /// The env vars (name → value) whose started-with value differs from the expected one. A var
 /// missing from the container counts as empty (kubelet sets an absent key to "").
-pub fn env_differences(
+pub(crate) fn env_differences(
     expected: &BTreeMap<String, String>,
     started: &BTreeMap<String, String>,
 ) -> Vec<String> {
@@ -239,7 +241,7 @@ pub fn env_from_verbose_info(info: &HashMap<String, String>) -> Option<BTreeMap<
 /// kruise's `GetCurrentHash`: the expected-hash algorithm fed with the values the container was
 /// started with. Computed by handing the hasher labels/annotations that resolve each reference
 /// to the started-with value of its env var.
-pub fn current_env_hash(
+pub(crate) fn current_env_hash(
     container: &CachedContainer,
     refs: &[MetadataRef],
     started: &BTreeMap<String, String>,
@@ -258,11 +260,11 @@ pub fn current_env_hash(
 }
 
 /// The hash of no env-from-metadata vars at all (Go `json.Marshal` of a nil slice: `null`).
-pub const NO_ENV_HASH: u64 = 86_995_377;
+pub(crate) const NO_ENV_HASH: u64 = 86_995_377;
 
 /// What the controller knows of one runtime container (the newest of its name).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RuntimeMeta {
+pub(crate) struct RuntimeMeta {
     /// `<runtime>://<id>`.
     pub container_id: String,
     /// `io.kubernetes.container.hash` as stored.
@@ -277,7 +279,10 @@ pub struct RuntimeMeta {
 ///
 /// Entries follow `status.containerStatuses`; a container needs a spec and a runtime container.
 /// An entry of the current annotation is reused as is when its containerID is unchanged.
-pub fn desired_meta(pod: &CachedPod, runtime: &HashMap<String, RuntimeMeta>) -> Option<MetaSet> {
+pub(crate) fn desired_meta(
+    pod: &CachedPod,
+    runtime: &HashMap<String, RuntimeMeta>,
+) -> Option<MetaSet> {
     let current: Option<MetaSet> = pod
         .metadata
         .annotations
@@ -349,7 +354,10 @@ pub fn desired_meta(pod: &CachedPod, runtime: &HashMap<String, RuntimeMeta>) -> 
 
 /// The annotation value to write, or None when the pod already carries it (or it cannot be
 /// decided yet).
-pub fn annotation_patch(pod: &CachedPod, runtime: &HashMap<String, RuntimeMeta>) -> Option<String> {
+pub(crate) fn annotation_patch(
+    pod: &CachedPod,
+    runtime: &HashMap<String, RuntimeMeta>,
+) -> Option<String> {
     let desired = desired_meta(pod, runtime)?.to_annotation();
     let current = pod
         .metadata
@@ -362,7 +370,7 @@ pub fn annotation_patch(pod: &CachedPod, runtime: &HashMap<String, RuntimeMeta>)
 /// What the env restarter knows of one container whose env comes from its pod's metadata,
 /// as plain data: the decision below is made from it alone.
 #[derive(Clone, Debug)]
-pub struct EnvRestartFacts<'a> {
+pub(crate) struct EnvRestartFacts<'a> {
     /// The env the container started with differs from the pod's labels/annotations now.
     pub differs: bool,
     /// Why the kubelet would not bring the container back after a stop, if so.
@@ -386,7 +394,7 @@ pub struct EnvRestartFacts<'a> {
 
 /// What to do about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EnvRestart {
+pub(crate) enum EnvRestart {
     /// The env matches: forget any mismatch seen before.
     Matches,
     /// The kubelet would not start it again: report once, never stop it.
@@ -412,7 +420,7 @@ pub enum EnvRestart {
 const OVERDUE_AFTER_MS: i64 = 5_000;
 
 /// The env restarter's decision for one container.
-pub fn decide_env_restart(facts: &EnvRestartFacts<'_>) -> EnvRestart {
+pub(crate) fn decide_env_restart(facts: &EnvRestartFacts<'_>) -> EnvRestart {
     if !facts.differs {
         return EnvRestart::Matches;
     }

@@ -233,7 +233,7 @@ impl CriClient {
 
     /// `ListContainers` read through a brief view: every container's ID and state, nothing
     /// else decoded (no label or annotation map is built).
-    pub async fn list_container_states(&self) -> Result<Vec<ContainerBrief>, CriError> {
+    pub(crate) async fn list_container_states(&self) -> Result<Vec<ContainerBrief>, CriError> {
         let response: ListContainersBrief = self
             .brief_call(
                 "ListContainers",
@@ -245,7 +245,7 @@ impl CriClient {
     }
 
     /// `ListPodSandbox` read through a brief view: every sandbox's ID and state.
-    pub async fn list_pod_sandbox_states(&self) -> Result<Vec<PodSandboxBrief>, CriError> {
+    pub(crate) async fn list_pod_sandbox_states(&self) -> Result<Vec<PodSandboxBrief>, CriError> {
         let response: ListPodSandboxBrief = self
             .brief_call(
                 "ListPodSandbox",
@@ -285,7 +285,7 @@ impl CriClient {
     /// `ContainerStatus` looks up one container; a filtered `ListContainers` would make the
     /// runtime build every container's answer first, slow on a busy node right when a kill
     /// should be quick.
-    pub async fn still_running(
+    pub(crate) async fn still_running(
         &self,
         id: &str,
         pod: PodLabels<'_>,

@@ -40,7 +40,7 @@ impl CriEndpoint {
     /// As [`resolve`](Self::resolve), passing over discovered sockets known not to speak CRI v1
     /// (Docker Engine's own containerd, whose CRI plugin is off, sits before cri-dockerd): the
     /// first other socket that exists, else the first of those passed over that still exists.
-    pub fn resolve_passing_over(
+    pub(crate) fn resolve_passing_over(
         explicit: Option<&str>,
         not_cri: &[CriEndpoint],
     ) -> Result<Self, CriError> {
@@ -52,7 +52,7 @@ impl CriEndpoint {
 
     /// The first candidate that exists, is a socket and is not in `not_cri`; else the first
     /// that exists and is a socket.
-    pub fn discover_passing_over<'a>(
+    pub(crate) fn discover_passing_over<'a>(
         candidates: impl IntoIterator<Item = &'a Path> + Clone,
         not_cri: &[CriEndpoint],
     ) -> Result<Self, CriError> {
@@ -64,7 +64,9 @@ impl CriEndpoint {
     }
 
     /// The first candidate that exists and is a socket.
-    pub fn discover<'a>(candidates: impl IntoIterator<Item = &'a Path>) -> Result<Self, CriError> {
+    pub(crate) fn discover<'a>(
+        candidates: impl IntoIterator<Item = &'a Path>,
+    ) -> Result<Self, CriError> {
         use std::os::unix::fs::FileTypeExt;
         let mut tried = Vec::new();
         for candidate in candidates {

@@ -90,7 +90,7 @@ impl CriError {
 
     /// The runtime does not have the method: `Unimplemented`, or one of containerd 1.6's stubs,
     /// which answer `Unknown` with "not implemented".
-    pub fn is_unimplemented(&self) -> bool {
+    pub(crate) fn is_unimplemented(&self) -> bool {
         match self {
             CriError::Call {
                 code: tonic::Code::Unimplemented,

@@ -428,12 +428,12 @@ impl<'a> Walk<'a> {
 }
 
 /// A container's decoded `name` and `image`.
-pub type NameImage<'a> = (Cow<'a, [u8]>, Cow<'a, [u8]>);
+pub(crate) type NameImage<'a> = (Cow<'a, [u8]>, Cow<'a, [u8]>);
 
 /// The decoded `name` and `image` of a container JSON (fields `name_field` and `image_field` of
 /// `schema`) if Go's decoder accepts it for release `minor`; `None` when it does not, or when
 /// this reader leaves the answer to the decoder.
-pub fn name_image<'a>(
+pub(crate) fn name_image<'a>(
     src: &'a [u8],
     schema: &Schema,
     name_field: usize,

@@ -20,7 +20,7 @@ use super::json::{DResult, DecodeError, Parser, PathSeg, quantity_error, unquote
 use super::schema::{Field, I32, I64, Kind, Schema};
 use crate::quantity::{self, go_trim_space};
 
-pub type Str<'a> = &'a [u8];
+pub(crate) type Str<'a> = &'a [u8];
 
 /// Decoding context: which kubelet minor release's schema applies.
 struct Ctx<'a> {
@@ -32,7 +32,7 @@ struct Ctx<'a> {
 
 /// What a decoded container is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Purpose {
+pub(crate) enum Purpose {
     /// Encoding it again (eras A and B): quantities get apimachinery's canonical text.
     Encode,
     /// Go's verdict and its plain fields only (era C's fallback, validation, kruise's env
@@ -42,7 +42,7 @@ pub enum Purpose {
 
 /// A Go slice with its reused backing array (see module docs).
 #[derive(Debug, Default)]
-pub struct GoSlice<'a, T> {
+pub(crate) struct GoSlice<'a, T> {
     /// The backing array: every element initialised, `len` of them in the slice.
     items: &'a mut [T],
     len: usize,
@@ -76,7 +76,7 @@ const _: () = assert!(!std::mem::needs_drop::<Container<'static>>());
 
 /// Go's IntOrString: both members persist; `Type` picks one.
 #[derive(Debug, Default)]
-pub struct IntOrStr<'a> {
+pub(crate) struct IntOrStr<'a> {
     is_str: bool,
     int_val: i32,
     str_val: Str<'a>,
@@ -84,7 +84,7 @@ pub struct IntOrStr<'a> {
 
 /// A Quantity as far as JSON output goes: the cached text, else the canonical text, else "0".
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Qty<'a> {
+pub(crate) struct Qty<'a> {
     cached: Option<&'a [u8]>,
     canonical: Option<&'a [u8]>,
 }
@@ -101,7 +101,7 @@ impl Qty<'_> {
 
 /// map[ResourceName]Quantity as (name, quantity) sorted by name, bytewise like Go's encoder
 /// sorts map keys (short lists: one allocation instead of a tree).
-pub type ResourceList<'a> = GoSlice<'a, (Str<'a>, Qty<'a>)>;
+pub(crate) type ResourceList<'a> = GoSlice<'a, (Str<'a>, Qty<'a>)>;
 
 #[derive(Debug, Default)]
 pub struct Container<'a> {
@@ -156,7 +156,7 @@ struct OptionalRef<'a> {
 }
 
 #[derive(Debug, Default)]
-pub struct EnvVar<'a> {
+pub(crate) struct EnvVar<'a> {
     pub name: Str<'a>,
     pub value: Str<'a>,
     /// In the arena, as Go's pointer: list elements stay small.
@@ -164,7 +164,7 @@ pub struct EnvVar<'a> {
 }
 
 #[derive(Debug, Default)]
-pub struct EnvVarSource<'a> {
+pub(crate) struct EnvVarSource<'a> {
     pub field_ref: Option<ObjectFieldSelector<'a>>,
     resource_field_ref: Option<ResourceFieldSelector<'a>>,
     config_map_key_ref: Option<KeySelector<'a>>,
@@ -173,7 +173,7 @@ pub struct EnvVarSource<'a> {
 }
 
 #[derive(Debug, Default)]
-pub struct ObjectFieldSelector<'a> {
+pub(crate) struct ObjectFieldSelector<'a> {
     api_version: Str<'a>,
     pub field_path: Str<'a>,
 }
@@ -1118,7 +1118,7 @@ fn dec_resource_list<'a>(
 
 /// Decodes a v1.Container document as release `minor`'s kubelet would and hands the container
 /// to `f`. The container's lists live in this thread's arena until `f` returns.
-pub fn with_decoded<R>(
+pub(crate) fn with_decoded<R>(
     src: &[u8],
     minor: u32,
     purpose: Purpose,
@@ -1163,7 +1163,7 @@ fn decode_into<'a>(src: &'a [u8], ctx: &Ctx<'a>, c: &mut Container<'a>) -> DResu
 /// Era C: the container's name and image as [`with_decoded`] would leave them, when Go accepts the
 /// container, read without building it ([`super::accept`]); `None` leaves the answer (and Go's
 /// error message) to [`with_decoded`].
-pub fn accept_name_image(src: &[u8], minor: u32) -> Option<NameImage<'_>> {
+pub(crate) fn accept_name_image(src: &[u8], minor: u32) -> Option<NameImage<'_>> {
     const NAME: usize = CONTAINER.index_of("name");
     const IMAGE: usize = CONTAINER.index_of("image");
     super::accept::name_image(src, &CONTAINER, NAME, IMAGE, minor)
@@ -1222,7 +1222,11 @@ fn enc_slice<T, R: Record>(e: &mut Encoder<R>, s: &[T], f: impl Fn(&mut Encoder<
 }
 
 /// Era A/B: the whole container; `without_resources` zeroes Resources (era B's second hash).
-pub fn encode_container(e: &mut Encoder<impl Record>, c: &Container<'_>, without_resources: bool) {
+pub(crate) fn encode_container(
+    e: &mut Encoder<impl Record>,
+    c: &Container<'_>,
+    without_resources: bool,
+) {
     let mut f = true;
     e.frag(frag!(b"{"));
     key_str!(e, f, "name", &c.name);
@@ -1335,7 +1339,7 @@ pub fn encode_container(e: &mut Encoder<impl Record>, c: &Container<'_>, without
 }
 
 /// Era C: `json.Marshal(map[string]string{"name":..,"image":..})` (keys sorted).
-pub fn encode_name_image(e: &mut Encoder<impl Record>, name: &[u8], image: &[u8]) {
+pub(crate) fn encode_name_image(e: &mut Encoder<impl Record>, name: &[u8], image: &[u8]) {
     e.string_after(frag!(b"{\"image\":\""), image);
     e.string_after(frag!(b",\"name\":\""), name);
     e.frag(frag!(b"}"));
@@ -1406,7 +1410,7 @@ fn enc_key_selector(e: &mut Encoder<impl Record>, k: &KeySelector<'_>) {
     e.frag(frag!(b"}"));
 }
 
-pub fn enc_env_var(e: &mut Encoder<impl Record>, v: &EnvVar<'_>) {
+pub(crate) fn enc_env_var(e: &mut Encoder<impl Record>, v: &EnvVar<'_>) {
     e.string_after(frag!(b"{\"name\":\""), v.name);
     if !v.value.is_empty() {
         e.string_after(frag!(b",\"value\":\""), v.value);

@@ -24,7 +24,10 @@ pub struct StoredHashes {
 
 impl StoredHashes {
     /// From the raw annotation values (kubelet's ParseUint semantics).
-    pub fn from_annotations(hash: Option<&str>, hash_without_resources: Option<&str>) -> Self {
+    pub(crate) fn from_annotations(
+        hash: Option<&str>,
+        hash_without_resources: Option<&str>,
+    ) -> Self {
         StoredHashes {
             hash: parse_stored_hash(hash),
             hash_without_resources: hash_without_resources.map(|v| parse_stored_hash(Some(v))),

@@ -115,7 +115,7 @@ impl Record for Vec<u8> {
 /// Go's `json.Marshal` output, fed straight into the kubelet's hash as it is produced (nothing
 /// is buffered but a string's closing quote, which is hashed with the constant text after it),
 /// and also kept as bytes when they are wanted (`--explain`).
-pub struct Encoder<R: Record = ()> {
+pub(crate) struct Encoder<R: Record = ()> {
     fnv: SpewFnv,
     out: R,
     modern: bool,
@@ -184,7 +184,7 @@ impl<R: Record> Encoder<R> {
     /// Constant text (keys, punctuation, escapes): one hash step whatever its length, a pending
     /// closing quote included.
     #[inline]
-    pub fn frag(&mut self, f: &'static Frag) {
+    pub(crate) fn frag(&mut self, f: &'static Frag) {
         self.fnv.frag(f, self.quote_pending);
         if self.quote_pending {
             self.out.record(b"\"");
@@ -225,7 +225,7 @@ impl<R: Record> Encoder<R> {
     /// step for the key and the quote. The closing quote is left pending, for the next
     /// [`Encoder::frag`] to take in its step (or [`Encoder::raw`], [`Encoder::hash`] or
     /// [`Encoder::into_bytes`] to add on its own).
-    pub fn string_after(&mut self, prefix: &'static Frag, s: &[u8]) {
+    pub(crate) fn string_after(&mut self, prefix: &'static Frag, s: &[u8]) {
         debug_assert!(prefix.bytes.ends_with(b"\""));
         self.frag(prefix);
         self.string_body(s);

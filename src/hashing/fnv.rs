@@ -84,7 +84,7 @@ const fn spaced_power(bytes: &[u8]) -> u32 {
 /// A constant byte string with its effect on the hash precomputed: from any state `h`, feeding
 /// it gives `h * p + k[h mod 64]`; feeding a `"` and then it gives `h * pq + kq[h mod 64]`
 /// (a string's closing quote joined to the constant text after it: one step instead of two).
-pub struct Frag {
+pub(crate) struct Frag {
     pub bytes: &'static [u8],
     p: u32,
     k: [u32; 64],
@@ -172,7 +172,7 @@ const START_STATE: u32 = PREFIX_STATE.wrapping_mul(PRIME_INVERSE) ^ b' ' as u32;
 /// [`SpewFnv::finish`] needs at least one byte written ([`spew_fnv32a`] takes empty slices
 /// too).
 #[derive(Debug, Clone, Copy)]
-pub struct SpewFnv {
+pub(crate) struct SpewFnv {
     h: u32,
 }
 
@@ -196,7 +196,7 @@ impl SpewFnv {
     /// marked write is undone); on the vector path a whole table lookup of 64 bytes is a few
     /// instructions, done first.
     #[inline]
-    pub fn write_unless_marked(&mut self, data: &[u8], marks: &[u8; 256]) -> u8 {
+    pub(crate) fn write_unless_marked(&mut self, data: &[u8], marks: &[u8; 256]) -> u8 {
         #[cfg(target_arch = "x86_64")]
         if data.len() >= vbmi::SHORTEST && vbmi::available() {
             // SAFETY: the CPU has AVX-512 F, BW and VBMI (checked just above).
@@ -230,7 +230,7 @@ impl SpewFnv {
     /// Appends a constant fragment, after a `"` when `quoted`: one multiply-add however long
     /// it is.
     #[inline]
-    pub fn frag(&mut self, f: &Frag, quoted: bool) {
+    pub(crate) fn frag(&mut self, f: &Frag, quoted: bool) {
         let (p, k) = if quoted { (f.pq, &f.kq) } else { (f.p, &f.k) };
         self.h = self
             .h
@@ -305,11 +305,11 @@ mod vbmi {
     /// up the microbenchmark gains, but the whole era A pass over the small inputs lost 3 %
     /// (entering the path is a call, the feature check and a broadcast, and 512-bit work may
     /// lower the core's clock); from 24 or 64 bytes up nothing is lost and long strings gain 2x.
-    pub const SHORTEST: usize = 64;
+    pub(crate) const SHORTEST: usize = 64;
 
     /// Whether the CPU has every feature [`write`] is compiled for.
     #[inline]
-    pub fn available() -> bool {
+    pub(crate) fn available() -> bool {
         std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512vbmi")
@@ -390,7 +390,7 @@ pub fn spew_fnv32a(data: &[u8]) -> u32 {
 
 /// The same, computed naively from the spew text (reference for tests).
 #[cfg(test)]
-pub fn spew_fnv32a_naive(data: &[u8]) -> u32 {
+pub(crate) fn spew_fnv32a_naive(data: &[u8]) -> u32 {
     let mut text = String::from("([]uint8)[");
     for (i, b) in data.iter().enumerate() {
         if i > 0 {

@@ -23,14 +23,14 @@ pub const MAX_DEPTH: u32 = 10_000;
 
 /// One step of a JSON path, for error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PathSeg {
+pub(crate) enum PathSeg {
     Field(&'static str),
     Index(usize),
     Key(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DecodeErrorKind {
+pub(crate) enum DecodeErrorKind {
     /// Not JSON at all (Go's `SyntaxError`).
     Syntax(String),
     /// Valid JSON of the wrong type for the field (Go's `UnmarshalTypeError`).
@@ -43,7 +43,7 @@ pub enum DecodeErrorKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DecodeError {
+pub(crate) struct DecodeError {
     pub kind: DecodeErrorKind,
     /// Byte offset in the input where the problem was found.
     pub offset: usize,
@@ -52,7 +52,7 @@ pub struct DecodeError {
 }
 
 impl DecodeError {
-    pub fn is_syntax(&self) -> bool {
+    pub(crate) fn is_syntax(&self) -> bool {
         matches!(self.kind, DecodeErrorKind::Syntax(_))
     }
 
@@ -65,7 +65,7 @@ impl DecodeError {
     }
 
     /// `ports[0].containerPort` style path (empty for the top level).
-    pub fn path_string(&self) -> String {
+    pub(crate) fn path_string(&self) -> String {
         let mut s = String::new();
         for seg in self.path.iter().rev() {
             match seg {
@@ -116,10 +116,10 @@ impl fmt::Display for DecodeError {
 }
 
 /// Boxed so that a `DResult` is small enough to be returned in registers on the hot path.
-pub type DResult<T> = Result<T, Box<DecodeError>>;
+pub(crate) type DResult<T> = Result<T, Box<DecodeError>>;
 
 const ONES: u64 = 0x0101_0101_0101_0101;
-pub const HIGHS: u64 = 0x8080_8080_8080_8080;
+pub(crate) const HIGHS: u64 = 0x8080_8080_8080_8080;
 
 #[inline(always)]
 fn has_zero_byte(v: u64) -> u64 {
@@ -130,7 +130,7 @@ fn has_zero_byte(v: u64) -> u64 {
 /// backslash, control byte) in eight bytes of input. The lowest flagged byte of either is exact
 /// (borrows only propagate upwards), so when it is in the quote mask it is the closing quote.
 #[inline(always)]
-pub fn string_marks(w: u64) -> (u64, u64) {
+pub(crate) fn string_marks(w: u64) -> (u64, u64) {
     let quote = has_zero_byte(w ^ (ONES * u64::from(b'"')));
     let special = quote
         | has_zero_byte(w ^ (ONES * u64::from(b'\\')))
@@ -146,7 +146,7 @@ mod sse2 {
     /// [`super::string_marks`] of 16 bytes as bit masks (bit `i` for byte `i`): quotes; quotes,
     /// backslashes and control bytes; non-ASCII bytes.
     #[inline(always)]
-    pub fn string_marks_16(bytes: &[u8]) -> (u32, u32, u32) {
+    pub(crate) fn string_marks_16(bytes: &[u8]) -> (u32, u32, u32) {
         assert!(bytes.len() >= 16);
         // SAFETY: SSE2 is in the x86-64 baseline; the load reads 16 bytes of `bytes` (checked
         // just above), unaligned.
@@ -217,7 +217,7 @@ impl<'a> Parser<'a> {
     /// A type mismatch at the value starting here. The value is *not* consumed.
     #[cold]
     #[inline(never)]
-    pub fn type_error<T>(&self, expected: &'static str) -> DResult<T> {
+    pub(crate) fn type_error<T>(&self, expected: &'static str) -> DResult<T> {
         let found = match self.src.get(self.pos) {
             Some(b'{') => "an object",
             Some(b'[') => "an array",
@@ -238,7 +238,7 @@ impl<'a> Parser<'a> {
 
     #[cold]
     #[inline(never)]
-    pub fn number_type_error<T>(
+    pub(crate) fn number_type_error<T>(
         &self,
         literal: &[u8],
         expected: &'static str,
@@ -255,7 +255,7 @@ impl<'a> Parser<'a> {
     }
 
     #[inline(always)]
-    pub fn ws(&mut self) {
+    pub(crate) fn ws(&mut self) {
         // A local position: the compiler cannot keep `self.pos` in a register across the loads.
         let mut p = self.pos;
         while let Some(&c) = self.src.get(p) {
@@ -270,7 +270,7 @@ impl<'a> Parser<'a> {
 
     /// Skips whitespace and returns the first byte of the next value (not consumed).
     #[inline(always)]
-    pub fn peek_value(&mut self) -> DResult<u8> {
+    pub(crate) fn peek_value(&mut self) -> DResult<u8> {
         self.ws();
         match self.src.get(self.pos) {
             Some(&c) => Ok(c),
@@ -296,14 +296,14 @@ impl<'a> Parser<'a> {
     }
 
     /// Consumes `{`; then call [`Parser::next_key`] until it returns `None`.
-    pub fn begin_object(&mut self) -> DResult<()> {
+    pub(crate) fn begin_object(&mut self) -> DResult<()> {
         self.pos += 1;
         self.enter()
     }
 
     /// The next key of an object (decoded), positioned at its value; `None` at `}`.
     #[inline(always)]
-    pub fn next_key(&mut self, first: &mut bool) -> DResult<Option<Cow<'a, [u8]>>> {
+    pub(crate) fn next_key(&mut self, first: &mut bool) -> DResult<Option<Cow<'a, [u8]>>> {
         let key = self.next_key_changed(first)?;
         Ok(key.map(|(raw, changed)| decoded_cow(raw, changed)))
     }
@@ -311,7 +311,7 @@ impl<'a> Parser<'a> {
     /// [`Parser::next_key`] handing the decoded key to `f` (no `Cow` is built for the usual
     /// plain key): struct decoding looks the key up and keeps only the field.
     #[inline(always)]
-    pub fn next_key_with<T>(
+    pub(crate) fn next_key_with<T>(
         &mut self,
         first: &mut bool,
         f: impl FnOnce(&[u8]) -> T,
@@ -364,13 +364,13 @@ impl<'a> Parser<'a> {
     }
 
     /// Consumes `[`; then call [`Parser::next_elem`] until it returns false.
-    pub fn begin_array(&mut self) -> DResult<()> {
+    pub(crate) fn begin_array(&mut self) -> DResult<()> {
         self.pos += 1;
         self.enter()
     }
 
     #[inline(always)]
-    pub fn next_elem(&mut self, first: &mut bool) -> DResult<bool> {
+    pub(crate) fn next_elem(&mut self, first: &mut bool) -> DResult<bool> {
         self.ws();
         let c = self.src.get(self.pos).copied();
         if *first {
@@ -669,7 +669,7 @@ impl<'a> Parser<'a> {
 
     /// Consumes a string and returns its raw bytes between the quotes (escapes not processed).
     #[inline(always)]
-    pub fn string_raw(&mut self) -> DResult<&'a [u8]> {
+    pub(crate) fn string_raw(&mut self) -> DResult<&'a [u8]> {
         let sc = self.scan_string()?;
         Ok(&self.src[sc.start..sc.end])
     }
@@ -682,7 +682,10 @@ impl<'a> Parser<'a> {
     }
 
     /// [`Parser::next_key`] as [`Parser::string_changed`] gives it.
-    pub fn next_key_changed(&mut self, first: &mut bool) -> DResult<Option<(&'a [u8], bool)>> {
+    pub(crate) fn next_key_changed(
+        &mut self,
+        first: &mut bool,
+    ) -> DResult<Option<(&'a [u8], bool)>> {
         if !self.key_start(first)? {
             return Ok(None);
         }
@@ -694,7 +697,7 @@ impl<'a> Parser<'a> {
     /// Consumes a string: its raw text, and whether Go's decoding changes it (escapes or
     /// invalid UTF-8), when [`unquote_into`] gives the decoded bytes.
     #[inline(always)]
-    pub fn string_changed(&mut self) -> DResult<(&'a [u8], bool)> {
+    pub(crate) fn string_changed(&mut self) -> DResult<(&'a [u8], bool)> {
         let sc = self.scan_string()?;
         let raw = &self.src[sc.start..sc.end];
         Ok((raw, decoding_changes(raw, sc.escaped, sc.non_ascii)))
@@ -708,7 +711,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Skips one value of any type, validating it (iteratively, depth-limited).
-    pub fn skip_value(&mut self) -> DResult<()> {
+    pub(crate) fn skip_value(&mut self) -> DResult<()> {
         let mut stack = Opened::default();
         loop {
             let c = self.peek_value()?;
@@ -834,7 +837,7 @@ impl Opened {
 }
 
 /// Validates a whole document like Go's `checkValid` (used to prefer syntax errors in messages).
-pub fn validate(src: &[u8]) -> DResult<()> {
+pub(crate) fn validate(src: &[u8]) -> DResult<()> {
     let mut p = Parser::new(src);
     p.skip_value()?;
     p.finish()
@@ -842,7 +845,7 @@ pub fn validate(src: &[u8]) -> DResult<()> {
 
 /// Input text quoted in an error: whole when short, else its first 64 characters and its
 /// length, so that a 10 MB value makes a readable one-line reason.
-pub fn excerpt(text: &[u8]) -> String {
+pub(crate) fn excerpt(text: &[u8]) -> String {
     const SHOWN: usize = 64;
     let text = String::from_utf8_lossy(text);
     if text.chars().count() <= SHOWN {
@@ -855,7 +858,7 @@ pub fn excerpt(text: &[u8]) -> String {
 /// A quantity apimachinery refuses, found at `offset`.
 #[cold]
 #[inline(never)]
-pub fn quantity_error<T>(text: &[u8], error: QuantityError, offset: usize) -> DResult<T> {
+pub(crate) fn quantity_error<T>(text: &[u8], error: QuantityError, offset: usize) -> DResult<T> {
     Err(Box::new(DecodeError {
         kind: DecodeErrorKind::Quantity {
             text: excerpt(text),
@@ -877,7 +880,7 @@ fn describe_byte(c: u8) -> String {
 
 /// Length of the valid UTF-8 sequence at the start of `s` (Go's DecodeRune acceptance).
 #[inline]
-pub fn utf8_len(s: &[u8]) -> Option<usize> {
+pub(crate) fn utf8_len(s: &[u8]) -> Option<usize> {
     let b0 = *s.first()?;
     let cont = |i: usize, lo: u8, hi: u8| s.get(i).is_some_and(|&b| (lo..=hi).contains(&b));
     match b0 {
@@ -908,7 +911,7 @@ fn hex4(s: &[u8]) -> Option<u32> {
 /// Whether Go's decoding changes a string's raw text (`escaped`: it has a backslash;
 /// `non_ascii`: a byte above 0x7f, which may be invalid UTF-8 that Go replaces).
 #[inline(always)]
-pub fn decoding_changes(raw: &[u8], escaped: bool, non_ascii: bool) -> bool {
+pub(crate) fn decoding_changes(raw: &[u8], escaped: bool, non_ascii: bool) -> bool {
     escaped || (non_ascii && simdutf8::basic::from_utf8(raw).is_err())
 }
 
@@ -928,14 +931,14 @@ fn push_char(out: &mut impl for<'x> Extend<&'x u8>, c: u32) {
 }
 
 /// Go's `unquoteBytes` on the raw content of an already-validated string.
-pub fn unquote(raw: &[u8]) -> Vec<u8> {
+pub(crate) fn unquote(raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len());
     unquote_into(raw, &mut out);
     out
 }
 
 /// [`unquote`] into a buffer of the caller's.
-pub fn unquote_into(raw: &[u8], out: &mut impl for<'x> Extend<&'x u8>) {
+pub(crate) fn unquote_into(raw: &[u8], out: &mut impl for<'x> Extend<&'x u8>) {
     let mut i = 0;
     while i < raw.len() {
         let c = raw[i];
@@ -992,7 +995,7 @@ pub fn unquote_into(raw: &[u8], out: &mut impl for<'x> Extend<&'x u8>) {
 }
 
 /// Go's `strconv.ParseInt(lit, 10, 64)` on a JSON number literal.
-pub fn parse_int(lit: &[u8]) -> Option<i64> {
+pub(crate) fn parse_int(lit: &[u8]) -> Option<i64> {
     let (neg, digits) = match lit.first() {
         Some(b'-') => (true, &lit[1..]),
         _ => (false, lit),

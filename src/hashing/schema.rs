@@ -31,11 +31,11 @@ pub enum Kind {
     Object(&'static Schema),
 }
 
-pub const I32: Kind = Kind::Int {
+pub(crate) const I32: Kind = Kind::Int {
     min: I32_MIN,
     max: I32_MAX,
 };
-pub const I64: Kind = Kind::Int {
+pub(crate) const I64: Kind = Kind::Int {
     min: i64::MIN,
     max: i64::MAX,
 };
@@ -150,7 +150,7 @@ impl Schema {
     /// after the first 16): `None` when no field is named exactly so (the caller then tries
     /// [`Schema::lookup_folded`]), else what [`Schema::lookup`] would answer.
     #[inline(always)]
-    pub fn lookup_words(
+    pub(crate) fn lookup_words(
         &self,
         words: [u64; 2],
         len: usize,
@@ -195,7 +195,7 @@ impl Schema {
 
     /// The field a (decoded) object key selects in release `minor`, as Go's decoder picks it.
     #[inline]
-    pub fn lookup(&self, key: &[u8], minor: u32) -> Option<usize> {
+    pub(crate) fn lookup(&self, key: &[u8], minor: u32) -> Option<usize> {
         let rest = key.get(16..).unwrap_or_default();
         self.lookup_words(key_words(key), key.len(), rest, minor)
             .unwrap_or_else(|| self.lookup_folded(key, minor))
@@ -203,7 +203,7 @@ impl Schema {
 
     /// [`Schema::lookup`] of a key no field is named exactly.
     #[cold]
-    pub fn lookup_folded(&self, key: &[u8], minor: u32) -> Option<usize> {
+    pub(crate) fn lookup_folded(&self, key: &[u8], minor: u32) -> Option<usize> {
         let i = self.fold_lookup(key)?;
         (self.fields[i].since <= minor).then_some(i)
     }

@@ -23,7 +23,7 @@ pub enum Era {
 }
 
 impl Era {
-    pub fn of_minor(minor: u32) -> Era {
+    pub(crate) fn of_minor(minor: u32) -> Era {
         match minor {
             0..=26 => Era::A,
             27..=30 => Era::B,
@@ -124,7 +124,7 @@ impl KubeletVersion {
     /// images existed (kubernetes/release#3652, 2024-06-24), so from the July 2024 patches:
     /// 1.27.16, 1.28.12, 1.29.7. 1.26 and older never used it. With no patch given, the newest
     /// patch is assumed.
-    pub fn default_escaping(&self) -> GoJsonEscaping {
+    pub(crate) fn default_escaping(&self) -> GoJsonEscaping {
         let first_modern_patch = match self.minor {
             0..=26 => return GoJsonEscaping::Legacy,
             27 => 16,
@@ -139,7 +139,7 @@ impl KubeletVersion {
     }
 
     /// Whether builds of this release (patch unknown) used both escaping flavours.
-    pub fn escaping_ambiguous(&self) -> bool {
+    pub(crate) fn escaping_ambiguous(&self) -> bool {
         self.patch.is_none() && (27..=29).contains(&self.minor)
     }
 }

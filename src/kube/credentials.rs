@@ -112,7 +112,7 @@ impl CredentialStamps {
     }
 
     /// The first file whose stamp differs from `earlier`'s.
-    pub fn changed_since(&self, earlier: &CredentialStamps) -> Option<&Path> {
+    pub(crate) fn changed_since(&self, earlier: &CredentialStamps) -> Option<&Path> {
         self.0
             .iter()
             .zip(&earlier.0)

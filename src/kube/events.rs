@@ -25,7 +25,7 @@ fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
 
 /// The pod an event is about.
 #[derive(Clone, Debug)]
-pub struct PodRef {
+pub(crate) struct PodRef {
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -33,7 +33,7 @@ pub struct PodRef {
 
 /// Records events as this node's agent (`source.component` inplaced, `source.host` the node).
 #[derive(Clone)]
-pub struct PodEvents {
+pub(crate) struct PodEvents {
     client: Client,
     node: String,
 }

@@ -37,7 +37,7 @@ impl ApiLayer {
 /// A request whose answer did not begin within the answer deadline.
 #[derive(Debug, thiserror::Error)]
 #[error("the API server did not begin to answer within {0:?}")]
-pub struct NoAnswer(pub Duration);
+pub(crate) struct NoAnswer(pub Duration);
 
 impl<S> Layer<S> for ApiLayer {
     type Service = ApiService<S>;

@@ -77,7 +77,7 @@ where
 /// Requests are handled one pod at a time, grouped by this key: the request's namespace and
 /// the pod its spec names. A request whose spec cannot be read names no pod: it gets a group of
 /// its own (a name no pod can have), and is decided alone.
-pub fn pod_group<S>(
+pub(crate) fn pod_group<S>(
     namespace: &str,
     uid: &str,
     spec: &Result<S, String>,
@@ -90,8 +90,9 @@ pub fn pod_group<S>(
     (namespace.to_owned(), pod)
 }
 
-/// A request object from JSON, as tests and tools write them.
-pub fn object_from_json(json: serde_json::Value) -> Result<DynamicObject, String> {
+/// A request object from JSON, as tests write them.
+#[cfg(test)]
+pub(crate) fn object_from_json(json: serde_json::Value) -> Result<DynamicObject, String> {
     serde_json::from_value(json).map_err(|e| format!("not an API object: {e}"))
 }
 

@@ -13,7 +13,9 @@ macro_rules! label_values {
         }
 
         impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            /// Every value, for the series made at start (not every label needs it).
+            #[allow(dead_code)]
+            pub(crate) const ALL: &'static [$name] = &[$($name::$variant),+];
 
             pub fn as_str(self) -> &'static str {
                 match self {

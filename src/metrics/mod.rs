@@ -233,14 +233,20 @@ impl Metrics {
     }
 
     /// OpenMetrics text exposition of everything registered.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
     }
 
-    pub fn observe_api_request(&self, verb: &str, resource: &str, code: u16, elapsed: Duration) {
+    pub(crate) fn observe_api_request(
+        &self,
+        verb: &str,
+        resource: &str,
+        code: u16,
+        elapsed: Duration,
+    ) {
         self.api_requests
             .get_or_create(&ApiCallLabels {
                 verb: verb.to_owned(),
@@ -250,13 +256,18 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    pub fn count_watch_restart(&self, resource: &'static str) {
+    pub(crate) fn count_watch_restart(&self, resource: &'static str) {
         self.watch_restarts
             .get_or_create(&WatchLabels { resource })
             .inc();
     }
 
-    pub fn observe_restart_phase(&self, trigger: Trigger, phase: RestartPhase, seconds: f64) {
+    pub(crate) fn observe_restart_phase(
+        &self,
+        trigger: Trigger,
+        phase: RestartPhase,
+        seconds: f64,
+    ) {
         self.restart_phases
             .get_or_create(&RestartPhaseLabels {
                 trigger: trigger.as_str(),
@@ -265,11 +276,11 @@ impl Metrics {
             .observe(seconds);
     }
 
-    pub fn observe_crr_reaction(&self, elapsed: Duration) {
+    pub(crate) fn observe_crr_reaction(&self, elapsed: Duration) {
         self.crr_reactions.observe(elapsed.as_secs_f64());
     }
 
-    pub fn count_restart(&self, trigger: Trigger, result: RestartResult) {
+    pub(crate) fn count_restart(&self, trigger: Trigger, result: RestartResult) {
         self.restarts
             .get_or_create(&RestartResultLabels {
                 trigger: trigger.as_str(),
@@ -278,7 +289,7 @@ impl Metrics {
             .inc();
     }
 
-    pub fn count_node_view_refresh(&self, ok: bool) {
+    pub(crate) fn count_node_view_refresh(&self, ok: bool) {
         let result = if ok { "success" } else { "error" };
         self.node_view_refreshes
             .get_or_create(&ResultLabels { result })
@@ -287,7 +298,7 @@ impl Metrics {
 }
 
 impl Metrics {
-    pub fn count_env_restart(&self, result: EnvRestartResult) {
+    pub(crate) fn count_env_restart(&self, result: EnvRestartResult) {
         self.env_restarts
             .get_or_create(&ResultLabels {
                 result: result.as_str(),
@@ -295,7 +306,7 @@ impl Metrics {
             .inc();
     }
 
-    pub fn count_runtime_meta_patch(&self, ok: bool) {
+    pub(crate) fn count_runtime_meta_patch(&self, ok: bool) {
         let result = if ok { "success" } else { "error" };
         self.runtime_meta_patches
             .get_or_create(&ResultLabels { result })
@@ -306,7 +317,7 @@ impl Metrics {
 impl Metrics {
     /// A resize request ended; `seconds` is unknown for requests that ended before this agent
     /// took them up (e.g. refused at once after a restart): counted, not timed.
-    pub fn observe_resize(
+    pub(crate) fn observe_resize(
         &self,
         actuator: &'static str,
         result: &'static str,
@@ -321,7 +332,7 @@ impl Metrics {
         }
     }
 
-    pub fn count_resize_reapplied(&self) {
+    pub(crate) fn count_resize_reapplied(&self) {
         self.resize_reapplies.inc();
     }
 }

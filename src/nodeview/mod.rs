@@ -106,7 +106,7 @@ pub struct ContainerView {
 
 impl ContainerView {
     /// This container's spec in `pod` (the API's pod it was joined from).
-    pub fn spec_in<'p>(&self, pod: Option<&'p CachedPod>) -> Option<&'p CachedContainer> {
+    pub(crate) fn spec_in<'p>(&self, pod: Option<&'p CachedPod>) -> Option<&'p CachedContainer> {
         let spec = pod?.spec.as_ref()?;
         let index = self.spec_index?;
         match self.kind {
@@ -119,12 +119,12 @@ impl ContainerView {
 
 impl PodView {
     /// A container's spec, from the API's pod (what the hash is computed from).
-    pub fn spec_of(&self, container: &ContainerView) -> Option<&CachedContainer> {
+    pub(crate) fn spec_of(&self, container: &ContainerView) -> Option<&CachedContainer> {
         container.spec_in(self.api_pod.as_deref())
     }
 
     /// The labels kubelet gives this pod's containers, to check a container against.
-    pub fn runtime_labels(&self) -> crate::cri::PodLabels<'_> {
+    pub(crate) fn runtime_labels(&self) -> crate::cri::PodLabels<'_> {
         crate::cri::PodLabels {
             namespace: &self.namespace,
             name: &self.name,
@@ -133,7 +133,7 @@ impl PodView {
     }
 
     /// The pod as events refer to it.
-    pub fn event_ref(&self) -> crate::kube::events::PodRef {
+    pub(crate) fn event_ref(&self) -> crate::kube::events::PodRef {
         crate::kube::events::PodRef {
             namespace: self.namespace.clone(),
             name: self.name.clone(),

@@ -74,7 +74,7 @@ const STATUS_CONCURRENCY: usize = 8;
 /// ContainerStatus calls per refresh at most: at start, with hundreds of containers, the first
 /// listing is published at once and the times follow over the next refreshes (those that matter
 /// first: containers whose state changed, then the newest).
-pub const STATUS_BUDGET: usize = 64;
+pub(crate) const STATUS_BUDGET: usize = 64;
 
 impl RuntimeTracker {
     pub fn new(cri: CriClient) -> Self {

@@ -11,15 +11,16 @@ use serde::{Deserialize, Serialize};
 use crate::kube::request::{self, Decoded};
 use crate::restart::{ContainerPort, PreStop};
 
-pub const GROUP: &str = "apps.kruise.io";
-pub const VERSION: &str = "v1alpha1";
-pub const KIND: &str = "ContainerRecreateRequest";
-pub const PLURAL: &str = "containerrecreaterequests";
+pub(crate) const GROUP: &str = "apps.kruise.io";
+pub(crate) const VERSION: &str = "v1alpha1";
+pub(crate) const KIND: &str = "ContainerRecreateRequest";
+pub(crate) const PLURAL: &str = "containerrecreaterequests";
 
 pub const LABEL_NODE_NAME: &str = "crr.apps.kruise.io/node-name";
 pub const LABEL_POD_UID: &str = "crr.apps.kruise.io/pod-uid";
 pub const LABEL_ACTIVE: &str = "crr.apps.kruise.io/active";
-pub const ANNOTATION_SYNC_CONTAINER_STATUSES: &str = "crr.apps.kruise.io/sync-container-statuses";
+pub(crate) const ANNOTATION_SYNC_CONTAINER_STATUSES: &str =
+    "crr.apps.kruise.io/sync-container-statuses";
 pub const ANNOTATION_UNREADY_ACQUIRED: &str = "crr.apps.kruise.io/unready-acquired";
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -76,7 +77,7 @@ pub struct Strategy {
 
 impl Strategy {
     /// failurePolicy Fail (the default): the first failed container completes the request.
-    pub fn fail_fast(&self) -> bool {
+    pub(crate) fn fail_fast(&self) -> bool {
         self.failure_policy.as_deref() != Some("Ignore")
     }
 }
@@ -94,7 +95,7 @@ pub enum CrrPhase {
 
 impl CrrPhase {
     /// kruise-daemon's order for picking the one active request of a pod.
-    pub fn weight(self) -> u8 {
+    pub(crate) fn weight(self) -> u8 {
         match self {
             CrrPhase::Completed => 1,
             CrrPhase::Recreating => 2,
@@ -114,7 +115,7 @@ pub enum ContainerPhase {
 }
 
 impl ContainerPhase {
-    pub fn is_final(self) -> bool {
+    pub(crate) fn is_final(self) -> bool {
         matches!(self, ContainerPhase::Succeeded | ContainerPhase::Failed)
     }
 }
@@ -146,7 +147,7 @@ pub struct ContainerRecreateState {
 /// One entry of the manager's `sync-container-statuses` annotation.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SyncedContainerStatus {
+pub(crate) struct SyncedContainerStatus {
     pub name: String,
     #[serde(default)]
     pub ready: bool,
@@ -192,14 +193,14 @@ impl Crr {
         })
     }
 
-    pub fn synced_statuses(&self) -> Vec<SyncedContainerStatus> {
+    pub(crate) fn synced_statuses(&self) -> Vec<SyncedContainerStatus> {
         self.annotations
             .get(ANNOTATION_SYNC_CONTAINER_STATUSES)
             .and_then(|text| serde_json::from_str(text).ok())
             .unwrap_or_default()
     }
 
-    pub fn unready_acquired_at(&self) -> Option<Timestamp> {
+    pub(crate) fn unready_acquired_at(&self) -> Option<Timestamp> {
         self.annotations
             .get(ANNOTATION_UNREADY_ACQUIRED)?
             .parse()

@@ -54,14 +54,14 @@ pub struct Decision {
     pub requeue_after: Option<Duration>,
 }
 
-pub const NOT_FOUND_MESSAGE: &str = "not found container on Node";
+pub(crate) const NOT_FOUND_MESSAGE: &str = "not found container on Node";
 
 /// Picks the one request of a pod to work on: the one already being worked on (UID
 /// `working_on`) while it is open, else kruise's order (phase weight, then creation time);
 /// completed and deleting ones are skipped. Returns its index. Sticking to the current one
 /// matters because phases are read back from the API: a sibling's "waiting" Pending can land
 /// before the active request's Recreating and would otherwise outrank it.
-pub fn pick_active(requests: &[&Crr], working_on: Option<&str>) -> Option<usize> {
+pub(crate) fn pick_active(requests: &[&Crr], working_on: Option<&str>) -> Option<usize> {
     let open = || {
         requests
             .iter()
@@ -77,7 +77,7 @@ pub fn pick_active(requests: &[&Crr], working_on: Option<&str>) -> Option<usize>
 }
 
 /// The status of a request that waits behind another request of the same pod.
-pub fn waiting_status(request: &Crr, active: &Crr) -> CrrStatus {
+pub(crate) fn waiting_status(request: &Crr, active: &Crr) -> CrrStatus {
     let mut status = request.status.clone();
     if status.phase == CrrPhase::None {
         status.phase = CrrPhase::Pending;

@@ -31,7 +31,7 @@ use std::sync::OnceLock;
 use super::resources;
 
 /// Where cgroup filesystems are mounted on every distribution kubelet supports.
-pub const DEFAULT_ROOT: &str = "/sys/fs/cgroup";
+pub(crate) const DEFAULT_ROOT: &str = "/sys/fs/cgroup";
 
 /// Kernel bounds of cpu.shares (kubelet's MinShares / MaxShares) and of cpu.weight.
 const MIN_SHARES: u64 = resources::MIN_SHARES as u64;
@@ -39,20 +39,20 @@ const MAX_SHARES: u64 = resources::MAX_SHARES as u64;
 const MAX_WEIGHT: u64 = 10_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CgroupVersion {
+pub(crate) enum CgroupVersion {
     V1,
     V2,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CgroupDriver {
+pub(crate) enum CgroupDriver {
     Cgroupfs,
     Systemd,
 }
 
 impl CgroupDriver {
     /// The driver that named a sandbox's CRI `cgroup_parent`: slices are systemd's.
-    pub fn of_parent(parent: &str) -> Self {
+    pub(crate) fn of_parent(parent: &str) -> Self {
         if parent.trim_end_matches('/').ends_with(".slice") {
             CgroupDriver::Systemd
         } else {
@@ -61,7 +61,7 @@ impl CgroupDriver {
     }
 
     /// The driver that named a container's OCI `cgroupsPath`: runc's systemd form has colons.
-    pub fn of_cgroups_path(cgroups_path: &str) -> Self {
+    pub(crate) fn of_cgroups_path(cgroups_path: &str) -> Self {
         if cgroups_path.contains(':') {
             CgroupDriver::Systemd
         } else {
@@ -73,7 +73,7 @@ impl CgroupDriver {
 /// One of the pod cgroup's two cpu settings: kubelet writes each when its own value grows or
 /// shrinks, the shares by the pod's requests and the quota by its limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PodCpu {
+pub(crate) enum PodCpu {
     Shares(u64),
     /// cgroup v2's cpu.weight as it was read, to put it back exactly (shares read from a weight
     /// do not convert back to the same weight).
@@ -87,7 +87,7 @@ pub enum PodCpu {
 
 /// The cpu and memory values of one cgroup.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CgroupValues {
+pub(crate) struct CgroupValues {
     /// cpu.shares; on v2 cpu.weight converted back as kubelet converts it (see module docs).
     pub cpu_shares: Option<u64>,
     /// cpu.weight as read (v2 only).
@@ -103,7 +103,7 @@ pub struct CgroupValues {
 impl CgroupValues {
     /// How `shares` compares with the cpu shares set now, in the cgroup's own units (on v2 the
     /// weight runc writes for them); `None` when they were not read.
-    pub fn compare_shares(&self, shares: u64) -> Option<std::cmp::Ordering> {
+    pub(crate) fn compare_shares(&self, shares: u64) -> Option<std::cmp::Ordering> {
         match (self.cpu_weight, self.cpu_shares) {
             (Some(weight), _) => Some(shares_to_weight(shares).cmp(&weight)),
             (None, Some(now)) => Some(shares.cmp(&now)),
@@ -112,7 +112,7 @@ impl CgroupValues {
     }
 
     /// The setting that puts the cpu shares back exactly as they were read.
-    pub fn shares_setting(&self) -> Option<PodCpu> {
+    pub(crate) fn shares_setting(&self) -> Option<PodCpu> {
         self.cpu_weight
             .map(PodCpu::Weight)
             .or(self.cpu_shares.map(PodCpu::Shares))
@@ -121,7 +121,7 @@ impl CgroupValues {
 
 /// A control file that could not be read, written or understood.
 #[derive(Debug, thiserror::Error)]
-pub enum FileError {
+pub(crate) enum FileError {
     #[error("reading {path}: {source}")]
     Read { path: PathBuf, source: io::Error },
     #[error("writing {value:?} to {path}: {source}")]
@@ -145,13 +145,13 @@ pub enum FileError {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum CpuError {
+pub(crate) enum CpuError {
     #[error("cpu controller: {0}")]
     File(#[from] FileError),
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum MemoryError {
+pub(crate) enum MemoryError {
     #[error("memory controller: {0}")]
     File(#[from] FileError),
     /// cgroup v1 refuses (EBUSY) a limit it cannot reclaim down to.
@@ -162,7 +162,7 @@ pub enum MemoryError {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum CgroupError {
+pub(crate) enum CgroupError {
     #[error("cgroup root {root}: {source}")]
     Root { root: PathBuf, source: io::Error },
     #[error("cgroup path {path:?}: {reason}")]
@@ -180,7 +180,7 @@ pub enum CgroupError {
 
 /// The cgroup filesystem of this node.
 #[derive(Clone, Debug)]
-pub struct Cgroups {
+pub(crate) struct Cgroups {
     root: PathBuf,
     version: CgroupVersion,
 }
@@ -212,7 +212,7 @@ impl Cgroups {
     /// The version mounted at `root`: v2 when `root` is the unified hierarchy itself
     /// (`cgroup.controllers` at its top); v1 otherwise, including hybrid setups whose v2 mount
     /// sits below the root (`unified/`).
-    pub fn detect(root: &Path) -> Result<Self, CgroupError> {
+    pub(crate) fn detect(root: &Path) -> Result<Self, CgroupError> {
         let root_error = |source| CgroupError::Root {
             root: root.to_owned(),
             source,
@@ -243,12 +243,9 @@ impl Cgroups {
         }
     }
 
-    pub fn version(&self) -> CgroupVersion {
+    #[cfg(test)]
+    pub(crate) fn version(&self) -> CgroupVersion {
         self.version
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 
     /// The pod cgroup's values, given the sandbox's CRI `cgroup_parent`.
@@ -257,17 +254,17 @@ impl Cgroups {
     }
 
     /// The container cgroup's values, given its OCI `cgroupsPath`.
-    pub fn read_container(&self, cgroups_path: &str) -> Result<CgroupValues, CgroupError> {
+    pub(crate) fn read_container(&self, cgroups_path: &str) -> Result<CgroupValues, CgroupError> {
         self.read_values(&container_cgroup_dir(cgroups_path)?)
     }
 
     /// Bytes the pod cgroup uses now (v1 memory.usage_in_bytes, v2 memory.current).
-    pub fn pod_memory_usage(&self, parent: &str) -> Result<u64, CgroupError> {
+    pub(crate) fn pod_memory_usage(&self, parent: &str) -> Result<u64, CgroupError> {
         self.memory_usage(&pod_cgroup_dir(parent)?)
     }
 
     /// Bytes the container cgroup uses now.
-    pub fn container_memory_usage(&self, cgroups_path: &str) -> Result<u64, CgroupError> {
+    pub(crate) fn container_memory_usage(&self, cgroups_path: &str) -> Result<u64, CgroupError> {
         self.memory_usage(&container_cgroup_dir(cgroups_path)?)
     }
 
@@ -275,7 +272,7 @@ impl Cgroups {
     /// the cpu.weight runc would write for them (shares outside the kernel's range are clamped
     /// first, as the v1 kernel clamps them) and a weight as it is; on v1 a weight is written as
     /// the shares kubelet reads it as.
-    pub fn write_pod_cpu(&self, parent: &str, setting: PodCpu) -> Result<(), CgroupError> {
+    pub(crate) fn write_pod_cpu(&self, parent: &str, setting: PodCpu) -> Result<(), CgroupError> {
         let dir = self.controller_dir(CgroupController::Cpu, &pod_cgroup_dir(parent)?)?;
         let result = match (self.version, setting) {
             (CgroupVersion::V1, PodCpu::Shares(shares)) => {
@@ -308,7 +305,7 @@ impl Cgroups {
     /// applied (rounded down to whole pages, see [`applied_memory_limit`]). On v1 a limit below
     /// what the cgroup uses fails with [`MemoryError::LimitBelowUsage`]; v2 takes it and
     /// reclaims, or OOM-kills.
-    pub fn write_pod_memory(
+    pub(crate) fn write_pod_memory(
         &self,
         parent: &str,
         limit: Option<i64>,
@@ -411,7 +408,7 @@ impl Cgroups {
 const EBUSY: i32 = 16;
 
 /// The limit the kernel keeps for `bytes`: whole pages, rounded down.
-pub fn applied_memory_limit(bytes: i64) -> i64 {
+pub(crate) fn applied_memory_limit(bytes: i64) -> i64 {
     let page = page_size() as i64;
     bytes - bytes.rem_euclid(page)
 }
@@ -436,7 +433,7 @@ fn page_size() -> u64 {
 }
 
 /// The pod cgroup's path below a controller's root, from the sandbox's CRI `cgroup_parent`.
-pub fn pod_cgroup_dir(parent: &str) -> Result<PathBuf, CgroupError> {
+pub(crate) fn pod_cgroup_dir(parent: &str) -> Result<PathBuf, CgroupError> {
     match CgroupDriver::of_parent(parent) {
         CgroupDriver::Systemd => {
             let slice = parent
@@ -451,7 +448,7 @@ pub fn pod_cgroup_dir(parent: &str) -> Result<PathBuf, CgroupError> {
 }
 
 /// A container cgroup's path below a controller's root, from its OCI `cgroupsPath`.
-pub fn container_cgroup_dir(cgroups_path: &str) -> Result<PathBuf, CgroupError> {
+pub(crate) fn container_cgroup_dir(cgroups_path: &str) -> Result<PathBuf, CgroupError> {
     match CgroupDriver::of_cgroups_path(cgroups_path) {
         CgroupDriver::Systemd => {
             let invalid = |reason| CgroupError::InvalidPath {
@@ -478,7 +475,7 @@ pub fn container_cgroup_dir(cgroups_path: &str) -> Result<PathBuf, CgroupError> 
 
 /// systemd's slice expansion: `a-b-c.slice` is `/a.slice/a-b.slice/a-b-c.slice`, `-.slice` is
 /// the root.
-pub fn expand_slice(slice: &str) -> Result<String, CgroupError> {
+pub(crate) fn expand_slice(slice: &str) -> Result<String, CgroupError> {
     let invalid = |reason| CgroupError::InvalidPath {
         path: slice.to_owned(),
         reason,

@@ -8,7 +8,7 @@ mod controller;
 mod plan;
 pub mod request;
 pub mod resources;
-pub mod through_cri;
+pub(crate) mod through_cri;
 pub mod through_kubelet;
 
 pub use controller::{ResizeConfig, resize_resource, run};

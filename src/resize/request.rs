@@ -12,10 +12,10 @@ use serde_json::Value;
 use crate::kube::request::{self, Decoded};
 use crate::resources::Resources;
 
-pub const GROUP: &str = "inplaced.io";
-pub const VERSION: &str = "v1alpha1";
-pub const KIND: &str = "ContainerResizeRequest";
-pub const PLURAL: &str = "containerresizerequests";
+pub(crate) const GROUP: &str = "inplaced.io";
+pub(crate) const VERSION: &str = "v1alpha1";
+pub(crate) const KIND: &str = "ContainerResizeRequest";
+pub(crate) const PLURAL: &str = "containerresizerequests";
 /// Creators set it to the pod's `spec.nodeName`; agents watch by it and the admission policy
 /// lets an agent write only the requests of its own node.
 pub const LABEL_NODE_NAME: &str = "inplaced.io/node-name";
@@ -64,7 +64,7 @@ pub enum ResizePhase {
 }
 
 impl ResizePhase {
-    pub fn is_final(self) -> bool {
+    pub(crate) fn is_final(self) -> bool {
         matches!(
             self,
             ResizePhase::Succeeded | ResizePhase::Failed | ResizePhase::Infeasible
@@ -173,7 +173,7 @@ pub struct ResizeRequest {
 }
 
 /// More containers than this in one request is refused (the CRD says the same).
-pub const MAX_CONTAINERS: usize = 64;
+pub(crate) const MAX_CONTAINERS: usize = 64;
 
 impl ResizeRequest {
     /// Decodes an object from the API. Only identity is required; a bad spec is kept as its

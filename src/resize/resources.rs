@@ -21,12 +21,12 @@ use crate::quantity::Quantity;
 use crate::resources::{ResourceField, ResourceName, Resources, parse_quantity};
 
 /// kubelet's `MinShares`, `MaxShares` (kernel bounds of cpu.shares) and `SharesPerCPU`.
-pub const MIN_SHARES: i64 = 2;
-pub const MAX_SHARES: i64 = 262_144;
+pub(crate) const MIN_SHARES: i64 = 2;
+pub(crate) const MAX_SHARES: i64 = 262_144;
 const SHARES_PER_CPU: i64 = 1024;
 use crate::resources::MILLI_PER_CPU;
 /// kubelet's `QuotaPeriod` (100 ms in µs) and `MinQuotaPeriod` (1 ms, the kernel's floor).
-pub const QUOTA_PERIOD: i64 = 100_000;
+pub(crate) const QUOTA_PERIOD: i64 = 100_000;
 const MIN_QUOTA: i64 = 1000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,7 +107,7 @@ pub fn milli_cpu_to_quota(milli: i64, period: i64) -> i64 {
 }
 
 /// kubelet's `sharesToMilliCPU`: ceil(shares×1000/1024), 0 below the minimum shares.
-pub fn shares_to_milli_cpu(shares: i64) -> i64 {
+pub(crate) fn shares_to_milli_cpu(shares: i64) -> i64 {
     if shares < MIN_SHARES {
         return 0;
     }
@@ -117,7 +117,7 @@ pub fn shares_to_milli_cpu(shares: i64) -> i64 {
 }
 
 /// kubelet's `quotaToMilliCPU`: -1 (unlimited) → 0, else quota×1000/period.
-pub fn quota_to_milli_cpu(quota: i64, period: i64) -> i64 {
+pub(crate) fn quota_to_milli_cpu(quota: i64, period: i64) -> i64 {
     if quota == -1 || period == 0 {
         return 0;
     }
@@ -213,7 +213,7 @@ pub fn pod_cgroup_config(
 /// containers and the sidecars, raised to what any classic init container needs while it runs
 /// (its own value plus the sidecars started before it) where that is bigger. A value is `None`
 /// when no container sets it.
-pub fn pod_totals(app: &[Resources], init: &[InitContainer]) -> Resources {
+pub(crate) fn pod_totals(app: &[Resources], init: &[InitContainer]) -> Resources {
     let total = |field: fn(&Resources) -> Option<i64>| {
         let add = |a: Option<i128>, b: Option<i64>| match (a, b) {
             (Some(a), Some(b)) => Some(a + i128::from(b)),
@@ -396,7 +396,11 @@ fn check_request_within_limit(container: &str, r: &Resources) -> Result<(), Refu
 /// Whether the pod fits the node now (kubelet defers a resize that does not): the requests of
 /// every other pod on the node (one [`pod_totals`] each) plus this pod's, against the node's
 /// allocatable (in the request fields; an unset allocatable value is not checked).
-pub fn fits_node(other_pods: &[Resources], pod: &Resources, allocatable: &Resources) -> bool {
+pub(crate) fn fits_node(
+    other_pods: &[Resources],
+    pod: &Resources,
+    allocatable: &Resources,
+) -> bool {
     let fits = |field: fn(&Resources) -> Option<i64>| {
         let Some(available) = field(allocatable) else {
             return true;

@@ -16,7 +16,7 @@ use crate::resources::Resources;
 
 /// One container to resize: the runtime container and the resources it must end with.
 #[derive(Clone, Debug)]
-pub struct ContainerTarget {
+pub(crate) struct ContainerTarget {
     pub name: String,
     /// The runtime's container ID (no `containerd://` prefix).
     pub container_id: String,
@@ -25,7 +25,7 @@ pub struct ContainerTarget {
 
 /// What a pod must look like after the resize.
 #[derive(Clone, Debug)]
-pub struct PodTarget {
+pub(crate) struct PodTarget {
     /// The containers to change.
     pub containers: Vec<ContainerTarget>,
     /// Every app container of the pod with the resources it will have (the resized ones with
@@ -47,7 +47,7 @@ pub struct Applied {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ResizeError {
+pub(crate) enum ResizeError {
     #[error("container runtime: {0}")]
     Runtime(#[from] CriError),
     #[error("{0}")]
@@ -100,7 +100,7 @@ impl ResizeError {
 
     /// Not a refusal: a failed call, a cgroup file or a read-back that a container stopping
     /// at that very moment can explain. One more attempt from a fresh view tells.
-    pub fn may_be_a_race(&self) -> bool {
+    pub(crate) fn may_be_a_race(&self) -> bool {
         match self {
             ResizeError::MemoryInUse { .. } => false,
             ResizeError::Undone(error) | ResizeError::PartlyApplied { error, .. } => {

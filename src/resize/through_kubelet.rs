@@ -50,7 +50,7 @@ impl KubeletResizeApi {
 /// it, the pod spec otherwise (which an API server without the gate refuses, and the refusal
 /// says so). The API server decides what it accepts, not the kubelet's release: a 1.30 kubelet
 /// behind a 1.32 API server is resized through `pods/resize`.
-pub async fn served_api(client: &::kube::Client) -> Result<KubeletResizeApi, ::kube::Error> {
+pub(crate) async fn served_api(client: &::kube::Client) -> Result<KubeletResizeApi, ::kube::Error> {
     let core = client.list_core_api_resources("v1").await?;
     Ok(if core.resources.iter().any(|r| r.name == "pods/resize") {
         KubeletResizeApi::Subresource
@@ -61,7 +61,7 @@ pub async fn served_api(client: &::kube::Client) -> Result<KubeletResizeApi, ::k
 
 /// Whether the node's kubelet resizes in place, and what says so.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KubeletSupport {
+pub(crate) struct KubeletSupport {
     pub resizes: bool,
     pub why: String,
     /// The pod status will tell soon: containers run whose status the kubelet has not
@@ -76,7 +76,7 @@ pub struct KubeletSupport {
 ///    same test the API server makes before it accepts a resize (1.32+);
 /// 2. `featureGates` in the kubelet's config file (`config_gate`);
 /// 3. the release's default: on from 1.33.
-pub fn kubelet_support(view: &NodeView, config_gate: Option<bool>) -> KubeletSupport {
+pub(crate) fn kubelet_support(view: &NodeView, config_gate: Option<bool>) -> KubeletSupport {
     let no = |why: String| KubeletSupport {
         resizes: false,
         why,
@@ -165,7 +165,7 @@ pub fn kubelet_support(view: &NodeView, config_gate: Option<bool>) -> KubeletSup
 }
 
 /// The actuator for one pod.
-pub fn choose_actuator(
+pub(crate) fn choose_actuator(
     setting: ActuatorSetting,
     kubelet: &KubeletSupport,
     static_pod: bool,

@@ -32,7 +32,7 @@ impl StopGate {
 
     /// The right to stop `container_id`, unless another kill holds it or already stopped it.
     /// Take it before confirming with the runtime that the container still runs.
-    pub fn claim(&self, container_id: &str) -> Option<StopClaim> {
+    pub(crate) fn claim(&self, container_id: &str) -> Option<StopClaim> {
         let mut state = self.0.lock().ok()?;
         if state.stopped.contains(container_id) || !state.stopping.insert(container_id.to_owned()) {
             return None;

@@ -74,7 +74,7 @@ impl Unsynced {
 
     /// Syncs beside the kill, on the journals' one sync thread. A failure is logged: the
     /// intent still guards against agent restarts, not against the machine going down.
-    pub fn sync_in_background(self) {
+    pub(crate) fn sync_in_background(self) {
         static SYNCER: OnceLock<Option<Sender<Unsynced>>> = OnceLock::new();
         let syncer = SYNCER.get_or_init(|| {
             let (tx, rx) = std::sync::mpsc::channel();
@@ -133,7 +133,10 @@ impl KillJournal {
 
     /// Opens (creating) a journal of another name under `state_dir`: each writer keeps its own
     /// file, so one's compaction never races another's appends.
-    pub fn open_named(state_dir: &Path, file_name: &str) -> Result<KillJournal, JournalError> {
+    pub(crate) fn open_named(
+        state_dir: &Path,
+        file_name: &str,
+    ) -> Result<KillJournal, JournalError> {
         let path = state_dir.join(file_name);
         let error = |source| JournalError {
             path: path.display().to_string(),
@@ -224,7 +227,7 @@ impl KillJournal {
     /// [`KillJournal::retain`] on a blocking thread, handing the journal back: a rewrite syncs
     /// a file and its directory, and on a slow disk that must not stall the runtime thread the
     /// whole agent shares. `None` only if that thread panicked; reopen the journal from disk.
-    pub async fn retain_off_runtime(
+    pub(crate) async fn retain_off_runtime(
         mut self,
         keep: impl Fn(&KillIntent) -> bool + Send + 'static,
     ) -> Option<(KillJournal, Result<(), JournalError>)> {

@@ -23,7 +23,7 @@ impl KillLedger {
 
     /// Notes a kill that began at `started` (an earlier run of the agent's, from its journal),
     /// unless one is noted already: the restart it causes keeps its first kill's time.
-    pub fn remember(&self, container_id: &str, trigger: Trigger, started: Timestamp) {
+    pub(crate) fn remember(&self, container_id: &str, trigger: Trigger, started: Timestamp) {
         if let Ok(mut kills) = self.0.lock() {
             kills
                 .entry(container_id.to_owned())
