@@ -2,9 +2,10 @@
 # The end-to-end core on each containerd release: tests/run-matrix.sh [RELEASE...] (default: 1.6
 # 1.7 2.1). For each release it brings up that containerd (tests/node/containerd.sh with
 # INPLACED_CONTAINERD), runs the core tests against it and takes it down again; one containerd
-# at a time. The whole suite runs on the default release (tests/run-all.sh); this is what each
-# other release must pass too. Ends with `matrix: N passed, M failed` (releases) and exits
-# non-zero when one failed.
+# at a time. Before that, it checks that a config the release rejects is one clear error of
+# tests/node/containerd.sh that leaves nothing running. The whole suite runs on the default
+# release (tests/run-all.sh); this is what each other release must pass too. Ends with
+# `matrix: N passed, M failed` (releases) and exits non-zero when one failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +14,7 @@ releases=("$@")
 
 # The core, by test binary and test name (a name matches as a substring, as libtest filters do).
 core_binaries=(cri_containerd cri_runtime_restart recreate_e2e containermeta_e2e resize_e2e
-  restart_metrics_e2e recreate_runtime_restart agent_e2e)
+  restart_metrics_e2e recreate_runtime_restart agent_e2e fault_cri_e2e)
 core_tests=(
   # The runtime API: version (`inplaced runtime`), listing, status with verbose info, exec, stop.
   version_reports_containerd_speaking_cri_v1
@@ -23,6 +24,8 @@ core_tests=(
   exec_sync_returns_output_and_exit_code
   stop_container_honours_sigterm_and_the_grace_timeout
   client_reconnects_after_containerd_restarts_and_retries_only_idempotent_calls
+  # An event stream whose open waits for the first event does not hold up listing.
+  an_event_stream_that_opens_with_its_first_event_does_not_hold_up_listing
   # ContainerRecreateRequests with preStop hooks of each kind.
   single_container_is_recreated_once_with_its_exec_pre_stop
   ordered_recreate_with_http_and_tcp_pre_stops_goes_one_container_at_a_time
@@ -54,8 +57,25 @@ trap 'tests/node/containerd.sh down >/dev/null 2>&1 || true' EXIT
 passed=0
 failed=0
 failed_releases=()
+# A config the runtime rejects must be one clear error of the script, leaving nothing running.
+rejects_bad_config() {
+  local release=$1 err
+  err=$(INPLACED_CONTAINERD=$release INPLACED_TEST_CONTAINERD_EXTRA_CONFIG='[plugins\n  broken = ' \
+    tests/node/containerd.sh up 2>&1 >/dev/null) && { echo "a broken config was accepted" >&2; return 1; }
+  tests/node/containerd.sh status >/dev/null 2>&1 && { echo "a containerd runs after a broken config" >&2; return 1; }
+  tests/node/containerd.sh down >/dev/null 2>&1 || true
+  if ! grep -q 'ERROR: containerd exited' <<<"$err"; then
+    echo "no clear error for a broken config: $err" >&2; return 1
+  fi
+  echo "=== containerd $release: a broken config is refused: $(grep 'ERROR' <<<"$err")" >&2
+}
+
 for release in "${releases[@]}"; do
   echo "=== containerd $release" >&2
+  if ! rejects_bad_config "$release"; then
+    failed=$((failed + 1)); failed_releases+=("$release")
+    continue
+  fi
   if ! INPLACED_CONTAINERD=$release tests/node/containerd.sh up >/dev/null; then
     echo "=== containerd $release: did not come up" >&2
     failed=$((failed + 1)); failed_releases+=("$release")

@@ -23,6 +23,9 @@
 #   INPLACED_TEST_CRI_BASE     state directory (default /run/inplaced-test); the socket lives in it,
 #                              so keep it short (unix socket paths are limited to ~100 bytes)
 #   INPLACED_TEST_CGROUP_ROOT  cgroup parent under which tests put pod cgroups (default inplaced-test)
+#   INPLACED_TEST_CONTAINERD_EXTRA_CONFIG
+#                              TOML appended to the written config (tests/run-matrix.sh uses it to
+#                              check that a config the runtime rejects is one clear error)
 #
 # Facts this relies on are in docs/containerd.md: PID 1 is not systemd (we start
 # containerd ourselves, cgroupfs driver), root lacks CAP_SYS_RESOURCE (restrict_oom_score_adj), no
@@ -236,6 +239,9 @@ up() {
   echo "$RELEASE" > "$BASE/release"
   local snapshotter; snapshotter=$(pick_snapshotter)
   write_config "$snapshotter" "$(restrict_oom)"
+  if [ -n "${INPLACED_TEST_CONTAINERD_EXTRA_CONFIG:-}" ]; then
+    printf '%b\n' "$INPLACED_TEST_CONTAINERD_EXTRA_CONFIG" >> "$BASE/config.toml"
+  fi
   build_images
   start_containerd
   "${CTR[@]}" images import --snapshotter "$snapshotter" "$BASE/images.tar" >/dev/null
