@@ -642,18 +642,22 @@ async fn kubelet_actuator_through_pods_resize_deferred_then_done() {
     node.stop().await;
 }
 
+/// A kubelet config file holding `text`, for `--kubelet-config`.
+fn kubelet_config_file(text: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    file
+}
+
 /// kubelet 1.30 with the gate on, as its config file says: the agent patches the pod spec and
 /// follows `status.resize`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn kubelet_actuator_through_the_pod_spec_on_1_30_with_the_gate() {
-    let kubelet_config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        kubelet_config.path(),
+    let kubelet_config = kubelet_config_file(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
          featureGates:\n  InPlacePodVerticalScaling: true\n",
-    )
-    .unwrap();
+    );
     let path = kubelet_config.path().display().to_string();
     let node = Node::start_with(
         NodeOptions::kubelet("v1.30.7")
@@ -736,12 +740,10 @@ async fn kubelet_actuator_follows_the_api_server_in_every_skew_pair() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn the_pod_status_outweighs_the_kubelet_config_file() {
-    let kubelet_config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        kubelet_config.path(),
+    // JSON, which kubelet also reads.
+    let kubelet_config = kubelet_config_file(
         "{\"kind\": \"KubeletConfiguration\", \"featureGates\": {\"InPlacePodVerticalScaling\": true}}\n",
-    )
-    .unwrap();
+    );
     let path = kubelet_config.path().display().to_string();
     let node = Node::start_with(
         NodeOptions::kubelet("v1.31.12")
