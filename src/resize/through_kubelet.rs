@@ -196,10 +196,16 @@ pub fn actuator_line(
     } else {
         ""
     };
+    if setting == ActuatorSetting::Cri {
+        return "resizes: cri (resize-actuator is cri)".to_string();
+    }
+    if kubelet.pending {
+        return format!(
+            "resizes: waiting ({}); a request would wait too",
+            kubelet.why
+        );
+    }
     match choose_actuator(setting, &kubelet, false) {
-        Ok(Actuator::Cri) if setting == ActuatorSetting::Cri => {
-            "resizes: cri (resize-actuator is cri)".to_string()
-        }
         Ok(actuator) => format!("resizes: {} ({}){statics}", actuator.as_str(), kubelet.why),
         Err(message) => format!("resizes: refused ({message})"),
     }
@@ -465,6 +471,14 @@ mod tests {
         assert!(
             line.starts_with("resizes: kubelet (kubelet v1.30.14: all 1"),
             "{line}"
+        );
+        let mut lagging = view(Some("v1.30.14"), &[true]);
+        lagging.pods[0].containers[0].status = None;
+        let line = actuator_line(&lagging, Auto, None);
+        assert!(line.starts_with("resizes: waiting ("), "{line}");
+        assert_eq!(
+            actuator_line(&lagging, Cri, None),
+            "resizes: cri (resize-actuator is cri)"
         );
     }
 
