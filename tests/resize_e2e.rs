@@ -87,12 +87,60 @@ fn read_number(path: &str) -> i64 {
         .unwrap_or_else(|e| panic!("{path}: {text:?}: {e}"))
 }
 
-/// The pod cgroup (`container` None) or a container's below it, as the kernel reports it.
-fn cgroup(pod: &Value, container: Option<&str>) -> Limits {
+/// Whether this machine runs cgroup v2 alone (the VM of tests/vm) rather than v1.
+fn cgroup_v2() -> bool {
+    std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}
+
+/// The pod cgroup (`container` None) or a container's below it, relative to a controller's
+/// root: cgroupfs `<root>/kubepods/burstable/pod<uid>/<id>`, or with the systemd driver the pod
+/// slice and the container's scope as kubelet and containerd name them.
+fn cgroup_dir(pod: &Value, container: Option<&str>) -> String {
     let uid = pod["metadata"]["uid"].as_str().unwrap();
-    let mut dir = format!("{}/kubepods/burstable/pod{uid}", cgroup_root());
+    let mut dir = if node_sandbox::util::test_cgroup_driver_is_systemd() {
+        format!(
+            "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+            uid.replace('-', "_")
+        )
+    } else {
+        format!("{}/kubepods/burstable/pod{uid}", cgroup_root())
+    };
     if let Some(name) = container {
-        dir = format!("{dir}/{}", container_id(pod, name));
+        let id = container_id(pod, name);
+        if node_sandbox::util::test_cgroup_driver_is_systemd() {
+            dir = format!("{dir}/cri-containerd-{id}.scope");
+        } else {
+            dir = format!("{dir}/{id}");
+        }
+    }
+    dir
+}
+
+/// The pod cgroup (`container` None) or a container's below it, as the kernel reports it: on
+/// v2 `shares` is cpu.weight, compare with [`held`].
+fn cgroup(pod: &Value, container: Option<&str>) -> Limits {
+    let dir = cgroup_dir(pod, container);
+    if cgroup_v2() {
+        let file = |name: &str| {
+            let path = format!("/sys/fs/cgroup/{dir}/{name}");
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+        };
+        let max = file("cpu.max");
+        let quota = max.split_whitespace().next().unwrap_or_default();
+        let number = |text: &str| {
+            if text.trim() == "max" {
+                -1
+            } else {
+                text.trim()
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{dir}: {text:?}: {e}"))
+            }
+        };
+        return Limits {
+            shares: number(&file("cpu.weight")),
+            quota: number(quota),
+            memory: number(&file("memory.max")),
+        };
     }
     let file = |controller: &str, name: &str| {
         read_number(&format!("/sys/fs/cgroup/{controller}/{dir}/{name}"))
@@ -102,6 +150,31 @@ fn cgroup(pod: &Value, container: Option<&str>) -> Limits {
         quota: file("cpu", "cpu.cfs_quota_us"),
         memory: file("memory", "memory.limit_in_bytes"),
     }
+}
+
+/// `limits` as the kernel holds them here: on cgroup v2 the shares become the cpu.weight runc
+/// writes for them (`1 + (shares - 2) * 9999 / 262142`, runc's ConvertCPUSharesToCgroupV2Value).
+fn held(limits: Limits) -> Limits {
+    if cgroup_v2() {
+        Limits {
+            shares: 1 + (limits.shares - 2) * 9999 / 262_142,
+            ..limits
+        }
+    } else {
+        limits
+    }
+}
+
+/// memory.swap.max of a cgroup on v2, as written (`max` or bytes).
+fn swap_max(pod: &Value, container: Option<&str>) -> String {
+    let path = format!(
+        "/sys/fs/cgroup/{}/memory.swap.max",
+        cgroup_dir(pod, container)
+    );
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .trim()
+        .to_owned()
 }
 
 async fn create_resize(node: &Node, pod: &str, containers: Value) -> String {
@@ -183,9 +256,9 @@ async fn cri_actuator_grows_and_shrinks_a_two_container_pod() {
     let pod_name = unique("resize-two");
     let pod = node.run_pod(&pod_name, two_containers()).await;
     let (app_id, side_id) = (container_id(&pod, "app"), container_id(&pod, "side"));
-    assert_eq!(cgroup(&pod, None), BEFORE_POD);
-    assert_eq!(cgroup(&pod, Some("app")), BEFORE_APP);
-    assert_eq!(cgroup(&pod, Some("side")), BEFORE_SIDE);
+    assert_eq!(cgroup(&pod, None), held(BEFORE_POD));
+    assert_eq!(cgroup(&pod, Some("app")), held(BEFORE_APP));
+    assert_eq!(cgroup(&pod, Some("side")), held(BEFORE_SIDE));
 
     let name = create_resize(
         &node,
@@ -212,9 +285,16 @@ async fn cri_actuator_grows_and_shrinks_a_two_container_pod() {
         "{done:#}"
     );
     assert_eq!(result_of(&done, "app")["containerID"], json!(app_id));
-    assert_eq!(cgroup(&pod, None), RESIZED_POD);
-    assert_eq!(cgroup(&pod, Some("app")), GROWN_APP);
-    assert_eq!(cgroup(&pod, Some("side")), SHRUNK_SIDE);
+    assert_eq!(cgroup(&pod, None), held(RESIZED_POD));
+    assert_eq!(cgroup(&pod, Some("app")), held(GROWN_APP));
+    assert_eq!(cgroup(&pod, Some("side")), held(SHRUNK_SIDE));
+    if cgroup_v2() {
+        // No swap for the containers (containerd passes swap = limit, runc writes 0); kubelet
+        // never sets one for the pod cgroup, and neither does the agent.
+        assert_eq!(swap_max(&pod, Some("app")), "0");
+        assert_eq!(swap_max(&pod, Some("side")), "0");
+        assert_eq!(swap_max(&pod, None), "max");
+    }
     assert_eq!(cri_linux(&app_id).await, (204, 40_000, 96 * MI));
     assert_eq!(cri_linux(&side_id).await, (51, 5_000, 24 * MI));
     // Memory and cpu of both containers: four updates, no restart, no change in the API.
@@ -246,9 +326,9 @@ async fn cri_actuator_grows_and_shrinks_a_two_container_pod() {
     .await;
     let done = wait_final(&node, &back).await;
     assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
-    assert_eq!(cgroup(&pod, None), BEFORE_POD);
-    assert_eq!(cgroup(&pod, Some("app")), BEFORE_APP);
-    assert_eq!(cgroup(&pod, Some("side")), BEFORE_SIDE);
+    assert_eq!(cgroup(&pod, None), held(BEFORE_POD));
+    assert_eq!(cgroup(&pod, Some("app")), held(BEFORE_APP));
+    assert_eq!(cgroup(&pod, Some("side")), held(BEFORE_SIDE));
     assert_eq!(
         metric(
             &mut node,
@@ -320,7 +400,7 @@ async fn cri_resize_counts_a_sidecar_in_the_pod_cgroup() {
         quota: 30_000,
         memory: 96 * MI,
     };
-    assert_eq!(cgroup(&pod, None), before);
+    assert_eq!(cgroup(&pod, None), held(before));
     let name = create_resize(
         &node,
         &pod_name,
@@ -329,14 +409,14 @@ async fn cri_resize_counts_a_sidecar_in_the_pod_cgroup() {
     .await;
     let done = wait_final(&node, &name).await;
     assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
-    assert_eq!(cgroup(&pod, Some("app")), GROWN_APP);
+    assert_eq!(cgroup(&pod, Some("app")), held(GROWN_APP));
     assert_eq!(
         cgroup(&pod, None),
-        Limits {
+        held(Limits {
             shares: 256,
             quota: 50_000,
             memory: 128 * MI,
-        }
+        })
     );
     node.stop().await;
 }
@@ -487,9 +567,9 @@ async fn a_resize_refused_midway_is_undone() {
     // Two attempts, each refused, and each putting back the refused step too (it might have
     // half happened), which is refused as well.
     assert_eq!(node.proxy.fired(refused), 4);
-    assert_eq!(cgroup(&pod, None), BEFORE_POD);
-    assert_eq!(cgroup(&pod, Some("app")), BEFORE_APP);
-    assert_eq!(cgroup(&pod, Some("side")), BEFORE_SIDE);
+    assert_eq!(cgroup(&pod, None), held(BEFORE_POD));
+    assert_eq!(cgroup(&pod, Some("app")), held(BEFORE_APP));
+    assert_eq!(cgroup(&pod, Some("side")), held(BEFORE_SIDE));
     assert_eq!(cri_linux(&side_id).await, (51, 10_000, 32 * MI));
     assert_eq!(cri_linux(&app_id).await, (102, 20_000, 64 * MI));
     assert!(
@@ -543,7 +623,7 @@ async fn cri_resize_is_reapplied_after_the_kubelet_restarts_the_container() {
         quota: 40_000,
         memory: 96 * MI,
     };
-    assert_eq!(cgroup(&pod, Some("app")), grown);
+    assert_eq!(cgroup(&pod, Some("app")), held(grown));
 
     // The application dies; the kubelet starts a new container from the spec (200m, 64Mi).
     let old = container_id(&pod, "app");
@@ -560,7 +640,7 @@ async fn cri_resize_is_reapplied_after_the_kubelet_restarts_the_container() {
     let restarted = node
         .wait_pod(&pod_name, WAIT, |p| container_id(p, "app") == new)
         .await;
-    assert_eq!(cgroup(&restarted, Some("app")), grown);
+    assert_eq!(cgroup(&restarted, Some("app")), held(grown));
     assert_eq!(cri_linux(&new).await, (102, 40_000, 96 * MI));
     assert_eq!(metric(&mut node, "inplaced_resize_reapplies_total"), 1.0);
 
@@ -631,11 +711,11 @@ async fn kubelet_actuator_through_pods_resize_deferred_then_done() {
     assert!(message(&done).contains("pods/resize"), "{done:#}");
     assert_eq!(
         cgroup(&pod, Some("app")),
-        Limits {
+        held(Limits {
             shares: 512,
             quota: 50_000,
             memory: 64 * MI
-        }
+        })
     );
     // The agent itself never touched the container.
     assert_eq!(node.proxy.calls("UpdateContainerResources"), 0);
@@ -697,11 +777,11 @@ async fn resized_by_the_kubelet(node: &Node, through: &str, case: &str) {
     assert!(message(&done).contains(through), "{case}: {done:#}");
     assert_eq!(
         cgroup(&pod, Some("app")),
-        Limits {
+        held(Limits {
             shares: 102,
             quota: 30_000,
             memory: 80 * MI
-        },
+        }),
         "{case}"
     );
     assert_eq!(node.proxy.calls("UpdateContainerResources"), 0, "{case}");

@@ -243,7 +243,6 @@ impl Cgroups {
         }
     }
 
-    #[cfg(test)]
     pub(crate) fn version(&self) -> CgroupVersion {
         self.version
     }
@@ -635,12 +634,12 @@ fn read_v2_memory_limit(dir: &Path) -> Result<Option<i64>, FileError> {
 }
 
 /// kubelet's reading of cpu.weight as shares.
-fn weight_to_shares(weight: u64) -> u64 {
+pub(crate) fn weight_to_shares(weight: u64) -> u64 {
     (weight - 1) * (MAX_SHARES - MIN_SHARES) / (MAX_WEIGHT - 1) + MIN_SHARES
 }
 
 /// runc's cpu.weight for shares (clamped to the kernel's shares range first).
-fn shares_to_weight(shares: u64) -> u64 {
+pub(crate) fn shares_to_weight(shares: u64) -> u64 {
     let shares = shares.clamp(MIN_SHARES, MAX_SHARES);
     1 + (shares - MIN_SHARES) * (MAX_WEIGHT - 1) / (MAX_SHARES - MIN_SHARES)
 }

@@ -8,6 +8,7 @@ mod controller;
 mod plan;
 pub mod request;
 pub mod resources;
+mod slice_unit;
 pub(crate) mod through_cri;
 pub mod through_kubelet;
 

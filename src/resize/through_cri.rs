@@ -12,6 +12,7 @@ use crate::cri::{CriClient, CriError};
 
 use super::cgroup::{CgroupError, CgroupValues, Cgroups, PodCpu, applied_memory_limit};
 use super::resources::{self, CriResources, InitContainer, PodCgroupConfig, QosClass};
+use super::slice_unit::{self, SliceUnitError};
 use crate::resources::Resources;
 
 /// One container to resize: the runtime container and the resources it must end with.
@@ -52,6 +53,8 @@ pub(crate) enum ResizeError {
     Runtime(#[from] CriError),
     #[error("{0}")]
     Cgroup(#[from] CgroupError),
+    #[error("pod slice: {0}")]
+    SliceUnit(#[from] SliceUnitError),
     #[error("container {0} is not running")]
     NotRunning(String),
     #[error("the runtime does not report the cgroup of container {0}")]
@@ -90,6 +93,7 @@ impl ResizeError {
     pub fn is_transient(&self) -> bool {
         match self {
             ResizeError::Runtime(err) => err.is_transient(),
+            ResizeError::SliceUnit(err) => err.is_transient(),
             ResizeError::NotRunning(_) => true,
             ResizeError::Undone(error) | ResizeError::PartlyApplied { error, .. } => {
                 error.is_transient()
@@ -240,16 +244,16 @@ async fn change(
 ) -> Result<(), ResizeError> {
     // Memory.
     let memory_grows = grows(pod_now.memory_limit, pod_new.memory_limit);
-    let write_pod_memory = |undo: &mut Vec<Undo>| -> Result<(), ResizeError> {
+    let write_memory = async |undo: &mut Vec<Undo>| -> Result<(), ResizeError> {
         if pod_now.memory_limit != pod_new.memory_limit {
             // Recorded first: a write that fails may still have changed something.
             undo.push(Undo::PodMemory(pod_now.memory_limit));
-            cgroups.write_pod_memory(parent, pod_new.memory_limit)?;
+            write_pod_memory(cgroups, parent, pod_new.memory_limit).await?;
         }
         Ok(())
     };
     if memory_grows {
-        write_pod_memory(undo)?;
+        write_memory(undo).await?;
     }
     let mut order: Vec<usize> = (0..current.len()).collect();
     // Decreases first, so that the pod never holds more than it had or will have.
@@ -274,23 +278,23 @@ async fn change(
             .await?;
     }
     if !memory_grows {
-        write_pod_memory(undo)?;
+        write_memory(undo).await?;
     }
 
     // CPU: the quota is hierarchical (a child may not exceed its parent), shares are not.
     let (cpu_before, cpu_after) = pod_cpu_writes(pod_now, pod_new);
-    let write_pod_cpu = |undo: &mut Vec<Undo>, writes: &[(PodCpu, Option<PodCpu>)]| {
+    let write_cpu = async |undo: &mut Vec<Undo>, writes: &[(PodCpu, Option<PodCpu>)]| {
         for &(setting, previous) in writes {
             // Recorded first: a write that fails may still have changed something. A value
             // the kernel did not show cannot be put back; the read would have failed.
             if let Some(previous) = previous {
                 undo.push(Undo::PodCpu(previous));
             }
-            cgroups.write_pod_cpu(parent, setting)?;
+            write_pod_cpu(cgroups, parent, setting).await?;
         }
         Ok::<(), ResizeError>(())
     };
-    write_pod_cpu(undo, &cpu_before)?;
+    write_cpu(undo, &cpu_before).await?;
     order.sort_by_key(|&i| current[i].wanted.cpu_quota - current[i].linux.cpu_quota);
     for &i in &order {
         let c = &mut current[i];
@@ -308,8 +312,42 @@ async fn change(
         cri.update_container_resources(&c.target.container_id, c.linux.clone())
             .await?;
     }
-    write_pod_cpu(undo, &cpu_after)?;
+    write_cpu(undo, &cpu_after).await?;
     Ok(())
+}
+
+/// Sets one cpu setting of the pod cgroup: under the systemd driver the slice's unit properties
+/// first (`slice_unit`: systemd would otherwise put the old value back), then the file.
+async fn write_pod_cpu(
+    cgroups: &Cgroups,
+    parent: &str,
+    setting: PodCpu,
+) -> Result<(), ResizeError> {
+    if let Some(unit) = slice_unit::unit_of_parent(parent) {
+        slice_unit::set(
+            unit,
+            &slice_unit::cpu_properties(cgroups.version(), setting),
+        )
+        .await?;
+    }
+    Ok(cgroups.write_pod_cpu(parent, setting)?)
+}
+
+/// Sets the pod cgroup's memory limit, the slice's unit property first (see [`write_pod_cpu`]);
+/// returns the limit the kernel applied.
+async fn write_pod_memory(
+    cgroups: &Cgroups,
+    parent: &str,
+    limit: Option<i64>,
+) -> Result<Option<i64>, ResizeError> {
+    if let Some(unit) = slice_unit::unit_of_parent(parent) {
+        slice_unit::set(
+            unit,
+            &slice_unit::memory_properties(cgroups.version(), limit),
+        )
+        .await?;
+    }
+    Ok(cgroups.write_pod_memory(parent, limit)?)
 }
 
 /// The pod cgroup's cpu writes before the containers' and after them, each with the setting
@@ -382,23 +420,19 @@ async fn roll_back(
             Undo::PodMemory(limit) => {
                 // Lowered back only above what the pod uses now, as going forward: the memory
                 // it grew into since is not taken away by the OOM killer.
-                match limit {
+                let safe = match limit {
                     Some(limit) => cgroups
                         .pod_memory_usage(parent)
                         .map_err(ResizeError::from)
                         .and_then(|usage| check_usage("the pod", usage, limit)),
                     None => Ok(()),
+                };
+                match safe {
+                    Ok(()) => write_pod_memory(cgroups, parent, limit).await.map(drop),
+                    Err(e) => Err(e),
                 }
-                .and_then(|()| {
-                    cgroups
-                        .write_pod_memory(parent, limit)
-                        .map(drop)
-                        .map_err(ResizeError::from)
-                })
             }
-            Undo::PodCpu(setting) => cgroups
-                .write_pod_cpu(parent, setting)
-                .map_err(ResizeError::from),
+            Undo::PodCpu(setting) => write_pod_cpu(cgroups, parent, setting).await,
             Undo::Container { index, before } => match current.get(index) {
                 Some(c) => {
                     let lowered = before.memory_limit_in_bytes > 0

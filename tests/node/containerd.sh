@@ -11,6 +11,9 @@
 #                          kept) and start it again: for tests of a runtime restart.
 #   containerd.sh status   exit 0 when running; prints the endpoint.
 #   containerd.sh endpoint print the CRI endpoint (unix://...).
+#   containerd.sh images   only build the test images (an OCI layout tarball in the state
+#                          directory) and print its path: for a containerd run by someone else
+#                          (the VM of tests/vm imports it into the node's own containerd).
 #
 # Environment (optional):
 #   INPLACED_CONTAINERD        the containerd release to run: 1.6 (default: Debian 12's package,
@@ -304,5 +307,6 @@ case "${1:-up}" in
   status) if running; then echo "running pid $(cat "$PIDFILE") containerd $RUNNING_RELEASE unix://$SOCK"; else echo stopped; exit 1; fi ;;
   release) if running; then echo "$RUNNING_RELEASE"; else echo stopped; exit 1; fi ;;
   endpoint) echo "unix://$SOCK" ;;
-  *) echo "usage: $0 up|down|stop-daemon|start-daemon|status|release|endpoint" >&2; exit 2 ;;
+  images) mkdir -p "$BASE"; build_images; echo "$BASE/images.tar" ;;
+  *) echo "usage: $0 up|down|stop-daemon|start-daemon|status|release|endpoint|images" >&2; exit 2 ;;
 esac

@@ -67,6 +67,10 @@ struct RunArgs {
     /// Also serve the CRI fault proxy (no faults set) at DIR/cri-proxy.sock.
     #[arg(long)]
     cri_proxy_dir: Option<PathBuf>,
+    /// Play a kubelet with the InPlacePodVerticalScaling gate off (it then never resizes, and
+    /// the agent's `auto` actuator resizes through CRI).
+    #[arg(long)]
+    no_resize_gate: bool,
 }
 
 #[derive(clap::Args)]
@@ -81,6 +85,12 @@ struct PodArgs {
     node_name: String,
     #[arg(long, default_value = "localhost/busybox:local")]
     image: String,
+    /// The container's shell script (default: ends at once on SIGTERM).
+    #[arg(
+        long,
+        default_value = "trap 'echo bye; exit 0' TERM; echo started; while true; do sleep 1; done"
+    )]
+    script: String,
 }
 
 #[derive(clap::Args)]
@@ -153,6 +163,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     let mut kc = KubeletConfig::new(&a.node_name, &kubeconfig, &a.cri_endpoint);
     kc.kubelet_version = a.kubelet_version.clone();
     kc.restart_delay = a.restart_delay;
+    kc.resize_gate = !a.no_resize_gate;
     let kubelet = KubeletStandIn::start(kc).await?;
     let manager = ManagerStandIn::start(ManagerConfig::new(&kubeconfig)).await?;
     println!("node-sandbox up (pid {})", std::process::id());
@@ -193,7 +204,7 @@ async fn create_pod(a: PodArgs) -> anyhow::Result<()> {
             "nodeName": a.node_name, "hostNetwork": true, "terminationGracePeriodSeconds": 10,
             "containers": [{
                 "name": "main", "image": a.image,
-                "command": ["/bin/sh", "-c", "trap 'echo bye; exit 0' TERM; echo started; while true; do sleep 1; done"],
+                "command": ["/bin/sh", "-c", a.script],
                 "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "500m", "memory": "64Mi"}},
                 "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
                 "imagePullPolicy": "IfNotPresent"

@@ -5,7 +5,8 @@
 //! - Webhook ([`webhook_mutate`], [`create_crr`]): labels `crr.apps.kruise.io/node-name`,
 //!   `pod-uid`, `active=true`; per container `statusContext` {containerID, restartCount} from the
 //!   pod status, `preStop` (exec/httpGet/tcpSocket) and `ports` from the pod spec;
-//!   `failurePolicy` defaults to Fail. A CRR created without the webhook (straight into the store)
+//!   `failurePolicy` defaults to Fail, `terminationGracePeriodSeconds` to the pod's. A CRR created
+//!   without the webhook (straight into the store)
 //!   is mutated by the controller loop as a fallback.
 //! - Controller: completes a CRR whose pod is gone or has another UID ("pod has gone"), past
 //!   `activeDeadlineSeconds`, or still at phase "" after the response timeout (60 s; "daemon has
@@ -173,11 +174,19 @@ pub fn webhook_mutate(crr: &mut Value, pod: &Value) -> Result<(), String> {
             "restartCount": status.get("restartCount").cloned().unwrap_or(json!(0)),
         });
     }
+    if crr.pointer("/spec/strategy").is_none() {
+        crr["spec"]["strategy"] = json!({});
+    }
     if crr.pointer("/spec/strategy/failurePolicy").is_none() {
-        if crr.pointer("/spec/strategy").is_none() {
-            crr["spec"]["strategy"] = json!({});
-        }
         crr["spec"]["strategy"]["failurePolicy"] = json!("Fail");
+    }
+    // kruise's injectPodIntoContainerRecreateRequest: the pod's grace period when unset.
+    if crr
+        .pointer("/spec/strategy/terminationGracePeriodSeconds")
+        .is_none()
+        && let Some(grace) = pod.pointer("/spec/terminationGracePeriodSeconds")
+    {
+        crr["spec"]["strategy"]["terminationGracePeriodSeconds"] = grace.clone();
     }
     if crr
         .pointer("/metadata/labels")

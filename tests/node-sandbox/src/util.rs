@@ -16,6 +16,12 @@ pub fn test_cgroup_root() -> String {
     std::env::var("INPLACED_TEST_CGROUP_ROOT").unwrap_or_else(|_| "inplaced-test".into())
 }
 
+/// Whether test pods get systemd slices (`$INPLACED_TEST_CGROUP_DRIVER=systemd`, the VM of
+/// tests/vm) or cgroupfs directories under [`test_cgroup_root`] (default).
+pub fn test_cgroup_driver_is_systemd() -> bool {
+    std::env::var("INPLACED_TEST_CGROUP_DRIVER").is_ok_and(|d| d == "systemd")
+}
+
 /// A random RFC 4122 UUID from the kernel (no RNG crate needed).
 pub fn new_uid() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/uuid")

@@ -117,6 +117,23 @@ async fn webhook_fills_labels_status_context_and_prestop() {
     );
     assert_eq!(created["spec"]["strategy"]["failurePolicy"], "Fail");
 
+    // The pod's grace period when the request names none (kruise's webhook copies it).
+    let mut graceful = pod("p-grace", &now_rfc3339());
+    graceful["spec"]["terminationGracePeriodSeconds"] = json!(7);
+    env.server.store().create("pods", graceful).unwrap();
+    let copied = manager::create_crr(&env.client, crr("c-grace", "p-grace", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(
+        copied["spec"]["strategy"]["terminationGracePeriodSeconds"],
+        7
+    );
+    let own = json!({"strategy": {"terminationGracePeriodSeconds": 3}});
+    let kept = manager::create_crr(&env.client, crr("c-own", "p-grace", own))
+        .await
+        .unwrap();
+    assert_eq!(kept["spec"]["strategy"]["terminationGracePeriodSeconds"], 3);
+
     // Rejections: unknown pod, unknown container.
     assert!(
         manager::create_crr(&env.client, crr("c2", "nope", json!({})))

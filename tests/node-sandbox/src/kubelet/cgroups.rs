@@ -1,7 +1,11 @@
-//! Pod cgroups (cgroupfs driver): kubelet creates `<root>/kubepods[/qos]/pod<uid>` with the pod's
+//! Pod cgroups. cgroupfs driver: kubelet creates `<root>/kubepods[/qos]/pod<uid>` with the pod's
 //! limits before the sandbox, and rewrites them during an in-place resize; containerd never
 //! removes it, so whoever made it cleans up. Limits are written on cgroup v1 only (these
 //! machines); on v2 runc just creates the path.
+//!
+//! systemd driver (the VM of tests/vm): kubelet's libcontainer starts the pod's slice as a
+//! transient unit through systemd's D-Bus API with the limits as unit properties, and stops the
+//! unit to remove it. The stand-in's own resize (`resize.rs`) is cgroupfs v1 only.
 
 use std::path::{Path, PathBuf};
 
@@ -24,9 +28,15 @@ fn hierarchies() -> Vec<PathBuf> {
     out
 }
 
-/// Creates the pod cgroup in the cpu and memory hierarchies (v1) and writes its limits.
-/// Failures are logged, not fatal: the sandbox still runs without pod-level limits.
+/// Creates the pod cgroup in the cpu and memory hierarchies (v1) and writes its limits, or starts
+/// the pod slice. Failures are logged, not fatal: the sandbox still runs without pod-level limits.
 pub fn create(parent: &str, limits: &PodCgroupLimits) {
+    if let Some(slice) = slice_of(parent) {
+        if let Err(e) = start_slice(slice, limits) {
+            tracing::warn!(slice, error = %e, "starting the pod slice");
+        }
+        return;
+    }
     if !Path::new(CGROUP_FS).join("cpu").exists() {
         return;
     }
@@ -138,6 +148,15 @@ pub fn memory_usage(path: &str) -> std::io::Result<i64> {
 /// Removes the pod cgroup (and anything left below it) from every hierarchy. Only the pod's own
 /// directory: the shared `kubepods/<qos>` parents belong to every sandbox on the machine.
 pub fn remove(parent: &str) {
+    if let Some(slice) = slice_of(parent) {
+        let stopped = std::process::Command::new("systemctl")
+            .args(["stop", slice])
+            .status();
+        if !stopped.is_ok_and(|s| s.success()) {
+            tracing::warn!(slice, "systemctl stop of the pod slice failed");
+        }
+        return;
+    }
     let rel = parent.trim_start_matches('/');
     if rel.is_empty() || !rel.contains("/pod") {
         return;
@@ -162,5 +181,146 @@ fn remove_tree(dir: &Path) {
     // A cgroup directory is removed with rmdir (its control files go with it).
     if let Err(e) = std::fs::remove_dir(dir) {
         tracing::debug!(dir = %dir.display(), error = %e, "removing pod cgroup");
+    }
+}
+
+/// The unit name of a systemd driver's parent (`/a.slice/a-b.slice` → `a-b.slice`).
+fn slice_of(parent: &str) -> Option<&str> {
+    let leaf = parent.trim_end_matches('/').rsplit('/').next()?;
+    leaf.ends_with(".slice").then_some(leaf)
+}
+
+/// systemd's "no limit" for MemoryMax, CPUQuotaPerSecUSec and the like.
+const INFINITY: u64 = u64::MAX;
+
+/// The unit properties libcontainer's systemd manager gives a slice kubelet creates (its
+/// `Apply` and `genV1/V2ResourcesProperties`), as busctl arguments.
+fn slice_properties(slice: &str, limits: &PodCgroupLimits, v2: bool) -> Vec<String> {
+    // busctl takes each property as name, signature, value; an array value as its length and
+    // its items.
+    let mut args: Vec<String> = Vec::new();
+    let mut count = 0;
+    let mut prop = |name: &str, sig: &str, value: &[&str]| {
+        count += 1;
+        args.push(name.to_owned());
+        args.push(sig.to_owned());
+        args.extend(value.iter().map(|v| (*v).to_owned()));
+    };
+    prop(
+        "Description",
+        "s",
+        &[&format!("libcontainer container {slice}")],
+    );
+    // A slice's parent comes in through Wants= (a scope would use Slice=).
+    let parent = match slice.rsplit_once('-') {
+        Some((parent, _)) => format!("{parent}.slice"),
+        None => "-.slice".to_owned(),
+    };
+    prop("Wants", "as", &["1", &parent]);
+    prop("DefaultDependencies", "b", &["false"]);
+    for accounting in [
+        "MemoryAccounting",
+        "CPUAccounting",
+        "IOAccounting",
+        "TasksAccounting",
+    ] {
+        prop(accounting, "b", &["true"]);
+    }
+    let shares = limits.cpu_shares.clamp(2, 262_144) as u64;
+    if v2 {
+        // runc's shares → weight conversion (ConvertCPUSharesToCgroupV2Value).
+        prop(
+            "CPUWeight",
+            "t",
+            &[&(1 + (shares - 2) * 9999 / 262_142).to_string()],
+        );
+    } else {
+        prop("CPUShares", "t", &[&shares.to_string()]);
+    }
+    let period = super::spec::CPU_PERIOD as u64;
+    prop("CPUQuotaPeriodUSec", "t", &[&period.to_string()]);
+    // systemd keeps the quota as whole percents of a CPU: libcontainer rounds up to 10 ms per
+    // second so that the children's own cfs quotas still fit.
+    let per_sec = match limits.cpu_quota {
+        Some(quota) if quota > 0 => (quota as u64 * 1_000_000 / period).div_ceil(10_000) * 10_000,
+        _ => INFINITY,
+    };
+    prop("CPUQuotaPerSecUSec", "t", &[&per_sec.to_string()]);
+    let memory = limits.memory_limit.map_or(INFINITY, |m| m.max(0) as u64);
+    let memory_property = if v2 { "MemoryMax" } else { "MemoryLimit" };
+    prop(memory_property, "t", &[&memory.to_string()]);
+    std::iter::once(count.to_string()).chain(args).collect()
+}
+
+/// Starts the pod slice as a transient unit (StartTransientUnit through busctl, waiting for the
+/// job), as kubelet's systemd driver does before the sandbox.
+fn start_slice(slice: &str, limits: &PodCgroupLimits) -> std::io::Result<()> {
+    let v2 = Path::new(CGROUP_FS).join("cgroup.controllers").exists();
+    let mut command = std::process::Command::new("busctl");
+    command.args([
+        "call",
+        "--timeout=30",
+        "org.freedesktop.systemd1",
+        "/org/freedesktop/systemd1",
+        "org.freedesktop.systemd1.Manager",
+        "StartTransientUnit",
+        "ssa(sv)a(sa(sv))",
+        slice,
+        "replace",
+    ]);
+    command.args(slice_properties(slice, limits, v2));
+    command.arg("0");
+    let out = command.output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "busctl StartTransientUnit {slice}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slice_properties_follow_libcontainer() {
+        let limits = PodCgroupLimits {
+            cpu_shares: 153,
+            cpu_quota: Some(30_500),
+            memory_limit: Some(96 << 20),
+        };
+        let list = slice_properties("kubepods-burstable-podx.slice", &limits, true);
+        // The count, then each property; the description is one argument.
+        assert_eq!(list[..3], ["11", "Description", "s"]);
+        assert_eq!(
+            list[3],
+            "libcontainer container kubepods-burstable-podx.slice"
+        );
+        let args = list.join(" ");
+        assert!(
+            args.contains(" Wants as 1 kubepods-burstable.slice "),
+            "{args}"
+        );
+        assert!(args.contains(" CPUWeight t 6 "), "{args}");
+        assert!(args.contains(" CPUQuotaPerSecUSec t 310000 "), "{args}");
+        assert!(args.ends_with(" MemoryMax t 100663296"), "{args}");
+        let open = PodCgroupLimits {
+            cpu_shares: 2,
+            cpu_quota: None,
+            memory_limit: None,
+        };
+        let args = slice_properties("kubepods-podx.slice", &open, false).join(" ");
+        assert!(args.contains(" Wants as 1 kubepods.slice "), "{args}");
+        assert!(args.contains(" CPUShares t 2 "), "{args}");
+        assert!(
+            args.contains(" CPUQuotaPerSecUSec t 18446744073709551615 "),
+            "{args}"
+        );
+        assert!(
+            args.ends_with(" MemoryLimit t 18446744073709551615"),
+            "{args}"
+        );
     }
 }

@@ -17,7 +17,9 @@
 //! crash-loop backoff, readiness from exec probes only (other probe kinds count as passing; no
 //! liveness or startup probes; `started` = running), no volumes, configMap/secret/resource env
 //! sources left out, no container logs, no sandbox recreation, httpGet preStop hooks skipped,
-//! pod cgroup limits written on cgroup v1 only; resize simplifications in `resize.rs`.
+//! pod cgroup limits written on cgroup v1 only with the cgroupfs driver (the systemd driver's
+//! slices get them as unit properties), the stand-in's own resize on cgroupfs v1 only;
+//! resize simplifications in `resize.rs`.
 
 mod cgroups;
 pub mod resize;
@@ -61,6 +63,9 @@ pub struct KubeletConfig {
     pub sync_period: Duration,
     /// cgroup parent root of pod cgroups (`$INPLACED_TEST_CGROUP_ROOT`, default inplaced-test).
     pub cgroup_root: String,
+    /// kubelet's systemd cgroup driver (`$INPLACED_TEST_CGROUP_DRIVER=systemd`): pod slices
+    /// made through systemd instead of directories under `cgroup_root` (see `cgroups.rs`).
+    pub systemd_cgroups: bool,
     /// The InPlacePodVerticalScaling gate's value (real kubelets: off by default in 1.27–1.32,
     /// on from 1.33; default here: on). With it from 1.27 the stand-in resizes in place as that
     /// release does (allocation, Deferred/Infeasible, actuation in kubelet's order, status per
@@ -94,6 +99,7 @@ impl KubeletConfig {
             restart_delay: Duration::from_secs(2),
             sync_period: Duration::from_secs(1),
             cgroup_root: crate::util::test_cgroup_root(),
+            systemd_cgroups: crate::util::test_cgroup_driver_is_systemd(),
             resize_gate: true,
             register_node: true,
             node_memory_bytes: None,

@@ -40,6 +40,21 @@ pub fn pod_cgroup_parent(root: &str, qos: Qos, uid: &str) -> String {
     format!("/{}/kubepods{}/pod{uid}", root.trim_matches('/'), qos.dir())
 }
 
+/// The pod's slice as kubelet's systemd cgroup driver names it for the sandbox's CRI
+/// `cgroup_parent` (cgroup root `/`): the cgroup name `kubepods[/qos]/pod<uid>`, each part's `-`
+/// escaped to `_`, joined with `-` and expanded as systemd nests slices, e.g.
+/// `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice`.
+pub fn pod_slice_parent(qos: Qos, uid: &str) -> String {
+    let pod = format!("pod{}", uid.replace('-', "_"));
+    let parts: Vec<&str> = std::iter::once("kubepods")
+        .chain(qos.dir().strip_prefix('/'))
+        .chain(std::iter::once(pod.as_str()))
+        .collect();
+    (1..=parts.len())
+        .map(|n| format!("/{}.slice", parts[..n].join("-")))
+        .collect()
+}
+
 /// A resource.Quantity in base units (cores, bytes), or None when unparsable.
 /// Precision of f64 is plenty for the values pods use.
 pub fn parse_quantity(text: &str) -> Option<f64> {
@@ -619,6 +634,14 @@ mod tests {
         assert_eq!(
             pod_cgroup_parent("x", Qos::BestEffort, "u"),
             "/x/kubepods/besteffort/podu"
+        );
+        assert_eq!(
+            pod_slice_parent(Qos::Burstable, "12-ab"),
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_ab.slice"
+        );
+        assert_eq!(
+            pod_slice_parent(Qos::Guaranteed, "u"),
+            "/kubepods.slice/kubepods-podu.slice"
         );
     }
 

@@ -124,7 +124,11 @@ impl Shared {
         if let Some(sb) = lock(&self.sandboxes).get(ids.uid).cloned() {
             return Ok(sb);
         }
-        let cgroup_parent = spec::pod_cgroup_parent(&self.config.cgroup_root, qos, ids.uid);
+        let cgroup_parent = if self.config.systemd_cgroups {
+            spec::pod_slice_parent(qos, ids.uid)
+        } else {
+            spec::pod_cgroup_parent(&self.config.cgroup_root, qos, ids.uid)
+        };
         let config = spec::sandbox_config(pod, ids, &cgroup_parent);
         // A sandbox of this pod UID from an earlier run of the stand-in is adopted (the UID
         // belongs to a pod of this node, so it is ours).
