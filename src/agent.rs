@@ -100,7 +100,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // The workers that change containers; on shutdown they finish what they started.
     let (shutdown_tx, shutdown) = watch::channel(false);
     let ledger = KillLedger::default();
-    let mut restarts = RestartTracker::new(metrics.clone(), ledger.clone());
+    let mut restarts = RestartTracker::new(
+        metrics.clone(),
+        ledger.clone(),
+        crate::restart::backoff::BackoffSettings::from_kubelet_config(&config.kubelet_config),
+    );
     let mut workers = tokio::spawn(run_workers(
         (config.clone(), ledger),
         api.clone(),

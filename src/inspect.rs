@@ -123,6 +123,35 @@ pub fn table(view: &NodeView) -> String {
             .collect();
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
     }
+    let backoffs: Vec<String> = view
+        .pods
+        .iter()
+        .flat_map(|pod| {
+            pod.containers.iter().filter_map(move |c| {
+                let b = c.crash_backoff.as_ref()?;
+                let what = match &b.until {
+                    Some(until) => format!("in back-off: the kubelet starts it again at {until}"),
+                    None => format!(
+                        "a stop now would wait {}s for the kubelet to start it again",
+                        b.next_wait_seconds
+                    ),
+                };
+                Some(format!(
+                    "  {}/{} {}: {what}",
+                    pod.namespace, pod.name, c.name
+                ))
+            })
+        })
+        .collect();
+    if !backoffs.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nthe kubelet's crash back-off (predicted from the restarts seen; docs/kubelet-backoff.md):"
+        );
+        for line in backoffs {
+            let _ = writeln!(out, "{line}");
+        }
+    }
     if !view.unmatched_sandboxes.is_empty() {
         let _ = writeln!(
             out,
@@ -211,5 +240,43 @@ mod tests {
             ..Default::default()
         };
         assert!(table(&view).contains("sandbox abcdefghijklé\n"));
+    }
+
+    #[test]
+    fn containers_in_the_kubelets_back_off_are_listed() {
+        let container = |name: &str, backoff: serde_json::Value| {
+            serde_json::json!({"name": name, "kind": "regular", "runtime": null,
+                               "hash_check": null, "crash_backoff": backoff})
+        };
+        let view: NodeView = serde_json::from_value(serde_json::json!({
+            "node_name": "n", "runtime": null, "kubelet_version": null,
+            "unmatched_sandboxes": [],
+            "pods": [{
+                "namespace": "ns", "name": "p", "uid": "u", "runtime_uid": "u",
+                "static_pod": false, "terminating": false, "pod_ip": null,
+                "sandbox_id": null, "sandbox_ready": true,
+                "containers": [
+                    container("waits", serde_json::json!(
+                        {"next_wait_seconds": 40, "until": "2026-11-28T08:00:20Z"})),
+                    container("would", serde_json::json!({"next_wait_seconds": 20})),
+                    container("free", serde_json::Value::Null),
+                ]
+            }]
+        }))
+        .expect("a node view");
+        let text = table(&view);
+        assert!(
+            text.contains(
+                "  ns/p waits: in back-off: the kubelet starts it again at 2026-11-28T08:00:20Z\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  ns/p would: a stop now would wait 20s for the kubelet to start it again\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("ns/p free:"), "{text}");
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use rand::RngExt;
-use support::sandbox::Node;
+use support::sandbox::{Node, NodeOptions};
 
 const PODS: usize = 4;
 const LONG: Duration = Duration::from_secs(90);
@@ -24,7 +24,11 @@ const LONG: Duration = Duration::from_secs(90);
 async fn sigkilled_agent_never_kills_twice_and_loses_no_request() {
     let (seed, cycles, mut rng) = support::chaos::seeded_run(50);
 
-    let mut node = Node::start().await;
+    // Each pod is restarted every cycle: a kubelet whose crash back-off is capped at 1 s (a
+    // real kubelet's default would make the fifth cycle wait 80 s, the seventh 5 min).
+    let mut node =
+        Node::start_with(NodeOptions::kubelet("v1.35.7").crash_loop_cap(Duration::from_secs(1)))
+            .await;
     let pods = node.run_quick_stopping_pods("chaos", PODS).await;
     let mut targeted = HashSet::new();
     for cycle in 0..cycles {

@@ -74,7 +74,10 @@ async fn api_faults_lose_no_request_and_kill_nothing_twice() {
         Duration::from_secs(support::chaos::env_number("INPLACED_FAULT_OUTAGE_SECS").unwrap_or(60));
     println!("long outage {outage:?} (INPLACED_FAULT_OUTAGE_SECS)");
 
-    let mut node = Node::start().await;
+    // The same pods are restarted every cycle: a kubelet whose crash back-off is capped at 1 s.
+    let mut node =
+        Node::start_with(NodeOptions::kubelet("v1.35.7").crash_loop_cap(Duration::from_secs(1)))
+            .await;
     let pods = node.run_quick_stopping_pods("apifault", PODS).await;
     let mut targeted = HashSet::new();
     for cycle in 0..cycles {

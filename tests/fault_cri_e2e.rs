@@ -19,7 +19,7 @@ use std::time::Duration;
 use node_sandbox::criproxy::{Fault, FaultRule, RuleId};
 use rand::RngExt;
 use rand::rngs::StdRng;
-use support::sandbox::Node;
+use support::sandbox::{Node, NodeOptions};
 use tonic::Code;
 
 const PODS: usize = 3;
@@ -64,7 +64,10 @@ fn inject(node: &Node, rng: &mut StdRng) -> (&'static str, String, RuleId) {
 async fn cri_faults_kill_nothing_wrongly_and_lose_no_request() {
     let (seed, cycles, mut rng) = support::chaos::seeded_run(24);
 
-    let mut node = Node::start().await;
+    // The same pods are restarted every cycle: a kubelet whose crash back-off is capped at 1 s.
+    let mut node =
+        Node::start_with(NodeOptions::kubelet("v1.35.7").crash_loop_cap(Duration::from_secs(1)))
+            .await;
     let pods = node.run_quick_stopping_pods("crifault", PODS).await;
     let mut targeted = HashSet::new();
     // Per faulted method: (cycles, faulted calls).

@@ -594,8 +594,9 @@ impl ContainerMetaController {
             &pod.event_ref(),
             "Killing",
             format!(
-                "Stopping containerID {} by container meta restarter",
-                r.container_id
+                "Stopping containerID {} by container meta restarter{}",
+                r.container_id,
+                crate::nodeview::CrashBackoffView::after_a_stop(container.crash_backoff.as_ref())
             ),
             "Normal",
         );

@@ -59,6 +59,8 @@ label_values! {
     RestartPhase {
         Stop => "stop",
         Restart => "restart",
+        // The part of `restart` the kubelet spent in its crash back-off (predicted).
+        Backoff => "backoff",
         Ready => "ready",
         Total => "total",
     }

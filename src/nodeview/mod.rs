@@ -15,7 +15,7 @@ use crate::cri::labels;
 use crate::cri::proto::{Container, ContainerState, PodSandbox, PodSandboxState};
 use crate::kube::{CachedContainer, CachedPod};
 pub use hashes::{HashCache, HashCheck, UpgradeReport, UpgradeVerdict, annotate, upgrade_check};
-pub use restart::RestartTiming;
+pub use restart::{CrashBackoffView, RestartTiming};
 pub use runtime::{ContainerTimes, RuntimeSnapshot, RuntimeTracker};
 
 /// Annotation a mirror pod carries: the static pod's UID as kubelet knows it (its config hash).
@@ -102,6 +102,10 @@ pub struct ContainerView {
     /// The container's last in-place restart, phase by phase (filled by the restart tracker).
     #[serde(default)]
     pub last_restart: Option<RestartTiming>,
+    /// The kubelet's crash back-off as predicted for it (filled by the restart tracker; None
+    /// while a stop would be restarted at once).
+    #[serde(default)]
+    pub crash_backoff: Option<CrashBackoffView>,
 }
 
 impl ContainerView {
@@ -376,6 +380,7 @@ fn container_views(
             hash_check: None,
             status: pod_status_of(pod, name),
             last_restart: None,
+            crash_backoff: None,
         });
     };
     for (i, c) in spec.init_containers.iter().flatten().enumerate() {

@@ -456,9 +456,15 @@ impl RecreateController {
         let crr_name = request.name.clone();
         // The event is recorded beside the kill, never in front of it: no API round trip
         // delays a kill.
+        let backoff = pod
+            .containers
+            .iter()
+            .find(|c| c.name == order.container)
+            .and_then(|c| c.crash_backoff.as_ref());
         let message = format!(
-            "Stopping container {} by ContainerRecreateRequest {crr_name}",
-            order.container
+            "Stopping container {} by ContainerRecreateRequest {crr_name}{}",
+            order.container,
+            crate::nodeview::CrashBackoffView::after_a_stop(backoff)
         );
         events.emit(&pod_ref, "Killing", message, "Normal");
         if order.resumed {
@@ -580,6 +586,11 @@ fn pod_facts(pod: &PodView) -> PodFacts {
                             .status
                             .as_ref()
                             .is_some_and(|s| s.ready && s.container_id == r.container_id),
+                        backoff_until: c
+                            .crash_backoff
+                            .as_ref()
+                            .and_then(|b| b.until.as_deref())
+                            .and_then(|t| t.parse().ok()),
                     },
                 ))
             })

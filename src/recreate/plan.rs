@@ -23,6 +23,9 @@ pub struct RuntimeFacts {
     pub started_at: Option<Timestamp>,
     /// The pod's status (kubelet's report) shows this very container ready.
     pub ready_in_pod_status: bool,
+    /// Exited and held by the kubelet's crash back-off: when the kubelet starts it again
+    /// (predicted, `restart::backoff`).
+    pub backoff_until: Option<Timestamp>,
 }
 
 /// The pod as this node sees it.
@@ -252,6 +255,11 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
         // Stopped but not yet restarted by kubelet, or being killed right now.
         if !runtime.running || in_flight {
             state.phase = ContainerPhase::Recreating;
+            if let Some(until) = runtime.backoff_until.filter(|_| !runtime.running) {
+                // A fixed time, not a countdown: the status is written once, not every pass.
+                state.message =
+                    format!("the kubelet will start it again after its crash back-off, at {until}");
+            }
             states.push(state);
             continue;
         }
@@ -414,6 +422,7 @@ mod tests {
                             restart_count: *restarts,
                             started_at: Some("2026-11-22T09:59:30Z".parse().unwrap()),
                             ready_in_pod_status: false,
+                            backoff_until: None,
                         },
                     )
                 })
@@ -477,6 +486,17 @@ mod tests {
         assert_eq!(
             stopped.status.container_recreate_states[0].phase,
             ContainerPhase::Recreating
+        );
+        assert_eq!(stopped.status.container_recreate_states[0].message, "");
+
+        // The kubelet's crash back-off holds it: the state says until when.
+        let mut held = pod(&[("app", "old", false, 0)]);
+        let until: Timestamp = "2026-11-22T10:00:20Z".parse().unwrap();
+        held.containers.get_mut("app").unwrap().backoff_until = Some(until);
+        let waiting = decide_with(&request, Some(&held), std::slice::from_ref(&intent));
+        assert_eq!(
+            waiting.status.container_recreate_states[0].message,
+            "the kubelet will start it again after its crash back-off, at 2026-11-22T10:00:20Z"
         );
     }
 

@@ -7,6 +7,7 @@
 //! A restarter takes the gate and the ledger as required arguments (the agent makes one of each),
 //! keeps a journal of its own, and calls [`kill`] with a claim from the gate.
 
+pub(crate) mod backoff;
 mod gate;
 mod hook;
 mod journal;

@@ -8,6 +8,8 @@
 //!   whose issue time is known);
 //! - restart: old container exited → new container running (CRI `started_at`): kubelet's reaction,
 //!   its back-off and any image pull;
+//! - backoff: the part of `restart` that was the kubelet's crash back-off, as predicted from the
+//!   restarts seen before (`backoff`; 0 for a free restart, none for a spec change);
 //! - ready: new container running → the pod's Ready condition true again (its
 //!   `lastTransitionTime` has one-second resolution, so this phase does too);
 //! - total: kill issued (or exit) → ready.
@@ -18,8 +20,10 @@ use std::time::{Duration, Instant};
 use k8s_openapi::jiff::Timestamp;
 
 use super::KillLedger;
+use super::backoff::{BackoffBook, BackoffRule, BackoffSettings};
+use crate::hashing::KubeletVersion;
 use crate::metrics::{Metrics, RestartPhase, RestartResult, Trigger};
-use crate::nodeview::{NodeView, RestartTiming, RuntimeSnapshot, RuntimeState};
+use crate::nodeview::{CrashBackoffView, NodeView, RestartTiming, RuntimeSnapshot, RuntimeState};
 
 /// A readiness wait gives up after this long (result `not-ready`).
 const READY_TIMEOUT: Duration = Duration::from_secs(600);
@@ -37,6 +41,9 @@ pub struct RestartTracker {
     /// Restarts whose new container is running but not yet ready.
     pending: HashMap<(String, String), (RestartTiming, Instant)>,
     last: HashMap<(String, String), RestartTiming>,
+    /// The kubelet's crash back-off entries, rebuilt from the restarts seen.
+    backoff: BackoffBook,
+    backoff_settings: BackoffSettings,
 }
 
 fn nanos_to_timestamp(nanos: i64) -> Option<Timestamp> {
@@ -49,21 +56,79 @@ fn seconds(from: Timestamp, to: Timestamp) -> f64 {
     to.duration_since(from).as_secs_f64().max(0.0)
 }
 
+/// The kubelet's back-off key for a container instance: pod, name and stored hash.
+fn backoff_key(
+    uid: &str,
+    name: &str,
+    runtime: &crate::nodeview::RuntimeContainer,
+) -> super::backoff::BackoffKey {
+    (
+        uid.to_owned(),
+        name.to_owned(),
+        runtime.stored_hash.clone().unwrap_or_default(),
+    )
+}
+
 impl RestartTracker {
-    pub fn new(metrics: Metrics, ledger: KillLedger) -> Self {
+    /// `backoff_settings`: the kubelet's crash back-off settings (from its config file).
+    pub(crate) fn new(
+        metrics: Metrics,
+        ledger: KillLedger,
+        backoff_settings: BackoffSettings,
+    ) -> Self {
         Self {
             metrics,
             ledger,
             seen: HashMap::new(),
             pending: HashMap::new(),
             last: HashMap::new(),
+            backoff: BackoffBook::default(),
+            backoff_settings,
         }
+    }
+
+    /// The kubelet's back-off for a container as it stands: the wait a stop now would meet, and
+    /// for an exited instance still waiting, when the kubelet starts it again.
+    fn predict(
+        &self,
+        rule: &BackoffRule,
+        uid: &str,
+        name: &str,
+        runtime: &crate::nodeview::RuntimeContainer,
+        now: Timestamp,
+    ) -> Option<CrashBackoffView> {
+        let key = backoff_key(uid, name, runtime);
+        let next_wait_seconds = self.backoff.wait(rule, &key, now).as_secs();
+        let until = match (runtime.state, nanos_to_timestamp(runtime.times.finished_at)) {
+            (RuntimeState::Exited, Some(finished)) => {
+                let wait = self.backoff.wait(rule, &key, finished);
+                finished
+                    .checked_add(wait)
+                    .ok()
+                    .filter(|until| *until > now)
+                    .map(|until| until.to_string())
+            }
+            _ => None,
+        };
+        (next_wait_seconds > 0 || until.is_some()).then_some(CrashBackoffView {
+            next_wait_seconds,
+            until,
+        })
     }
 
     /// Looks at a fresh view: detects replacements, records their phases, and fills each
     /// container's `last_restart` for display.
     pub fn observe(&mut self, view: &mut NodeView, snapshot: &RuntimeSnapshot) {
         let mut live = std::collections::HashSet::new();
+        // The node's kubelet release decides the rule; unknown yet, the defaults every release
+        // shares.
+        let minor = view
+            .kubelet_version
+            .as_deref()
+            .and_then(|v| KubeletVersion::parse(v).ok())
+            .map_or(35, |v| v.minor());
+        let rule = BackoffRule::of_kubelet(minor, &self.backoff_settings);
+        let now = Timestamp::now();
         for pod in &mut view.pods {
             let ready_since = pod
                 .ready_since
@@ -93,6 +158,18 @@ impl RestartTracker {
                         let issued = killed.map(|(_, at)| at);
                         let exited = old_times.and_then(|t| nanos_to_timestamp(t.finished_at));
                         let running = nanos_to_timestamp(runtime.times.started_at);
+                        let restart_seconds = exited.zip(running).map(|(a, b)| seconds(a, b));
+                        // The kubelet's back-off applies to the same container spec only: a spec
+                        // change is a new key, started without it.
+                        let backoff_seconds = match (trigger, exited, running) {
+                            (Trigger::KubeletUpdate, ..) => None,
+                            (_, Some(exited), Some(running)) => {
+                                let key = backoff_key(&pod.uid, &container.name, runtime);
+                                let wait = self.backoff.restarted(&rule, key, exited, running);
+                                restart_seconds.map(|r| wait.as_secs_f64().min(r))
+                            }
+                            _ => None,
+                        };
                         let timing = RestartTiming {
                             trigger: Some(trigger),
                             old_container_id: previous.id.clone(),
@@ -101,12 +178,14 @@ impl RestartTracker {
                             exited_at: exited.map(|t| t.to_string()),
                             running_at: running.map(|t| t.to_string()),
                             stop_seconds: issued.zip(exited).map(|(a, b)| seconds(a, b)),
-                            restart_seconds: exited.zip(running).map(|(a, b)| seconds(a, b)),
+                            restart_seconds,
+                            backoff_seconds,
                             ..Default::default()
                         };
                         for (phase, value) in [
                             (RestartPhase::Stop, timing.stop_seconds),
                             (RestartPhase::Restart, timing.restart_seconds),
+                            (RestartPhase::Backoff, timing.backoff_seconds),
                         ] {
                             if let Some(value) = value {
                                 self.metrics.observe_restart_phase(trigger, phase, value);
@@ -180,6 +259,9 @@ impl RestartTracker {
                     .get(&key)
                     .map(|(timing, _)| timing.clone())
                     .or_else(|| self.last.get(&key).cloned());
+                container.crash_backoff = container.runtime.as_ref().and_then(|runtime| {
+                    self.predict(&rule, &pod.uid, &container.name, runtime, now)
+                });
             }
         }
         // Restarts that never became ready, and containers gone with their pods.
@@ -195,6 +277,8 @@ impl RestartTracker {
             keep
         });
         self.seen.retain(|key, _| live.contains(key));
+        let live_pods = live.iter().map(|(uid, _)| uid.clone()).collect();
+        self.backoff.retain_pods(&live_pods);
         self.last.retain(|key, _| live.contains(key));
         self.ledger.forget_older_than(READY_TIMEOUT);
     }
@@ -203,6 +287,7 @@ impl RestartTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nodeview::ContainerTimes;
 
     fn view(container_id: &str) -> NodeView {
         serde_json::from_value(serde_json::json!({
@@ -248,7 +333,11 @@ mod tests {
     #[test]
     fn a_restart_replaced_before_it_was_ready_counts_as_not_ready() {
         let metrics = Metrics::new();
-        let mut tracker = RestartTracker::new(metrics.clone(), KillLedger::default());
+        let mut tracker = RestartTracker::new(
+            metrics.clone(),
+            KillLedger::default(),
+            BackoffSettings::default(),
+        );
         let snapshot = RuntimeSnapshot::default();
         for id in ["c1", "c2", "c3"] {
             tracker.observe(&mut view(id), &snapshot);
@@ -261,5 +350,74 @@ mod tests {
             "{text}"
         );
         assert_eq!(tracker.pending.len(), 1, "c3's restart still waits");
+    }
+
+    /// Containers stopped again and again (as the kubelet stand-in of the end-to-end tests and a
+    /// real kubelet restart them): the first restart is free, the second waited 10 s, and the
+    /// container running now would wait 20 s if stopped.
+    #[test]
+    fn the_back_off_of_each_restart_is_told_apart_and_the_next_one_predicted() {
+        let metrics = Metrics::new();
+        let mut tracker = RestartTracker::new(
+            metrics.clone(),
+            KillLedger::default(),
+            BackoffSettings::default(),
+        );
+        let t0 = Timestamp::now().as_nanosecond() as i64 - 60_000_000_000;
+        let s = 1_000_000_000;
+        // (container, started, finished of the one before it)
+        let mut times = HashMap::new();
+        let steps = [
+            ("c1", 0, None),
+            ("c2", 2 * s, Some(s)),
+            ("c3", 13 * s, Some(3 * s)),
+        ];
+        let mut previous: Option<&str> = None;
+        let mut last = None;
+        for (id, started, finished_before) in steps {
+            if let (Some(before), Some(finished)) = (previous, finished_before) {
+                times.insert(
+                    before.to_owned(),
+                    ContainerTimes {
+                        finished_at: t0 + finished,
+                        ..Default::default()
+                    },
+                );
+            }
+            let snapshot = RuntimeSnapshot {
+                times: std::sync::Arc::new(times.clone()),
+                ..Default::default()
+            };
+            let mut v = view(id);
+            v.pods[0].containers[0]
+                .runtime
+                .as_mut()
+                .expect("runtime")
+                .times
+                .started_at = t0 + started;
+            tracker.observe(&mut v, &snapshot);
+            last = Some(v);
+            previous = Some(id);
+        }
+        let text = metrics.encode();
+        let line = "inplaced_restart_duration_seconds_sum{trigger=\"container-exit\",phase=\"backoff\"} 10.0";
+        assert!(text.contains(line), "{text}");
+        let count = "inplaced_restart_duration_seconds_count{trigger=\"container-exit\",phase=\"backoff\"} 2";
+        assert!(text.contains(count), "{text}");
+        let container = &last.expect("a view").pods[0].containers[0];
+        assert_eq!(
+            container
+                .last_restart
+                .as_ref()
+                .and_then(|r| r.backoff_seconds),
+            Some(10.0)
+        );
+        assert_eq!(
+            container.crash_backoff,
+            Some(CrashBackoffView {
+                next_wait_seconds: 20,
+                until: None
+            })
+        );
     }
 }

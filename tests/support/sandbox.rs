@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use apiserver_double::{ApiServer, PodResizeApi, ServerConfig};
+use node_sandbox::kubelet::CrashLoopSettings;
 use node_sandbox::{CriProxy, KubeletConfig, KubeletStandIn, ManagerConfig, ManagerStandIn};
 use serde_json::{Value, json};
 
@@ -46,6 +47,8 @@ pub struct NodeOptions {
     pub kubelet_restart_delay: Duration,
     /// How late pod updates reach the stand-in's copy of the pod (default: at once).
     pub kubelet_pod_update_lag: Duration,
+    /// The stand-in's crash back-off settings (default: the release's).
+    pub crash_loop: CrashLoopSettings,
 }
 
 impl NodeOptions {
@@ -63,7 +66,26 @@ impl NodeOptions {
             kubelet_sync_period: Duration::from_millis(200),
             kubelet_restart_delay: Duration::from_millis(500),
             kubelet_pod_update_lag: Duration::ZERO,
+            crash_loop: CrashLoopSettings::default(),
         }
+    }
+
+    /// The kubelet's crash back-off settings (its config file's and feature gates').
+    pub fn crash_loop(mut self, settings: CrashLoopSettings) -> NodeOptions {
+        self.crash_loop = settings;
+        self
+    }
+
+    /// A kubelet (1.32+) whose crash back-off is capped at `cap` through
+    /// `crashLoopBackOff.maxContainerRestartPeriod`, as a node restarting the same containers
+    /// again and again would set it: tests that restart one container many times still meet
+    /// the back-off, briefly.
+    pub fn crash_loop_cap(self, cap: Duration) -> NodeOptions {
+        self.crash_loop(CrashLoopSettings {
+            max_gate: Some(true),
+            max_container_restart_period: Some(cap),
+            ..Default::default()
+        })
     }
 
     /// A kubelet whose copy of a pod takes `lag` to follow the API's updates.
@@ -156,6 +178,7 @@ impl Node {
         kubelet_config.restart_delay = options.kubelet_restart_delay;
         kubelet_config.pod_update_lag = options.kubelet_pod_update_lag;
         kubelet_config.sync_period = options.kubelet_sync_period;
+        kubelet_config.crash_loop = options.crash_loop;
         let kubelet = KubeletStandIn::start(kubelet_config).await.unwrap();
         let mut manager_config = ManagerConfig::new(&kubeconfig_text);
         manager_config.namespace = Some(NS.into());

@@ -7,20 +7,22 @@
 //! (and `hashWithoutResources` for 1.27–1.30 when the resize gate is on), cgroup parent per QoS,
 //! LinuxContainerResources and oom_score_adj, env with fieldRefs resolved at creation, `$(VAR)`
 //! expansion, restart of exited containers per restartPolicy after a delay with restartCount+1
-//! and a new container ID, kill-and-recreate when the spec hash changes (event `Killing`),
+//! and a new container ID, the release's crash back-off (`backoff.rs`: `CrashLoopBackOff` status
+//! and `BackOff` event while it waits), kill-and-recreate when the spec hash changes (event `Killing`),
 //! preStop exec/sleep before kubelet-initiated kills, only the newest dead container kept, pod
 //! status through `pods/status`, graceful deletion, the Node object with a configurable
 //! allocatable cpu/memory, and in-place resize per release (see `resize.rs`).
 //!
 //! Simplified (not needed by the agent): host network for every pod (podIP 127.0.0.1), no image
-//! pulls (a missing image is `ErrImagePull`), a fixed restart delay instead of exponential
-//! crash-loop backoff, readiness from exec probes only (other probe kinds count as passing; no
+//! pulls (a missing image is `ErrImagePull`), the back-off's restart at the next 1 s sync (1.35's
+//! timing; up to 1.34 the kubelet retries only every 10–15 s), readiness from exec probes only (other probe kinds count as passing; no
 //! liveness or startup probes; `started` = running), no volumes, configMap/secret/resource env
 //! sources left out, no container logs, no sandbox recreation, httpGet preStop hooks skipped,
 //! pod cgroup limits written on cgroup v1 only with the cgroupfs driver (the systemd driver's
 //! slices get them as unit properties), the stand-in's own resize on cgroupfs v1 only;
 //! resize simplifications in `resize.rs`.
 
+mod backoff;
 mod cgroups;
 pub mod resize;
 pub mod spec;
@@ -31,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
+pub use backoff::CrashLoopSettings;
 use futures::StreamExt as _;
 use inplaced::cri::labels;
 use inplaced::cri::proto::{ContainerState, PodSandboxFilter};
@@ -73,6 +76,9 @@ pub struct KubeletConfig {
     /// Without it (or before 1.27) spec resource changes are ignored and a (re)created container
     /// gets the spec's resources.
     pub resize_gate: bool,
+    /// The crash back-off settings of the release's kubelet config and feature gates (default:
+    /// none set, the release's defaults).
+    pub crash_loop: CrashLoopSettings,
     /// Create the Node object and fill its status at start.
     pub register_node: bool,
     /// Node memory capacity in bytes (Burstable oom_score_adj); default: MemTotal.
@@ -101,6 +107,7 @@ impl KubeletConfig {
             cgroup_root: crate::util::test_cgroup_root(),
             systemd_cgroups: crate::util::test_cgroup_driver_is_systemd(),
             resize_gate: true,
+            crash_loop: CrashLoopSettings::default(),
             register_node: true,
             node_memory_bytes: None,
             allocatable_cpu_millis: None,
@@ -147,6 +154,9 @@ struct Shared {
     /// Node allocatable (milli-cpu, bytes).
     allocatable: (i64, i64),
     resize: resize::ResizeRelease,
+    backoff_rule: backoff::Rule,
+    /// kubelet's back-off entries (its `backOff`), node-wide as the kubelet keeps them.
+    backoff: Mutex<backoff::Backoff>,
     /// kubelet's allocation checkpoint, by pod UID (kept while the pod exists).
     allocations: Mutex<HashMap<String, resize::Allocation>>,
     /// The node's pods by UID, as last seen on the watch.
@@ -194,6 +204,8 @@ impl KubeletStandIn {
         );
         let shared = Arc::new(Shared {
             resize: resize::ResizeRelease::new(version.minor(), config.resize_gate),
+            backoff_rule: backoff::Rule::new(version.minor(), &config.crash_loop),
+            backoff: Mutex::new(backoff::Backoff::default()),
             version,
             cri,
             client,

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 
 use super::resize::{self, Applied, PodResize};
 use super::spec::{self, ContainerInputs, PodIds, Qos, str_field};
-use super::{NODE_IP, Sandbox, Shared, cgroups, lock};
+use super::{NODE_IP, Sandbox, Shared, backoff, cgroups, lock};
 
 /// Per-pod memory of the worker between syncs.
 #[derive(Default)]
@@ -365,9 +365,34 @@ impl Shared {
                     };
                 }
                 let due = finished + self.config.restart_delay.as_nanos() as i64;
-                if now_nanos() < due {
+                let now = now_nanos();
+                if now < due {
                     return Outcome::Waiting;
                 }
+                // doBackOff: the key names the pod, the container and its hash.
+                let ids = ids(pod);
+                let pod_ref = format!("{}_{}({})", ids.name, ids.namespace, ids.uid);
+                let key = format!(
+                    "{}_{}_{}_{name}_{:x}",
+                    ids.name, ids.namespace, ids.uid, hashes.hash
+                );
+                let waiting = lock(&self.backoff).waiting(&self.backoff_rule, &key, finished, now);
+                if let Some(delay) = waiting {
+                    if st.waiting.get(name).map(|w| &w.0[..]) != Some("CrashLoopBackOff") {
+                        let msg =
+                            format!("Back-off restarting failed container {name} in pod {pod_ref}");
+                        self.event(pod, Some(name), "Warning", "BackOff", &msg)
+                            .await;
+                    }
+                    let msg = format!(
+                        "back-off {} restarting failed container={name} pod={pod_ref}",
+                        backoff::go_duration(delay)
+                    );
+                    st.waiting
+                        .insert(name.to_owned(), ("CrashLoopBackOff".to_owned(), msg));
+                    return Outcome::Waiting;
+                }
+                lock(&self.backoff).next(&self.backoff_rule, &key, finished, now);
                 let rc = restart_count(newest) + 1;
                 self.start_container(pod, sb, c, hashes, rc, list, st).await
             }
@@ -679,6 +704,12 @@ async fn container_status_json(
     } else if let Some(s) = sh.status_of(st, newest).await {
         if s.state == ContainerState::ContainerCreated as i32 {
             out["state"] = json!({"waiting": {"reason": "ContainerCreating"}});
+        } else if let Some((reason, message)) = st.waiting.get(name)
+            && reason == "CrashLoopBackOff"
+        {
+            // Waiting out the back-off: the exit it follows is the last state.
+            out["state"] = json!({"waiting": {"reason": reason, "message": message}});
+            out["lastState"] = terminated_json(&s, runtime);
         } else {
             out["state"] = terminated_json(&s, runtime);
         }

@@ -1,0 +1,316 @@
+//! The kubelet's container restart back-off (CrashLoopBackOff), predicted. The kubelet treats a
+//! container inplaced stopped like one that crashed: after the first free restart, each further
+//! exit within ten minutes of the previous start waits 10 s, 20 s, 40 s … up to 5 min before the
+//! kubelet starts the container again. The rule per release and setting, checked against the
+//! kubelet and client-go sources, is in `docs/kubelet-backoff.md`; this module is that rule as
+//! plain data and arithmetic, and a book of what the kubelet holds per container, rebuilt from
+//! the restarts the agent sees.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+/// The back-off one kubelet applies: its release's rule with its settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BackoffRule {
+    /// The wait after the first exit that is not free.
+    pub initial: Duration,
+    /// The longest wait.
+    pub cap: Duration,
+    /// An entry is forgotten (the next restart is free again) when the container's last
+    /// instance finished more than this long after the kubelet last started it.
+    pub forget_after: Duration,
+}
+
+/// The kubelet settings that change the rule, where its release has them (None: unset, the
+/// release's default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct BackoffSettings {
+    /// Feature gate `KubeletCrashLoopBackOffMax` (1.32+; on by default from 1.35).
+    pub max_gate: Option<bool>,
+    /// `crashLoopBackOff.maxContainerRestartPeriod` of the kubelet config (with that gate).
+    pub max_restart_period: Option<Duration>,
+    /// Feature gate `ReduceDefaultCrashLoopBackOffDecay` (1.33+, off by default).
+    pub reduce_decay_gate: Option<bool>,
+}
+
+impl BackoffSettings {
+    /// The settings in the kubelet's config file (YAML or JSON): `featureGates` and
+    /// `crashLoopBackOff.maxContainerRestartPeriod` (a Go duration). A file that cannot be read
+    /// or parsed gives none: the release's defaults.
+    pub(crate) fn from_kubelet_config(path: &std::path::Path) -> Self {
+        let Some(config) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| serde_yaml_ng::from_str::<serde_json::Value>(&text).ok())
+        else {
+            return BackoffSettings::default();
+        };
+        let gate = |name: &str| config.get("featureGates")?.get(name)?.as_bool();
+        BackoffSettings {
+            max_gate: gate("KubeletCrashLoopBackOffMax"),
+            max_restart_period: config
+                .pointer("/crashLoopBackOff/maxContainerRestartPeriod")
+                .and_then(serde_json::Value::as_str)
+                .and_then(|d| humantime::parse_duration(d).ok()),
+            reduce_decay_gate: gate("ReduceDefaultCrashLoopBackOffDecay"),
+        }
+    }
+}
+
+const INITIAL: Duration = Duration::from_secs(10);
+const CAP: Duration = Duration::from_secs(300);
+const FORGET_AFTER: Duration = Duration::from_secs(600);
+const REDUCED_INITIAL: Duration = Duration::from_secs(1);
+const REDUCED_CAP: Duration = Duration::from_secs(60);
+
+impl BackoffRule {
+    /// The rule of kubelet 1.`minor` with `settings`; a gate the release does not have is
+    /// ignored, as the kubelet refuses to start with an unknown gate.
+    pub(crate) fn of_kubelet(minor: u32, settings: &BackoffSettings) -> Self {
+        let mut rule = BackoffRule {
+            initial: INITIAL,
+            cap: CAP,
+            // Up to 1.31 the kubelet forgot after twice the cap; from 1.32 after 600 s fixed.
+            forget_after: FORGET_AFTER,
+        };
+        if minor >= 33 && settings.reduce_decay_gate == Some(true) {
+            rule.initial = REDUCED_INITIAL;
+            rule.cap = REDUCED_CAP;
+        }
+        let max_gate = minor >= 32 && settings.max_gate.unwrap_or(minor >= 35);
+        if max_gate {
+            // The configured cap wins over the reduced decay's; unset, it is 300 s.
+            rule.cap = settings
+                .max_restart_period
+                .map_or(CAP, |p| p.clamp(Duration::from_secs(1), CAP));
+            rule.initial = rule.initial.min(rule.cap);
+        }
+        if minor <= 31 {
+            rule.forget_after = 2 * rule.cap;
+        }
+        rule
+    }
+
+    fn forgotten(&self, entry: &BackoffEntry, finished: Timestamp) -> bool {
+        finished.duration_since(entry.last_start) > jiff_duration(self.forget_after)
+    }
+
+    /// How long after `finished` (the newest instance's exit) the kubelet waits before it
+    /// starts the container again, given the entry it keeps for it.
+    pub(crate) fn wait(&self, entry: Option<&BackoffEntry>, finished: Timestamp) -> Duration {
+        match entry {
+            Some(entry) if !self.forgotten(entry, finished) => entry.delay,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// The entry the kubelet keeps after it started the container again at `started`, the
+    /// previous instance having finished at `finished`: the first restart (or the first after
+    /// a long run) sets the initial delay, each further one doubles it up to the cap.
+    pub(crate) fn after_restart(
+        &self,
+        entry: Option<&BackoffEntry>,
+        finished: Timestamp,
+        started: Timestamp,
+    ) -> BackoffEntry {
+        let delay = match entry {
+            Some(entry) if !self.forgotten(entry, finished) => (entry.delay * 2).min(self.cap),
+            _ => self.initial,
+        };
+        BackoffEntry {
+            delay,
+            last_start: started,
+        }
+    }
+}
+
+fn jiff_duration(d: Duration) -> k8s_openapi::jiff::SignedDuration {
+    k8s_openapi::jiff::SignedDuration::try_from(d).unwrap_or(k8s_openapi::jiff::SignedDuration::MAX)
+}
+
+/// What the kubelet keeps for one container (client-go's backoff entry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BackoffEntry {
+    /// The wait the next exit gets.
+    pub delay: Duration,
+    /// When the kubelet last started the container (the entry's last update).
+    pub last_start: Timestamp,
+}
+
+/// The kubelet's key: the pod (UID), the container name and its hash, so that a new pod or a
+/// changed container spec starts from nothing.
+pub(crate) type BackoffKey = (String, String, String);
+
+/// The entries the kubelet holds, as far as the agent saw the restarts that made them. The
+/// agent's view starts when it does: restarts before that are unknown, so a container the
+/// agent never saw restart counts as having no entry (the prediction may then be short).
+#[derive(Debug, Default)]
+pub(crate) struct BackoffBook {
+    entries: HashMap<BackoffKey, BackoffEntry>,
+}
+
+impl BackoffBook {
+    /// A restart seen: the instance that finished at `finished` was followed by one the kubelet
+    /// started at `started`.
+    pub(crate) fn restarted(
+        &mut self,
+        rule: &BackoffRule,
+        key: BackoffKey,
+        finished: Timestamp,
+        started: Timestamp,
+    ) -> Duration {
+        let wait = rule.wait(self.entries.get(&key), finished);
+        let next = rule.after_restart(self.entries.get(&key), finished, started);
+        self.entries.insert(key, next);
+        wait
+    }
+
+    /// How long the kubelet will wait before starting the container again after an exit at
+    /// `finished`.
+    pub(crate) fn wait(
+        &self,
+        rule: &BackoffRule,
+        key: &BackoffKey,
+        finished: Timestamp,
+    ) -> Duration {
+        rule.wait(self.entries.get(key), finished)
+    }
+
+    /// Forgets containers whose pod is gone (`live` holds pod UIDs).
+    pub(crate) fn retain_pods(&mut self, live: &std::collections::HashSet<String>) {
+        self.entries.retain(|(uid, _, _), _| live.contains(uid));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).expect("valid")
+    }
+
+    fn key() -> BackoffKey {
+        ("uid".into(), "app".into(), "hash".into())
+    }
+
+    /// Stopped right after each start: waits 0, 10, 20, 40, 80, 160, 300, 300 s (the
+    /// kubelet's e2e test writes the cumulative 0, 0, 10, 30, 70, 150, 310 s).
+    #[test]
+    fn each_exit_doubles_the_wait_up_to_the_cap() {
+        let rule = BackoffRule::of_kubelet(34, &BackoffSettings::default());
+        let mut book = BackoffBook::default();
+        let mut now = 0;
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            let finished = at(now + 1);
+            let wait = book.wait(&rule, &key(), finished);
+            let started = at(now + 1 + wait.as_secs() as i64);
+            assert_eq!(book.restarted(&rule, key(), finished, started), wait);
+            waits.push(wait.as_secs());
+            now += 1 + wait.as_secs() as i64;
+        }
+        assert_eq!(waits, [0, 10, 20, 40, 80, 160, 300, 300]);
+    }
+
+    #[test]
+    fn a_long_run_is_forgotten_and_the_next_restart_is_free() {
+        let rule = BackoffRule::of_kubelet(35, &BackoffSettings::default());
+        let mut book = BackoffBook::default();
+        book.restarted(&rule, key(), at(0), at(1));
+        book.restarted(&rule, key(), at(2), at(12));
+        // Ran 600 s exactly: still remembered.
+        assert_eq!(book.wait(&rule, &key(), at(612)), Duration::from_secs(20));
+        // Ran longer: forgotten; the restart is free and the next exit waits 10 s again.
+        assert_eq!(
+            book.restarted(&rule, key(), at(613), at(614)),
+            Duration::ZERO
+        );
+        assert_eq!(book.wait(&rule, &key(), at(615)), Duration::from_secs(10));
+        // Another hash or another pod starts from nothing.
+        let other = ("uid".into(), "app".into(), "other".into());
+        assert_eq!(book.wait(&rule, &other, at(615)), Duration::ZERO);
+        book.retain_pods(&Default::default());
+        assert_eq!(book.wait(&rule, &key(), at(615)), Duration::ZERO);
+    }
+
+    #[test]
+    fn rules_per_release_and_setting() {
+        let default = BackoffSettings::default();
+        let rule = |minor, settings: BackoffSettings| BackoffRule::of_kubelet(minor, &settings);
+        let secs = |r: BackoffRule| {
+            (
+                r.initial.as_secs(),
+                r.cap.as_secs(),
+                r.forget_after.as_secs(),
+            )
+        };
+        assert_eq!(secs(rule(26, default)), (10, 300, 600));
+        assert_eq!(secs(rule(36, default)), (10, 300, 600));
+        let short = BackoffSettings {
+            max_restart_period: Some(Duration::from_secs(4)),
+            ..default
+        };
+        // The cap setting needs the gate: off by default before 1.35, on from 1.35.
+        assert_eq!(secs(rule(34, short)), (10, 300, 600));
+        assert_eq!(secs(rule(35, short)), (4, 4, 600));
+        let gated = BackoffSettings {
+            max_gate: Some(true),
+            ..short
+        };
+        assert_eq!(secs(rule(32, gated)), (4, 4, 600));
+        assert_eq!(
+            secs(rule(31, gated)),
+            (10, 300, 600),
+            "1.31 has no such gate"
+        );
+        let reduced = BackoffSettings {
+            reduce_decay_gate: Some(true),
+            ..default
+        };
+        assert_eq!(secs(rule(33, reduced)), (1, 60, 600));
+        assert_eq!(
+            secs(rule(32, reduced)),
+            (10, 300, 600),
+            "1.32 has no such gate"
+        );
+        // 1.35: the cap gate is on, an unset cap is 300 s and wins over the reduced 60 s.
+        assert_eq!(secs(rule(35, reduced)), (1, 300, 600));
+        let both = BackoffSettings {
+            max_gate: Some(true),
+            max_restart_period: Some(Duration::from_secs(30)),
+            reduce_decay_gate: Some(true),
+        };
+        assert_eq!(secs(rule(33, both)), (1, 30, 600));
+    }
+
+    #[test]
+    fn settings_from_the_kubelet_config_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.yaml");
+        std::fs::write(
+            &path,
+            "kind: KubeletConfiguration\nfeatureGates:\n  KubeletCrashLoopBackOffMax: true\n  ReduceDefaultCrashLoopBackOffDecay: false\ncrashLoopBackOff:\n  maxContainerRestartPeriod: 1m30s\n",
+        )
+        .expect("write");
+        assert_eq!(
+            BackoffSettings::from_kubelet_config(&path),
+            BackoffSettings {
+                max_gate: Some(true),
+                max_restart_period: Some(Duration::from_secs(90)),
+                reduce_decay_gate: Some(false),
+            }
+        );
+        std::fs::write(&path, "{not yaml: [").expect("write");
+        assert_eq!(
+            BackoffSettings::from_kubelet_config(&path),
+            BackoffSettings::default()
+        );
+        let missing = dir.path().join("missing");
+        assert_eq!(
+            BackoffSettings::from_kubelet_config(&missing),
+            BackoffSettings::default()
+        );
+    }
+}

@@ -1,0 +1,179 @@
+//! The kubelet's container restart back-off (CrashLoopBackOff), as `doBackOff` in
+//! `kuberuntime_manager.go` and client-go's `flowcontrol.Backoff` do it (docs/kubelet-backoff.md):
+//! per key `<pod>_<namespace>_<uid>_<container>_<hash>`, the first restart after an exit is free
+//! and leaves a delay of `initial`; each further exit waits that delay from the instance's
+//! `FinishedAt`, then doubles it up to `cap`; an entry whose container ran more than
+//! `forget_after` (from the kubelet's last start to the exit) is forgotten. The exit code does not
+//! matter. Written from the kubelet sources, independently of inplaced's prediction of it.
+//!
+//! Simplified: a start comes at the first sync after the wait (every `sync_period`, 1 s), as
+//! from 1.35 on; kubelets up to 1.34 retry a pod in back-off only every 10–15 s, so there a start
+//! can come up to 15 s later than here.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// The settings that change the back-off, where the release has them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CrashLoopSettings {
+    /// Feature gate `KubeletCrashLoopBackOffMax` (1.32+; default off, on from 1.35).
+    pub max_gate: Option<bool>,
+    /// Kubelet config `crashLoopBackOff.maxContainerRestartPeriod` (1–300 s, with that gate).
+    pub max_container_restart_period: Option<Duration>,
+    /// Feature gate `ReduceDefaultCrashLoopBackOffDecay` (1.33+, default off).
+    pub reduce_decay_gate: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Rule {
+    pub initial: Duration,
+    pub cap: Duration,
+    pub forget_after: Duration,
+}
+
+impl Rule {
+    /// kubelet.go's `backOffPeriod` / `MaxContainerBackOff` and their 1.32+ settings.
+    pub(super) fn new(minor: u32, s: &CrashLoopSettings) -> Rule {
+        let (mut initial, mut cap) = (Duration::from_secs(10), Duration::from_secs(300));
+        if minor >= 33 && s.reduce_decay_gate {
+            (initial, cap) = (Duration::from_secs(1), Duration::from_secs(60));
+        }
+        if minor >= 32 && s.max_gate.unwrap_or(minor >= 35) {
+            cap = s
+                .max_container_restart_period
+                .unwrap_or(Duration::from_secs(300))
+                .clamp(Duration::from_secs(1), Duration::from_secs(300));
+            initial = initial.min(cap);
+        }
+        // client-go's hasExpired: twice the cap up to 1.31, a fixed 600 s from 1.32.
+        let forget_after = if minor <= 31 {
+            cap * 2
+        } else {
+            Duration::from_secs(600)
+        };
+        Rule {
+            initial,
+            cap,
+            forget_after,
+        }
+    }
+}
+
+/// One key's entry: the delay the next exit waits, and when it was last updated (the kubelet's
+/// clock when it decided to start the container).
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    delay: Duration,
+    last_update_nanos: i64,
+}
+
+#[derive(Default)]
+pub(super) struct Backoff {
+    entries: HashMap<String, Entry>,
+}
+
+fn nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+impl Backoff {
+    fn live(&self, rule: &Rule, key: &str, finished_nanos: i64) -> Option<Entry> {
+        self.entries
+            .get(key)
+            .copied()
+            .filter(|e| finished_nanos - e.last_update_nanos <= nanos(rule.forget_after))
+    }
+
+    /// `IsInBackOffSince`: the delay still being waited, if the container may not start yet.
+    pub(super) fn waiting(
+        &self,
+        rule: &Rule,
+        key: &str,
+        finished_nanos: i64,
+        now_nanos: i64,
+    ) -> Option<Duration> {
+        self.live(rule, key, finished_nanos)
+            .filter(|e| now_nanos - finished_nanos < nanos(e.delay))
+            .map(|e| e.delay)
+    }
+
+    /// `Next`: the container starts now; the next exit waits longer.
+    pub(super) fn next(&mut self, rule: &Rule, key: &str, finished_nanos: i64, now_nanos: i64) {
+        let delay = match self.live(rule, key, finished_nanos) {
+            Some(e) => (e.delay * 2).min(rule.cap),
+            None => rule.initial,
+        };
+        self.entries.insert(
+            key.to_owned(),
+            Entry {
+                delay,
+                last_update_nanos: now_nanos,
+            },
+        );
+    }
+}
+
+/// Go's `time.Duration.String()` for whole seconds: `10s`, `1m20s`, `5m0s`.
+pub(super) fn go_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 3600, s % 3600 / 60, s % 60) {
+        (0, 0, sec) => format!("{sec}s"),
+        (0, min, sec) => format!("{min}m{sec}s"),
+        (h, min, sec) => format!("{h}h{min}m{sec}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i64 = 1_000_000_000;
+
+    #[test]
+    fn waits_double_from_the_second_exit() {
+        let rule = Rule::new(30, &CrashLoopSettings::default());
+        let mut b = Backoff::default();
+        let mut now = 0;
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            let finished = now + S;
+            let wait = b
+                .waiting(&rule, "k", finished, finished)
+                .unwrap_or_default();
+            let start = finished + nanos(wait);
+            assert!(b.waiting(&rule, "k", finished, start).is_none());
+            b.next(&rule, "k", finished, start);
+            waits.push(wait.as_secs());
+            now = start;
+        }
+        assert_eq!(waits, [0, 10, 20, 40, 80, 160, 300, 300]);
+        // A run of more than 600 s is forgotten: free again.
+        assert_eq!(b.waiting(&rule, "k", now + 601 * S, now + 601 * S), None);
+        assert_eq!(
+            b.waiting(&rule, "k", now + 600 * S, now + 600 * S),
+            Some(Duration::from_secs(300))
+        );
+    }
+
+    #[test]
+    fn settings_per_release() {
+        let r = |minor, s| {
+            let rule = Rule::new(minor, &s);
+            (rule.initial.as_secs(), rule.cap.as_secs())
+        };
+        let reduced = CrashLoopSettings {
+            reduce_decay_gate: true,
+            ..Default::default()
+        };
+        assert_eq!(r(33, reduced), (1, 60));
+        assert_eq!(r(32, reduced), (10, 300));
+        let capped = CrashLoopSettings {
+            max_container_restart_period: Some(Duration::from_secs(5)),
+            ..Default::default()
+        };
+        assert_eq!(r(34, capped), (10, 300));
+        assert_eq!(r(35, capped), (5, 5));
+        assert_eq!(go_duration(Duration::from_secs(80)), "1m20s");
+        assert_eq!(go_duration(Duration::from_secs(300)), "5m0s");
+    }
+}
