@@ -18,34 +18,11 @@ fn one_container() -> Value {
                            "command": ["/bin/sh", "-c", POLITE]}]})
 }
 
-/// The container `app` of `pod` as `inplaced pods -o json` shows it.
-fn shown(node: &mut Node, pod: &str) -> Value {
-    let admin = node.agent().admin_socket.display().to_string();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_inplaced"))
-        .args([
-            "pods",
-            "-o",
-            "json",
-            "--node-name",
-            &node.node,
-            "--admin-socket",
-            &admin,
-        ])
-        .output()
-        .unwrap();
-    let view: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
-    view["pods"]
-        .as_array()
-        .and_then(|pods| pods.iter().find(|p| p["name"] == pod))
-        .map(|p| p["containers"][0].clone())
-        .unwrap_or_default()
-}
-
 /// Waits until the agent shows a restart of `app` into `new_id`; returns the container.
 async fn wait_shown_restart(node: &mut Node, pod: &str, new_id: &str) -> Value {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let c = shown(node, pod);
+        let c = node.shown_container(pod);
         if c["last_restart"]["new_container_id"] == new_id {
             return c;
         }
@@ -88,7 +65,7 @@ async fn a_second_in_place_restart_waits_the_kubelets_back_off_as_predicted() {
     let pod = node.run_pod(&pod_name, one_container()).await;
     let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
     let first = container_id(&pod, "app");
-    assert!(shown(&mut node, &pod_name)["crash_backoff"].is_null());
+    assert!(node.shown_container(&pod_name)["crash_backoff"].is_null());
 
     // First restart: free (the stand-in's reaction only).
     let crr = unique("crr");
@@ -123,7 +100,7 @@ async fn a_second_in_place_restart_waits_the_kubelets_back_off_as_predicted() {
         status["restartCount"], 1,
         "counted when the next instance is made"
     );
-    let c = shown(&mut node, &pod_name);
+    let c = node.shown_container(&pod_name);
     assert!(
         c["crash_backoff"]["until"].is_string(),
         "the agent shows the wait: {c:#}"
@@ -226,7 +203,7 @@ async fn the_fifth_restart_waits_as_predicted_under_the_reduced_decay() {
             restart + 1
         );
     }
-    let c = shown(&mut node, &pod_name);
+    let c = node.shown_container(&pod_name);
     assert_eq!(c["crash_backoff"]["next_wait_seconds"], 16, "{c:#}");
     node.stop().await;
 }

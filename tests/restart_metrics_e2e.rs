@@ -41,27 +41,9 @@ async fn cri_seconds_between(old: &str, new: &str) -> (f64, i64, i64) {
 
 /// Waits until `inplaced pods` shows the container's last restart as ready; returns it.
 async fn last_restart(node: &mut Node, pod: &str) -> Value {
-    let admin = node.agent().admin_socket.display().to_string();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_inplaced"))
-            .args([
-                "pods",
-                "-o",
-                "json",
-                "--node-name",
-                &node.node,
-                "--admin-socket",
-                &admin,
-            ])
-            .output()
-            .unwrap();
-        let view: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
-        let found = view["pods"]
-            .as_array()
-            .and_then(|pods| pods.iter().find(|p| p["name"] == pod))
-            .map(|p| p["containers"][0]["last_restart"].clone())
-            .unwrap_or_default();
+        let found = node.shown_container(pod)["last_restart"].clone();
         if found["ready_seconds"].is_number() {
             return found;
         }

@@ -422,6 +422,30 @@ impl Node {
         panic!("condition {kind}={status} never stuck on pod {name}");
     }
 
+    /// The first container of pod `name` as the agent shows it (`inplaced pods -o json` over
+    /// its admin socket); null while the agent does not show the pod.
+    pub fn shown_container(&mut self, name: &str) -> Value {
+        let admin = self.agent().admin_socket.display().to_string();
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_inplaced"))
+            .args([
+                "pods",
+                "-o",
+                "json",
+                "--node-name",
+                &self.node,
+                "--admin-socket",
+                &admin,
+            ])
+            .output()
+            .unwrap();
+        let view: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+        view["pods"]
+            .as_array()
+            .and_then(|pods| pods.iter().find(|p| p["name"] == name))
+            .map(|p| p["containers"][0].clone())
+            .unwrap_or_default()
+    }
+
     pub fn pod(&self, name: &str) -> Option<Value> {
         self.server.store().get("pods", NS, name)
     }
