@@ -6,21 +6,21 @@
 //! Faithful: sandbox/container labels and annotations with the configured release's stored hash
 //! (and `hashWithoutResources` for 1.27–1.30 when the resize gate is on), cgroup parent per QoS,
 //! LinuxContainerResources and oom_score_adj, env with fieldRefs resolved at creation, `$(VAR)`
-//! expansion, restart of exited containers per restartPolicy after a delay with restartCount+1
-//! and a new container ID, the release's crash back-off (`backoff.rs`: `CrashLoopBackOff` status
-//! and `BackOff` event while it waits), kill-and-recreate when the spec hash changes (event `Killing`),
+//! expansion, restart of exited containers per restartPolicy after a delay with restartCount+1 and
+//! a new container ID, the release's crash back-off (`backoff.rs`: `CrashLoopBackOff` status and
+//! `BackOff` event while it waits), kill-and-recreate when the spec hash changes (event `Killing`),
 //! preStop exec/sleep before kubelet-initiated kills, only the newest dead container kept, pod
-//! status through `pods/status`, graceful deletion, the Node object with a configurable
-//! allocatable cpu/memory, and in-place resize per release (see `resize.rs`).
+//! status through `pods/status`, graceful deletion, the Node object with a configurable allocatable
+//! cpu/memory, and in-place resize per release (see `resize.rs`).
 //!
 //! Simplified (not needed by the agent): host network for every pod (podIP 127.0.0.1), no image
 //! pulls (a missing image is `ErrImagePull`), the back-off's restart at the next 1 s sync (1.35's
-//! timing; up to 1.34 the kubelet retries only every 10–15 s), readiness from exec probes only (other probe kinds count as passing; no
-//! liveness or startup probes; `started` = running), no volumes, configMap/secret/resource env
-//! sources left out, no container logs, no sandbox recreation, httpGet preStop hooks skipped,
-//! pod cgroup limits written on cgroup v1 only with the cgroupfs driver (the systemd driver's
-//! slices get them as unit properties), the stand-in's own resize on cgroupfs v1 only;
-//! resize simplifications in `resize.rs`.
+//! timing; up to 1.34 the kubelet retries only every 10–15 s), readiness from exec probes only
+//! (other probe kinds count as passing; no liveness or startup probes; `started` = running), no
+//! volumes, configMap/secret/resource env sources left out, no container logs, no sandbox
+//! recreation, httpGet preStop hooks skipped, pod cgroup limits written on cgroup v1 only with the
+//! cgroupfs driver (the systemd driver's slices get them as unit properties), the stand-in's own
+//! resize on cgroupfs v1 only; resize simplifications in `resize.rs`.
 
 mod backoff;
 mod cgroups;
