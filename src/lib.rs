@@ -13,6 +13,7 @@ pub mod health;
 pub mod http;
 pub mod inspect;
 pub mod kube;
+pub(crate) mod kubelet_config;
 pub mod metrics;
 pub mod nodeview;
 pub mod quantity;

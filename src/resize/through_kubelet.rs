@@ -213,12 +213,10 @@ pub fn actuator_line(
 
 /// `featureGates.InPlacePodVerticalScaling` from the kubelet's config file, if it says.
 pub fn resize_gate_from_kubelet_config(path: &Path) -> Option<bool> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let config: Value = serde_yaml_ng::from_str(&text).ok()?;
-    config
-        .get("featureGates")?
-        .get("InPlacePodVerticalScaling")?
-        .as_bool()
+    crate::kubelet_config::gate(
+        &crate::kubelet_config::read(path)?,
+        "InPlacePodVerticalScaling",
+    )
 }
 
 /// Asks the API for the new resources of the named containers (strategic merge: only these

@@ -40,13 +40,10 @@ impl BackoffSettings {
     /// `crashLoopBackOff.maxContainerRestartPeriod` (a Go duration). A file that cannot be read
     /// or parsed gives none: the release's defaults.
     pub(crate) fn from_kubelet_config(path: &std::path::Path) -> Self {
-        let Some(config) = std::fs::read_to_string(path)
-            .ok()
-            .and_then(|text| serde_yaml_ng::from_str::<serde_json::Value>(&text).ok())
-        else {
+        let Some(config) = crate::kubelet_config::read(path) else {
             return BackoffSettings::default();
         };
-        let gate = |name: &str| config.get("featureGates")?.get(name)?.as_bool();
+        let gate = |name: &str| crate::kubelet_config::gate(&config, name);
         BackoffSettings {
             max_gate: gate("KubeletCrashLoopBackOffMax"),
             max_restart_period: config
