@@ -431,18 +431,20 @@ fn page_size() -> u64 {
     })
 }
 
+/// The pod slice a systemd driver's `cgroup_parent` names, in either form
+/// (`/a.slice/a-b.slice` or `a-b.slice` → `a-b.slice`); None for a cgroupfs parent.
+pub(crate) fn pod_slice(parent: &str) -> Option<&str> {
+    match CgroupDriver::of_parent(parent) {
+        CgroupDriver::Systemd => parent.trim_end_matches('/').rsplit('/').next(),
+        CgroupDriver::Cgroupfs => None,
+    }
+}
+
 /// The pod cgroup's path below a controller's root, from the sandbox's CRI `cgroup_parent`.
 pub(crate) fn pod_cgroup_dir(parent: &str) -> Result<PathBuf, CgroupError> {
-    match CgroupDriver::of_parent(parent) {
-        CgroupDriver::Systemd => {
-            let slice = parent
-                .trim_end_matches('/')
-                .rsplit('/')
-                .next()
-                .unwrap_or_default();
-            relative(&expand_slice(slice)?, parent)
-        }
-        CgroupDriver::Cgroupfs => relative(parent, parent),
+    match pod_slice(parent) {
+        Some(slice) => relative(&expand_slice(slice)?, parent),
+        None => relative(parent, parent),
     }
 }
 

@@ -45,8 +45,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// The unit of a pod cgroup parent the systemd driver named (`/a.slice/a-b.slice` or
 /// `a-b.slice` → `a-b.slice`); None for cgroupfs parents.
 pub(crate) fn unit_of_parent(parent: &str) -> Option<&str> {
-    let leaf = parent.trim_end_matches('/').rsplit('/').next()?;
-    (leaf.len() > ".slice".len() && leaf.ends_with(".slice")).then_some(leaf)
+    super::cgroup::pod_slice(parent).filter(|slice| *slice != ".slice")
 }
 
 /// The unit properties that carry one cpu setting of the pod cgroup, as libcontainer converts
