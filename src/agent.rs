@@ -24,6 +24,7 @@ use crate::nodeview::{self, HashCache, NodeView, RuntimeSnapshot, RuntimeTracker
 use crate::recreate::{self, RecreateConfig};
 use crate::resize::{self, ResizeConfig};
 use crate::restart::{KillLedger, RestartTracker, StopGate};
+use crate::restartrequest::{self, RestartRequestConfig};
 use crate::systemd::{self, Heartbeat, Notifier};
 
 /// How often the main loop turns even when nothing happens (its heartbeat).
@@ -248,7 +249,8 @@ async fn run_workers(
         },
         _ = shutdown.wait_for(|stop| *stop) => return,
     };
-    // CRRs and env changes may want the same container at the same moment: one stop.
+    // CRRs, restart requests and env changes may want the same container at the same moment:
+    // one stop.
     let stops = StopGate::new();
     let mut meta_config = crate::containermeta::ContainerMetaConfig::new(
         &config.node_name,
@@ -280,6 +282,20 @@ async fn run_workers(
         metrics.clone(),
         shutdown.clone(),
     );
+    let restart_requests = restartrequest::run(
+        RestartRequestConfig {
+            node_name: config.node_name.clone(),
+            state_dir: config.state_dir.clone(),
+            ledger: ledger.clone(),
+            stops: stops.clone(),
+        },
+        api.client.clone(),
+        cri.clone(),
+        views.clone(),
+        health.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    );
     let recreate = recreate::run(
         RecreateConfig {
             node_name: config.node_name.clone(),
@@ -295,7 +311,7 @@ async fn run_workers(
         metrics,
         shutdown,
     );
-    tokio::join!(recreate, meta, resize);
+    tokio::join!(recreate, meta, resize, restart_requests);
 }
 
 fn build_view(

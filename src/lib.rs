@@ -21,4 +21,5 @@ pub mod recreate;
 pub mod resize;
 pub mod resources;
 pub mod restart;
+pub mod restartrequest;
 pub mod systemd;

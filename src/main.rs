@@ -40,6 +40,10 @@ enum Command {
     /// Resize a container's cpu/memory in place: creates a ContainerResizeRequest and follows it
     /// to the end (exit 0 succeeded, 1 not, 2 bad arguments, 3 timed out).
     Resize(inplaced::resize::cli::ResizeArgs),
+    /// Restart containers in place, without OpenKruise: one pod (a ContainerRestartRequest), or
+    /// every pod of a selector batch by batch (exit 0 done, 1 failed, 2 bad arguments, 3 timed
+    /// out, 130 interrupted).
+    Restart(inplaced::restartrequest::cli::RestartArgs),
 }
 
 #[derive(clap::Args)]
@@ -130,6 +134,10 @@ fn main() -> ExitCode {
         Command::Resize(args) => {
             init_logging(LogFormat::Human, "warn");
             run_async(inplaced::resize::cli::run(args))
+        }
+        Command::Restart(args) => {
+            init_logging(LogFormat::Human, "warn");
+            run_async(inplaced::restartrequest::cli::run(args))
         }
         Command::Runtime(args) => {
             init_logging(LogFormat::Human, "warn");

@@ -36,6 +36,9 @@ pub struct CachedPodSpec {
     /// `Always` when absent (the API's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<String>,
+    /// The grace a ContainerRestartRequest's stop gets unless it names its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period_seconds: Option<i64>,
 }
 
 /// One container's spec: its name, and the spec as JSON (the API's fields, keys in any order).

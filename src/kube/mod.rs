@@ -37,6 +37,21 @@ pub enum KubeError {
     Client(String),
 }
 
+/// The client of the short-lived commands (`inplaced resize`, `inplaced restart`): the named
+/// kubeconfig, else kube's default chain ($KUBECONFIG, ~/.kube/config, in-cluster).
+pub async fn command_client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
+    Ok(match kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)?;
+            let config =
+                ::kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                    .await?;
+            Client::try_from(config)?
+        }
+        None => Client::try_default().await?,
+    })
+}
+
 /// Builds the API client: the kubeconfig at `kubeconfig` when given, else the in-cluster
 /// service account. Every request goes through [`ApiLayer`] (metrics, rate limit, answer
 /// deadline).

@@ -30,6 +30,7 @@ label_values! {
     /// What killed the old container of a restart (`trigger`).
     Trigger {
         Crr => "crr",
+        RestartRequest => "restart-request",
         EnvChange => "env-change",
         KubeletUpdate => "kubelet-update",
         ContainerExit => "container-exit",

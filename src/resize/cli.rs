@@ -96,15 +96,7 @@ pub async fn run(args: ResizeArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
-    let client = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = ::kube::config::Kubeconfig::read_from(path)?;
-            let config =
-                ::kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-            ::kube::Client::try_from(config)?
-        }
-        None => ::kube::Client::try_default().await?,
-    };
+    let client = crate::kube::command_client(args.kubeconfig.as_deref()).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &args.namespace);
     let pod = pods.get(&args.pod).await?;
     let node = pod

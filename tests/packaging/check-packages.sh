@@ -56,10 +56,10 @@ expect_eq "dpkg status" "$(dpkg-query -W -f='${Status}' inplaced)" "install ok i
 expect_eq "deb version" "$(dpkg-query -W -f='${Version}' inplaced)" "$version-1"
 
 files=$(dpkg -L inplaced)
-for f in /usr/bin/inplaced /usr/lib/systemd/system/inplaced.service /etc/inplaced/config.toml \
+for f in /usr/bin/inplaced /usr/bin/kubectl-inplaced /usr/lib/systemd/system/inplaced.service /etc/inplaced/config.toml \
   /etc/default/inplaced /usr/share/doc/inplaced/README.md /usr/share/doc/inplaced/BENCHMARKS.md \
   /usr/share/doc/inplaced/docs/{index.md,install.md,configuration.md} \
-  /usr/share/inplaced/kubernetes/{rbac-node-bound.yaml,rbac-dedicated.yaml,admission-policy.yaml,crd-containerresizerequests.yaml,kubeconfig.example}; do
+  /usr/share/inplaced/kubernetes/{rbac-node-bound.yaml,rbac-dedicated.yaml,admission-policy.yaml,crd-containerresizerequests.yaml,crd-containerrestartrequests.yaml,kubeconfig.example}; do
   grep -qxF "$f" <<<"$files" || fail "$f is not in the .deb"
   [ -f "$f" ] || fail "$f was not installed"
 done
@@ -87,6 +87,12 @@ expect_eq "inplaced --version" "$(/usr/bin/inplaced --version)" "inplaced $versi
 /usr/bin/inplaced agent --config /etc/inplaced/config.toml --node-name check --print-config >/dev/null ||
   fail "the shipped config.toml does not load"
 ok "shipped config.toml loads"
+# The kubectl plugin runs the same binary (kubectl runs `kubectl-inplaced restart ...`).
+expect_eq "mode of /usr/bin/kubectl-inplaced" "$(stat -c %a /usr/bin/kubectl-inplaced)" 755
+expect_eq "kubectl-inplaced --version" "$(/usr/bin/kubectl-inplaced --version)" "inplaced $version"
+/usr/bin/kubectl-inplaced restart --help | grep -- '--max-unavailable' >/dev/null ||
+  fail "kubectl-inplaced restart --help does not show the rollout flags"
+ok "kubectl plugin"
 # The shipped binary (release profile: fat LTO, one codegen unit) must hash exactly like the tested
 # debug build: the CLI's golden tests, run against /usr/bin/inplaced.
 if ! out=$(INPLACED_HASH_BIN=/usr/bin/inplaced cargo test --locked -q -p inplaced --test hash_cli 2>&1); then
@@ -134,7 +140,7 @@ echo 'apiVersion: v1' >/etc/inplaced/kubeconfig
 
 dpkg -r inplaced >/dev/null
 expect_eq "status after remove" "$(dpkg-query -W -f='${Status}' inplaced)" "deinstall ok config-files"
-absent /usr/bin/inplaced /usr/lib/systemd/system/inplaced.service /usr/share/inplaced
+absent /usr/bin/inplaced /usr/bin/kubectl-inplaced /usr/lib/systemd/system/inplaced.service /usr/share/inplaced
 [ -f /etc/inplaced/config.toml ] && [ -f /etc/default/inplaced ] || fail "remove deleted the conffiles"
 ok "remove keeps the conffiles"
 
@@ -157,12 +163,14 @@ expect_eq "rpm file list" "$(rpm -qp --list "$rpmfile" 2>/dev/null | sort)" "$(s
 /etc/inplaced/config.toml
 /etc/sysconfig/inplaced
 /usr/bin/inplaced
+/usr/bin/kubectl-inplaced
 /usr/lib/systemd/system/inplaced.service
 /usr/share/doc/inplaced/BENCHMARKS.md
 /usr/share/doc/inplaced/README.md
 $(for doc in docs/*.md; do echo "/usr/share/doc/inplaced/$doc"; done)
 /usr/share/inplaced/kubernetes/admission-policy.yaml
 /usr/share/inplaced/kubernetes/crd-containerresizerequests.yaml
+/usr/share/inplaced/kubernetes/crd-containerrestartrequests.yaml
 /usr/share/inplaced/kubernetes/kubeconfig.example
 /usr/share/inplaced/kubernetes/rbac-dedicated.yaml
 /usr/share/inplaced/kubernetes/rbac-node-bound.yaml
@@ -175,8 +183,8 @@ expect_eq "rpm config flags" \
   "$(rpm -qp --qf '[%{FILENAMES} %{FILEFLAGS:fflags}\n]' "$rpmfile" 2>/dev/null | grep '^/etc/' | sort)" \
   "$(printf '/etc/inplaced/config.toml cn\n/etc/sysconfig/inplaced cn')"
 expect_eq "rpm modes" \
-  "$(rpm -qp --qf '[%{FILENAMES} %{FILEMODES:perms}\n]' "$rpmfile" 2>/dev/null | grep -E 'bin/inplaced |\.service ')" \
-  "$(printf '/usr/bin/inplaced -rwxr-xr-x\n/usr/lib/systemd/system/inplaced.service -rw-r--r--')"
+  "$(rpm -qp --qf '[%{FILENAMES} %{FILEMODES:perms}\n]' "$rpmfile" 2>/dev/null | grep -E 'bin/(kubectl-)?inplaced |\.service ')" \
+  "$(printf '/usr/bin/inplaced -rwxr-xr-x\n/usr/bin/kubectl-inplaced -rwxr-xr-x\n/usr/lib/systemd/system/inplaced.service -rw-r--r--')"
 scripts=$(rpm -qp --scripts "$rpmfile" 2>/dev/null)
 for want in 'postinstall scriptlet' 'systemctl --no-reload preset inplaced.service' \
   'preuninstall scriptlet' 'systemctl --no-reload disable --now inplaced.service' \

@@ -254,6 +254,20 @@ pub fn resources_with(pod_resize: PodResizeApi) -> Vec<ResourceDef> {
         "containerresizerequests",
     );
 
+    let restart = ResourceDef::custom(
+        "inplaced.io",
+        "v1alpha1",
+        "ContainerRestartRequest",
+        "containerrestartrequests",
+    );
+
+    // policy/v1: read by `inplaced restart --selector`; no disruption controller fills its status.
+    let mut pdbs = ResourceDef::core("PodDisruptionBudget", "poddisruptionbudgets", true);
+    pdbs.group = "policy".into();
+    pdbs.short_names = vec!["pdb".into()];
+    pdbs.status_subresource = true;
+    pdbs.generation = true;
+
     vec![
         pods,
         nodes,
@@ -263,5 +277,7 @@ pub fn resources_with(pod_resize: PodResizeApi) -> Vec<ResourceDef> {
         new_events,
         crr,
         resize,
+        restart,
+        pdbs,
     ]
 }

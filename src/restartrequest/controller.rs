@@ -1,0 +1,637 @@
+//! The request loop: watches this node's ContainerRestartRequests (label
+//! `inplaced.io/node-name`), handles one request per pod at a time (oldest first), stops
+//! containers through the shared kill path, follows each until the kubelet has started it again
+//! and the pod reports it ready, writes only the requests' status, and deletes finished requests
+//! after their TTL. Level-triggered like the other request loops.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ::kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
+use k8s_openapi::jiff::Timestamp;
+use serde::Deserialize;
+use tokio::sync::{mpsc, watch};
+
+use super::plan::{self, ContainerFacts, Facts, PodFacts};
+use super::request::{self, RestartPhase, RestartRequest, RestartStatus};
+use crate::cri::CriClient;
+use crate::health::Health;
+use crate::kube::events::PodEvents;
+use crate::kube::request::pod_group;
+use crate::kube::status::{ObjectRef, StatusWriter, Target};
+use crate::kube::{Watched, WatchedRequests};
+use crate::metrics::{Metrics, Trigger};
+use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
+use crate::restart::{
+    self, ContainerPort, KillIntent, KillJournal, KillLedger, KillOrder, PreStop, StopGate,
+};
+
+#[derive(Clone, Debug)]
+pub struct RestartRequestConfig {
+    pub node_name: String,
+    pub state_dir: PathBuf,
+    /// Where kills are noted, so the restart timing metrics know what triggered a restart.
+    pub ledger: KillLedger,
+    /// Shared with the other restarters: one stop per container.
+    pub stops: StopGate,
+}
+
+pub fn restart_request_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(request::GROUP, request::VERSION, request::KIND),
+        request::PLURAL,
+    )
+}
+
+const HEALTH_KEY: &str = "restart-requests";
+const JOURNAL_FILE: &str = "restart-request-kills.jsonl";
+
+const WATCHED: Watched = Watched {
+    resource: "containerrestartrequests",
+    health_key: "ContainerRestartRequests watch",
+    when_not_served: Some(
+        "the API server does not serve ContainerRestartRequests (apply crd-containerrestartrequests.yaml): none will be handled until it is",
+    ),
+};
+
+/// How a kill ended, reported back to the loop.
+struct KillDone {
+    uid: String,
+    container: String,
+    result: Result<(), restart::KillError>,
+}
+
+/// Runs until `shutdown` turns true; then starts no new kill and returns once the kills under
+/// way have finished.
+pub async fn run(
+    config: RestartRequestConfig,
+    client: ::kube::Client,
+    cri: CriClient,
+    mut views: watch::Receiver<Arc<NodeView>>,
+    health: Health,
+    metrics: Metrics,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let resource = restart_request_resource();
+    let selector = format!("{}={}", request::LABEL_NODE_NAME, config.node_name);
+    let (requests, watch_task) = crate::kube::watch_requests(
+        client.clone(),
+        &resource,
+        &selector,
+        WATCHED,
+        metrics,
+        health.clone(),
+        |_| {},
+    );
+    let watch_task = tokio::spawn(watch_task);
+    let WatchedRequests {
+        store,
+        changes: mut changed,
+    } = requests;
+    let mut controller = Controller {
+        statuses: StatusWriter::new(
+            client.clone(),
+            resource,
+            request::KIND,
+            Target::Status {
+                clear: &["message", "completionTime"],
+            },
+        ),
+        config,
+        client,
+        cri,
+        health,
+        journal: None,
+        requests: HashMap::new(),
+    };
+    let (done_tx, mut done_rx) = mpsc::channel::<KillDone>(64);
+    let mut requeue = Duration::from_secs(1);
+    let mut last_compaction = Instant::now();
+    loop {
+        tokio::select! {
+            _ = changed.changed() => {}
+            _ = views.changed() => {}
+            Some(done) = done_rx.recv() => controller.finish(done),
+            _ = controller.statuses.finished() => {}
+            _ = tokio::time::sleep(requeue) => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+        let view = views.borrow().clone();
+        let objects = store.state();
+        requeue = controller
+            .sync(&objects, &view, &done_tx)
+            .await
+            .unwrap_or(Duration::from_secs(1))
+            .min(Duration::from_secs(1));
+        if last_compaction.elapsed() > Duration::from_secs(600) {
+            controller.compact(&objects).await;
+            last_compaction = Instant::now();
+        }
+    }
+    watch_task.abort();
+    // Never leave a kill half done: wait for the ones under way.
+    while controller.requests.values().any(|r| !r.killing.is_empty()) {
+        match done_rx.recv().await {
+            Some(done) => controller.finish(done),
+            None => break,
+        }
+    }
+}
+
+struct Controller {
+    config: RestartRequestConfig,
+    client: ::kube::Client,
+    cri: CriClient,
+    health: Health,
+    journal: Option<KillJournal>,
+    statuses: StatusWriter<RestartStatus>,
+    /// Request UID → what this agent knows and does for it.
+    requests: HashMap<String, Tracked>,
+}
+
+/// What the agent knows of one request beyond its object.
+struct Tracked {
+    /// When this agent first saw it.
+    seen: Instant,
+    /// Containers being stopped.
+    killing: HashSet<String>,
+    /// Container → why its stop failed.
+    failed: HashMap<String, String>,
+    /// Containers whose `Restarted` event was emitted.
+    announced: HashSet<String>,
+    /// Deleted after its TTL (the watch may still show it).
+    deleted: bool,
+}
+
+impl Default for Tracked {
+    fn default() -> Self {
+        Tracked {
+            seen: Instant::now(),
+            killing: HashSet::new(),
+            failed: HashMap::new(),
+            announced: HashSet::new(),
+            deleted: false,
+        }
+    }
+}
+
+impl Controller {
+    fn finish(&mut self, done: KillDone) {
+        let tracked = self.requests.entry(done.uid).or_default();
+        tracked.killing.remove(&done.container);
+        match done.result {
+            Ok(()) => {}
+            Err(err) if err.transient => {
+                tracing::warn!(container = %done.container, error = %err.message,
+                    "the runtime went away during a stop; the kill is resumed if the container still runs")
+            }
+            Err(err) => {
+                tracked.failed.insert(done.container, err.message);
+            }
+        }
+    }
+
+    fn open_journal(&mut self, ledger: &KillLedger) -> bool {
+        if self.journal.is_some() {
+            return true;
+        }
+        match KillJournal::open_named(&self.config.state_dir, JOURNAL_FILE) {
+            Ok(journal) => {
+                // Kills an earlier run began: the restarts they cause are still ours.
+                for intent in journal.intents() {
+                    if let Ok(started) = Timestamp::from_millisecond(intent.started_ms) {
+                        ledger.remember(&intent.container_id, Trigger::RestartRequest, started);
+                    }
+                }
+                self.journal = Some(journal);
+                self.health.set(HEALTH_KEY, Ok(()));
+                true
+            }
+            Err(err) => {
+                self.health.set(
+                    HEALTH_KEY,
+                    Err(format!(
+                        "cannot stop containers safely without the kill journal: {err}"
+                    )),
+                );
+                false
+            }
+        }
+    }
+
+    /// One pass over every request; returns when to look again at the latest.
+    async fn sync(
+        &mut self,
+        objects: &[Arc<DynamicObject>],
+        view: &NodeView,
+        done: &mpsc::Sender<KillDone>,
+    ) -> Option<Duration> {
+        let ledger = self.config.ledger.clone();
+        if !self.open_journal(&ledger) {
+            return Some(Duration::from_secs(5));
+        }
+        if !view.synced {
+            // Deciding from a view without pods would report live pods as missing.
+            return Some(Duration::from_millis(200));
+        }
+        let mut requests = Vec::new();
+        for object in objects {
+            match RestartRequest::from_object(object) {
+                Ok(r) => {
+                    let tracked = self.requests.entry(r.uid.clone()).or_default();
+                    if !r.deleting && !tracked.deleted {
+                        requests.push(r);
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "ignoring a ContainerRestartRequest without identity")
+                }
+            }
+        }
+        for request in &mut requests {
+            // The status written last counts over the (older) watched copy until the watch
+            // brings it back: a container just announced ready is not announced again.
+            if let Some(newest) = self.statuses.newest(&object_ref(request), &request.status) {
+                request.status = newest;
+            }
+        }
+        requests.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
+        let mut by_pod: BTreeMap<(String, String), Vec<&RestartRequest>> = BTreeMap::new();
+        for r in &requests {
+            by_pod
+                .entry(pod_group(&r.namespace, &r.uid, &r.spec, |s| &s.pod_name))
+                .or_default()
+                .push(r);
+        }
+        let now = Timestamp::now();
+        let mut requeue: Option<Duration> = None;
+        let mut wake = |after: Duration| requeue = Some(requeue.map_or(after, |r| r.min(after)));
+        for ((namespace, pod_name), group) in by_pod {
+            let pod = view
+                .pods
+                .iter()
+                .find(|p| p.namespace == namespace && p.name == pod_name);
+            let facts = pod.map(pod_facts);
+            let mut active: Option<&RestartRequest> = None;
+            for request in group {
+                if !request.status.phase.is_final() {
+                    match active {
+                        None => active = Some(request),
+                        Some(first) => {
+                            if request.status.phase == RestartPhase::None {
+                                let status = RestartStatus {
+                                    phase: RestartPhase::Pending,
+                                    message: Some(format!(
+                                        "waiting for ContainerRestartRequest {} of the same pod",
+                                        first.name
+                                    )),
+                                    ..Default::default()
+                                };
+                                self.write_status(request, status);
+                            }
+                            continue;
+                        }
+                    }
+                }
+                let decision = self.decide(request, facts.as_ref(), now);
+                if let Some(after) = decision.requeue_after {
+                    wake(after);
+                }
+                if decision.delete {
+                    self.delete(request).await;
+                    continue;
+                }
+                if let Some(pod) = pod {
+                    for container in &decision.restarted {
+                        self.announce(request, pod, container);
+                    }
+                    for order in decision.kills {
+                        self.start_kill(request, order, pod, done).await;
+                    }
+                }
+                if decision.status.phase == RestartPhase::Failed
+                    && request.status.phase != RestartPhase::Failed
+                {
+                    tracing::warn!(request = %request.name, namespace = %request.namespace,
+                        message = ?decision.status.message, "ContainerRestartRequest failed");
+                }
+                self.write_status(request, decision.status);
+            }
+        }
+        let live: HashSet<&str> = objects
+            .iter()
+            .filter_map(|o| o.metadata.uid.as_deref())
+            .collect();
+        self.requests
+            .retain(|uid, t| live.contains(uid.as_str()) || !t.killing.is_empty());
+        let live: HashSet<String> = live.into_iter().map(str::to_owned).collect();
+        self.statuses.retain(&live);
+        requeue
+    }
+
+    fn decide(
+        &self,
+        request: &RestartRequest,
+        pod: Option<&PodFacts>,
+        now: Timestamp,
+    ) -> plan::Decision {
+        let journal = self.journal.as_ref();
+        let intents: HashMap<&str, &KillIntent> = journal
+            .map(|j| {
+                j.intents()
+                    .filter(|i| i.key == request.uid)
+                    .map(|i| (i.container.as_str(), i))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let tracked = self.requests.get(&request.uid);
+        let empty_set = HashSet::new();
+        let empty_map = HashMap::new();
+        plan::decide(
+            request,
+            &Facts {
+                now,
+                node_name: &self.config.node_name,
+                pod,
+                known_for: tracked.map_or(Duration::ZERO, |t| t.seen.elapsed()),
+                intents,
+                in_flight: tracked.map_or(&empty_set, |t| &t.killing),
+                kill_failures: tracked.map_or(&empty_map, |t| &t.failed),
+            },
+        )
+    }
+
+    /// The `Restarted` event, once per container and request.
+    fn announce(&mut self, request: &RestartRequest, pod: &PodView, container: &str) {
+        let tracked = self.requests.entry(request.uid.clone()).or_default();
+        if !tracked.announced.insert(container.to_owned()) {
+            return;
+        }
+        tracing::info!(request = %request.name, pod = %pod.name, namespace = %pod.namespace, container,
+            "container restarted in place and ready");
+        PodEvents::new(self.client.clone(), &self.config.node_name).emit(
+            &pod.event_ref(),
+            "Restarted",
+            format!(
+                "Container {container} restarted in place by ContainerRestartRequest {} and ready",
+                request.name
+            ),
+            "Normal",
+        );
+    }
+
+    /// Records the intent durably, then kills in the background. Checks the runtime first, so a
+    /// stale view can never direct a kill at a container that has already been replaced.
+    async fn start_kill(
+        &mut self,
+        request: &RestartRequest,
+        order: KillOrder,
+        pod: &PodView,
+        done: &mpsc::Sender<KillDone>,
+    ) {
+        let Some(claim) = self.config.stops.claim(&order.container_id) else {
+            tracing::debug!(container = %order.container, id = %order.container_id,
+                "the container is being stopped, or was stopped, by another restarter; deciding again");
+            return;
+        };
+        match self
+            .cri
+            .still_running(&order.container_id, pod.runtime_labels(), &order.container)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::debug!(container = %order.container, "runtime changed since the view was taken; deciding again");
+                return;
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot confirm the container before a stop; deciding again");
+                return;
+            }
+        }
+        let Some(journal) = self.journal.as_mut() else {
+            return;
+        };
+        // A resumed kill keeps the intent its first attempt recorded.
+        let unsynced = if order.resumed {
+            None
+        } else {
+            let intent = KillIntent {
+                key: request.uid.clone(),
+                container: order.container.clone(),
+                container_id: order.container_id.clone(),
+                started_ms: Timestamp::now().as_millisecond(),
+                grace_ms: i64::try_from(order.grace.as_millis()).unwrap_or(i64::MAX / 2),
+            };
+            match journal.record(intent) {
+                Ok(unsynced) => Some(unsynced),
+                Err(err) => {
+                    tracing::error!(error = %err, "cannot record a kill intent; not stopping");
+                    self.health.set(HEALTH_KEY, Err(err.to_string()));
+                    return;
+                }
+            }
+        };
+        self.requests
+            .entry(request.uid.clone())
+            .or_default()
+            .killing
+            .insert(order.container.clone());
+        tracing::info!(request = %request.name, namespace = %request.namespace, pod = %pod.name,
+            container = %order.container, id = %order.container_id, resumed = order.resumed,
+            "stopping container for ContainerRestartRequest");
+        let backoff = pod
+            .containers
+            .iter()
+            .find(|c| c.name == order.container)
+            .and_then(|c| c.crash_backoff.as_ref());
+        let events = PodEvents::new(self.client.clone(), &self.config.node_name);
+        let pod_ref = pod.event_ref();
+        // Recorded beside the kill, never in front of it: no API round trip delays a stop.
+        events.emit(
+            &pod_ref,
+            "Killing",
+            format!(
+                "Stopping container {} by ContainerRestartRequest {}{}",
+                order.container,
+                request.name,
+                crate::nodeview::CrashBackoffView::after_a_stop(backoff)
+            ),
+            "Normal",
+        );
+        if order.resumed {
+            self.config.ledger.remember(
+                &order.container_id,
+                Trigger::RestartRequest,
+                Timestamp::now(),
+            );
+        } else {
+            self.config
+                .ledger
+                .record(&order.container_id, Trigger::RestartRequest);
+        }
+        let cri = self.cri.clone();
+        let done = done.clone();
+        let uid = request.uid.clone();
+        let pod_ip = pod.pod_ip.clone();
+        tokio::spawn(async move {
+            let result = match restart::kill(&cri, &order, claim, pod_ip.as_deref()).await {
+                Ok(outcome) => {
+                    tracing::info!(container = %order.container, pre_stop = ?outcome.pre_stop_took,
+                        stop = ?outcome.stop_took, "container stopped for ContainerRestartRequest");
+                    if let Some(reason) = outcome.pre_stop_failure {
+                        events.emit(&pod_ref, "FailedPreStopHook", reason, "Warning");
+                    }
+                    Ok(())
+                }
+                Err(err) => Err(err),
+            };
+            let _ = done
+                .send(KillDone {
+                    uid,
+                    container: order.container,
+                    result,
+                })
+                .await;
+        });
+        if let Some(unsynced) = unsynced {
+            unsynced.sync_in_background();
+        }
+    }
+
+    fn write_status(&mut self, request: &RestartRequest, status: RestartStatus) {
+        self.statuses
+            .write(&object_ref(request), &request.status, status);
+    }
+
+    async fn delete(&mut self, request: &RestartRequest) {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &request.namespace,
+            &restart_request_resource(),
+        );
+        match api.delete(&request.name, &DeleteParams::default()).await {
+            Ok(_) => {
+                tracing::info!(request = %request.name, namespace = %request.namespace,
+                    "deleted a finished ContainerRestartRequest after its ttlSecondsAfterFinished");
+                self.requests
+                    .entry(request.uid.clone())
+                    .or_default()
+                    .deleted = true;
+            }
+            Err(::kube::Error::Api(status)) if status.code == 404 => {
+                self.requests
+                    .entry(request.uid.clone())
+                    .or_default()
+                    .deleted = true;
+            }
+            Err(err) => {
+                tracing::warn!(request = %request.name, error = %err, "cannot delete a finished ContainerRestartRequest; trying again")
+            }
+        }
+    }
+
+    /// Drops journal entries of requests no longer watched once their kills are long over.
+    async fn compact(&mut self, objects: &[Arc<DynamicObject>]) {
+        let live: HashSet<String> = objects
+            .iter()
+            .filter_map(|o| o.metadata.uid.clone())
+            .collect();
+        let now_ms = Timestamp::now().as_millisecond();
+        if let Some(journal) = self.journal.take() {
+            let keep =
+                move |e: &KillIntent| live.contains(&e.key) || now_ms - e.started_ms < 3_600_000;
+            match journal.retain_off_runtime(keep).await {
+                Some((journal, result)) => {
+                    self.journal = Some(journal);
+                    if let Err(err) = result {
+                        tracing::warn!(error = %err, "kill journal compaction failed");
+                    }
+                }
+                None => tracing::error!("kill journal compaction panicked"),
+            }
+        }
+    }
+}
+
+fn object_ref(request: &RestartRequest) -> ObjectRef {
+    ObjectRef {
+        namespace: request.namespace.clone(),
+        name: request.name.clone(),
+        uid: request.uid.clone(),
+        // The status is the agent's alone: no version condition.
+        resource_version: None,
+    }
+}
+
+/// What a stop reads of a container's spec.
+#[derive(Default, Deserialize)]
+struct StopSpec {
+    #[serde(default)]
+    lifecycle: Option<Lifecycle>,
+    #[serde(default)]
+    ports: Vec<ContainerPort>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Lifecycle {
+    #[serde(default)]
+    pre_stop: Option<PreStop>,
+}
+
+fn pod_facts(pod: &PodView) -> PodFacts {
+    let api_pod = pod.api_pod.as_deref();
+    let spec = api_pod.and_then(|p| p.spec.as_ref());
+    PodFacts {
+        uid: pod.uid.clone(),
+        terminating: pod.terminating,
+        static_pod: pod.static_pod,
+        restart_policy: spec
+            .and_then(|s| s.restart_policy.clone())
+            .unwrap_or_else(|| "Always".into()),
+        termination_grace_seconds: spec.and_then(|s| s.termination_grace_period_seconds),
+        containers: pod
+            .containers
+            .iter()
+            .filter(|c| c.kind == ContainerKind::Regular)
+            .map(|c| {
+                let runtime = c.runtime.as_ref().map(|r| {
+                    // A spec the agent cannot read stops the container without a hook, as the
+                    // kubelet would stop one whose hook it cannot run.
+                    let stop: StopSpec = pod
+                        .spec_of(c)
+                        .and_then(|s| s.decode().ok())
+                        .unwrap_or_default();
+                    ContainerFacts {
+                        container_id: r.container_id.clone(),
+                        id: r.id.clone(),
+                        running: r.state == RuntimeState::Running,
+                        started_at: (r.times.started_at > 0)
+                            .then(|| {
+                                Timestamp::from_nanosecond(i128::from(r.times.started_at)).ok()
+                            })
+                            .flatten(),
+                        ready_in_pod_status: c
+                            .status
+                            .as_ref()
+                            .is_some_and(|s| s.ready && s.container_id == r.container_id),
+                        backoff_until: c
+                            .crash_backoff
+                            .as_ref()
+                            .and_then(|b| b.until.as_deref())
+                            .and_then(|t| t.parse().ok()),
+                        pre_stop: stop.lifecycle.and_then(|l| l.pre_stop),
+                        ports: stop.ports,
+                    }
+                });
+                (c.name.clone(), runtime)
+            })
+            .collect(),
+    }
+}

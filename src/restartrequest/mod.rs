@@ -1,0 +1,12 @@
+//! In-place restarts without OpenKruise: ContainerRestartRequests (inplaced.io/v1alpha1), which
+//! the node agent carries out alone (stop through the shared kill path, then follow the new
+//! container until the pod reports it ready), and the `inplaced restart` client, which makes one
+//! or rolls them over every pod of a selector, batch by batch.
+
+pub mod cli;
+mod controller;
+mod plan;
+pub mod request;
+mod rollout;
+
+pub use controller::{RestartRequestConfig, restart_request_resource, run};

@@ -1,0 +1,807 @@
+//! The decisions, without I/O: given a ContainerRestartRequest, its pod as this node sees it,
+//! the kills the journal recorded for it, and the time, which status the request should have
+//! and which containers to stop now. Level-triggered and idempotent like the CRR planner: a stop
+//! is only ever ordered for a running container that is neither being stopped nor already
+//! replaced since the request took it up.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::request::{
+    ContainerPhase, ContainerRestartState, RestartPhase, RestartRequest, RestartStatus,
+};
+use crate::restart::{
+    ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillOrder, PreStop,
+};
+
+/// The newest runtime container of one app container, with what its pod spec says of stopping it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerFacts {
+    /// `<runtime>://<id>`.
+    pub container_id: String,
+    pub id: String,
+    pub running: bool,
+    pub started_at: Option<Timestamp>,
+    /// The pod's status shows this very container ready.
+    pub ready_in_pod_status: bool,
+    /// Exited and held by the kubelet's crash back-off until then (predicted).
+    pub backoff_until: Option<Timestamp>,
+    pub pre_stop: Option<PreStop>,
+    pub ports: Vec<ContainerPort>,
+}
+
+/// The pod as this node sees it.
+#[derive(Clone, Debug, Default)]
+pub struct PodFacts {
+    pub uid: String,
+    pub terminating: bool,
+    pub static_pod: bool,
+    /// `spec.restartPolicy`, `Always` when absent.
+    pub restart_policy: String,
+    pub termination_grace_seconds: Option<i64>,
+    /// The app containers in spec order, with their runtime container when there is one.
+    pub containers: Vec<(String, Option<ContainerFacts>)>,
+}
+
+/// Everything a decision depends on besides the request.
+pub struct Facts<'a> {
+    pub now: Timestamp,
+    pub node_name: &'a str,
+    /// `None`: no such pod on this node.
+    pub pod: Option<&'a PodFacts>,
+    /// How long this agent has known the request: a pod not found yet is given
+    /// [`POD_APPEAR_GRACE`] to reach the agent's watch.
+    pub known_for: Duration,
+    /// Kill intents recorded for this request, by container name.
+    pub intents: HashMap<&'a str, &'a KillIntent>,
+    /// Containers of this request with a kill under way.
+    pub in_flight: &'a HashSet<String>,
+    /// Containers of this request whose kill failed, with the reason.
+    pub kill_failures: &'a HashMap<String, String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub status: RestartStatus,
+    pub kills: Vec<KillOrder>,
+    /// Decide again after this long even if nothing changes.
+    pub requeue_after: Option<Duration>,
+    /// Containers that became Succeeded in this decision (the `Restarted` event).
+    pub restarted: Vec<String>,
+    /// Finished and past `ttlSecondsAfterFinished`: delete the request.
+    pub delete: bool,
+}
+
+/// How long a request naming a pod this node does not show waits before it fails.
+pub const POD_APPEAR_GRACE: Duration = Duration::from_secs(5);
+
+/// `containerd://abc` → `abc`.
+fn bare_id(container_id: &str) -> &str {
+    container_id
+        .split_once("://")
+        .map_or(container_id, |(_, id)| id)
+}
+
+fn seconds(s: i64) -> Duration {
+    Duration::from_secs(u64::try_from(s).unwrap_or(0))
+}
+
+fn until(now: Timestamp, at: Timestamp) -> Duration {
+    Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO)
+}
+
+pub fn decide(request: &RestartRequest, facts: &Facts<'_>) -> Decision {
+    let mut decision = Decision {
+        status: request.status.clone(),
+        kills: Vec::new(),
+        requeue_after: None,
+        restarted: Vec::new(),
+        delete: false,
+    };
+    let now = facts.now;
+    if decision.status.phase.is_final() {
+        let ttl = request
+            .spec
+            .as_ref()
+            .ok()
+            .and_then(|s| s.ttl_seconds_after_finished);
+        let done = decision
+            .status
+            .completion_time
+            .as_deref()
+            .and_then(|t| t.parse::<Timestamp>().ok());
+        if let (Some(ttl), Some(done)) = (ttl, done) {
+            let due = done
+                .checked_add(SignedDuration::from_secs(ttl))
+                .unwrap_or(Timestamp::MAX);
+            if now >= due {
+                decision.delete = true;
+            } else {
+                decision.requeue_after = Some(until(now, due));
+            }
+        }
+        return decision;
+    }
+    let fail = |mut decision: Decision, message: String| {
+        decision.status.phase = RestartPhase::Failed;
+        decision.status.completion_time = Some(now.to_string());
+        decision.status.message = Some(message);
+        decision.kills.clear();
+        decision
+    };
+    let spec = match &request.spec {
+        Ok(spec) => spec,
+        Err(reason) => return fail(decision, format!("invalid request, nothing done: {reason}")),
+    };
+    if let Some(deadline) = spec.active_deadline_seconds
+        && let Some(created) = request.created_at
+    {
+        let due = created
+            .checked_add(SignedDuration::from_secs(deadline))
+            .unwrap_or(Timestamp::MAX);
+        if now >= due {
+            return fail(
+                decision,
+                format!("not finished within activeDeadlineSeconds ({deadline} s)"),
+            );
+        }
+        decision.requeue_after = Some(until(now, due));
+    }
+    let Some(pod) = facts.pod else {
+        if facts.known_for < POD_APPEAR_GRACE && decision.status.pod_uid.is_none() {
+            decision.status.phase = RestartPhase::Pending;
+            decision.status.message = Some(format!(
+                "waiting for pod {} to appear on node {}",
+                spec.pod_name, facts.node_name
+            ));
+            decision.requeue_after = Some(POD_APPEAR_GRACE.saturating_sub(facts.known_for));
+            return decision;
+        }
+        return fail(
+            decision,
+            format!(
+                "pod {} not found on node {}: nothing restarted",
+                spec.pod_name, facts.node_name
+            ),
+        );
+    };
+    if let Some(wanted) = &spec.pod_uid
+        && *wanted != pod.uid
+    {
+        return fail(
+            decision,
+            format!(
+                "pod {} has UID {}, the request was made for UID {wanted}: nothing restarted",
+                spec.pod_name, pod.uid
+            ),
+        );
+    }
+    if let Some(taken) = &request.status.pod_uid
+        && *taken != pod.uid
+    {
+        return fail(
+            decision,
+            format!(
+                "pod {} was replaced (UID {taken} is now {}) during the restart",
+                spec.pod_name, pod.uid
+            ),
+        );
+    }
+    if pod.static_pod {
+        return fail(
+            decision,
+            format!(
+                "pod {} is a static pod: the kubelet runs it from a file on the node, restart it there; nothing restarted",
+                spec.pod_name
+            ),
+        );
+    }
+    match pod.restart_policy.as_str() {
+        "Always" => {}
+        "Never" => {
+            return fail(
+                decision,
+                format!(
+                    "pod {} has restartPolicy Never: the kubelet would not start a stopped container again; nothing restarted",
+                    spec.pod_name
+                ),
+            );
+        }
+        other => {
+            return fail(
+                decision,
+                format!(
+                    "pod {} has restartPolicy {other}: the kubelet would not start a container that exits 0 on SIGTERM again; nothing restarted",
+                    spec.pod_name
+                ),
+            );
+        }
+    }
+    if pod.terminating {
+        return fail(
+            decision,
+            format!("pod {} is terminating: nothing restarted", spec.pod_name),
+        );
+    }
+    let app: Vec<&str> = pod.containers.iter().map(|(n, _)| n.as_str()).collect();
+    let wanted: Vec<&str> = if spec.containers.is_empty() {
+        app.clone()
+    } else {
+        spec.containers.iter().map(|c| c.name.as_str()).collect()
+    };
+    if let Some(unknown) = wanted.iter().find(|w| !app.contains(w)) {
+        return fail(
+            decision,
+            format!(
+                "container {unknown:?} is not an app container of pod {} (it has {}): nothing restarted",
+                spec.pod_name,
+                app.join(", ")
+            ),
+        );
+    }
+
+    let strategy = spec.strategy.clone().unwrap_or_default();
+    let grace = seconds(
+        strategy
+            .termination_grace_period_seconds
+            .or(pod.termination_grace_seconds)
+            .unwrap_or(DEFAULT_TERMINATION_GRACE_SECONDS),
+    );
+    let min_started = seconds(strategy.min_started_seconds);
+    let previous: HashMap<&str, &ContainerRestartState> = request
+        .status
+        .containers
+        .iter()
+        .map(|s| (s.name.as_str(), s))
+        .collect();
+    let mut requeue = decision.requeue_after;
+    let mut wake = |after: Duration| requeue = Some(requeue.map_or(after, |r| r.min(after)));
+    let mut states = Vec::with_capacity(wanted.len());
+    let mut kills = Vec::new();
+    let mut restarted = Vec::new();
+    for name in wanted {
+        let previous = previous.get(name).copied();
+        let mut state = previous.cloned().unwrap_or_else(|| ContainerRestartState {
+            name: name.to_owned(),
+            ..Default::default()
+        });
+        if state.phase.is_final() {
+            states.push(state);
+            continue;
+        }
+        state.message = None;
+        // orderedRestart: only once every container before it is done.
+        let blocked = strategy.ordered_restart && states.iter().any(|s| !s.phase.is_final());
+        if let Some(failure) = facts.kill_failures.get(name) {
+            state.phase = ContainerPhase::Failed;
+            state.message = Some(failure.clone());
+            states.push(state);
+            continue;
+        }
+        let intent = facts.intents.get(name).copied();
+        let in_flight = facts.in_flight.contains(name);
+        // The container this request stopped (or is stopping): the journal's record, else the
+        // status's (written after the record).
+        let old = intent
+            .map(|i| i.container_id.as_str())
+            .or(state.old_container_id.as_deref().map(bare_id));
+        let runtime = pod
+            .containers
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, r)| r.as_ref());
+        let Some(runtime) = runtime else {
+            if old.is_some() || in_flight {
+                state.phase = ContainerPhase::Restarting;
+                state.message = Some("waiting for the kubelet to start it again".into());
+            } else {
+                state.phase = ContainerPhase::Pending;
+                state.message = Some("the container has not been created yet".into());
+            }
+            states.push(state);
+            continue;
+        };
+        if old.is_some_and(|old| old != runtime.id) {
+            // Replaced by the kubelet: wait for it to be ready and to stay up.
+            state.phase = ContainerPhase::Restarting;
+            if state.new_container_id.as_deref() != Some(runtime.container_id.as_str()) {
+                state.new_container_id = Some(runtime.container_id.clone());
+                state.ready_time = None;
+            }
+            if runtime.running && runtime.ready_in_pod_status {
+                let ready_at = state
+                    .ready_time
+                    .as_deref()
+                    .and_then(|t| t.parse::<Timestamp>().ok())
+                    .unwrap_or(now);
+                state.ready_time = Some(ready_at.to_string());
+                let up_for = runtime
+                    .started_at
+                    .map(|s| Duration::try_from(now.duration_since(s)).unwrap_or(Duration::ZERO))
+                    .unwrap_or(Duration::ZERO);
+                if up_for >= min_started {
+                    state.phase = ContainerPhase::Succeeded;
+                    restarted.push(name.to_owned());
+                } else {
+                    state.message = Some(format!(
+                        "ready; counted as restarted after minStartedSeconds ({} s)",
+                        min_started.as_secs()
+                    ));
+                    wake(min_started - up_for);
+                }
+            } else if !runtime.running {
+                state.message = Some(backoff_message(runtime));
+            } else {
+                state.message = Some("running, waiting for the pod to report it ready".into());
+            }
+            states.push(state);
+            continue;
+        }
+        if !runtime.running || in_flight {
+            // Stopping, or stopped and not started again yet. A container found exited before
+            // this request stopped anything is the old one too: the kubelet's next start of it
+            // is the restart asked for, and stopping that one as well would be a second.
+            state.phase = ContainerPhase::Restarting;
+            if state.old_container_id.is_none() {
+                state.old_container_id = Some(runtime.container_id.clone());
+            }
+            if !runtime.running {
+                state.message = Some(backoff_message(runtime));
+            }
+            states.push(state);
+            continue;
+        }
+        // Running, and the one to stop. A kill recorded for it but not under way was abandoned
+        // by an agent that died during it: finished with SIGKILL once its grace is over.
+        if let Some(intent) = intent
+            && intent.container_id == runtime.id
+        {
+            state.phase = ContainerPhase::Restarting;
+            state.old_container_id = Some(runtime.container_id.clone());
+            let due_ms = intent.started_ms.saturating_add(intent.grace_ms);
+            let now_ms = now.as_millisecond();
+            if now_ms < due_ms {
+                wake(Duration::from_millis(
+                    u64::try_from(due_ms - now_ms).unwrap_or(0),
+                ));
+            } else {
+                kills.push(KillOrder {
+                    container: name.to_owned(),
+                    container_id: runtime.id.clone(),
+                    pre_stop: None,
+                    ports: Vec::new(),
+                    grace: Duration::ZERO,
+                    resumed: true,
+                });
+            }
+            states.push(state);
+            continue;
+        }
+        if blocked {
+            state.phase = ContainerPhase::Pending;
+            state.message = Some("waiting for the containers before it (orderedRestart)".into());
+            states.push(state);
+            continue;
+        }
+        kills.push(KillOrder {
+            container: name.to_owned(),
+            container_id: runtime.id.clone(),
+            pre_stop: runtime.pre_stop.clone(),
+            ports: runtime.ports.clone(),
+            grace,
+            resumed: false,
+        });
+        state.phase = ContainerPhase::Restarting;
+        state.old_container_id = Some(runtime.container_id.clone());
+        states.push(state);
+    }
+
+    let status = &mut decision.status;
+    status.pod_uid = Some(pod.uid.clone());
+    if let Some(failed) = states.iter().find(|s| s.phase == ContainerPhase::Failed) {
+        let message = format!(
+            "container {}: {}",
+            failed.name,
+            failed.message.as_deref().unwrap_or("failed")
+        );
+        status.containers = states;
+        return fail(decision, message);
+    }
+    if states.iter().all(|s| s.phase == ContainerPhase::Succeeded) {
+        status.phase = RestartPhase::Succeeded;
+        status.completion_time = Some(now.to_string());
+        status.message = None;
+    } else if kills.is_empty() && states.iter().all(|s| s.phase == ContainerPhase::Pending) {
+        status.phase = RestartPhase::Pending;
+        status.message = states.iter().find_map(|s| s.message.clone());
+    } else {
+        status.phase = RestartPhase::Restarting;
+        status.message = None;
+        if status.start_time.is_none() {
+            status.start_time = Some(now.to_string());
+        }
+    }
+    status.containers = states;
+    decision.kills = kills;
+    decision.requeue_after = requeue;
+    decision.restarted = restarted;
+    decision
+}
+
+/// What a stopped container waits for. A fixed time, not a countdown: the status is written
+/// once, not on every pass.
+fn backoff_message(runtime: &ContainerFacts) -> String {
+    match runtime.backoff_until {
+        Some(until) => {
+            format!("the kubelet will start it again after its crash back-off, at {until}")
+        }
+        None => "waiting for the kubelet to start it again".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::request::object_from_json;
+    use serde_json::{Value, json};
+
+    const NOW: &str = "2026-11-28T10:00:00Z";
+
+    fn now() -> Timestamp {
+        NOW.parse().unwrap()
+    }
+
+    fn request(spec: Value, status: Value) -> RestartRequest {
+        RestartRequest::from_object(
+            &object_from_json(json!({
+                "metadata": {"name": "r", "namespace": "ns", "uid": "req-1",
+                             "creationTimestamp": "2026-11-28T09:59:00Z"},
+                "spec": spec, "status": status}))
+            .unwrap(),
+        )
+        .unwrap()
+    }
+
+    fn container(id: &str, running: bool) -> ContainerFacts {
+        ContainerFacts {
+            container_id: format!("containerd://{id}"),
+            id: id.into(),
+            running,
+            started_at: Some("2026-11-28T09:50:00Z".parse().unwrap()),
+            ready_in_pod_status: running,
+            ..Default::default()
+        }
+    }
+
+    fn pod(containers: &[(&str, Option<ContainerFacts>)]) -> PodFacts {
+        PodFacts {
+            uid: "pod-1".into(),
+            restart_policy: "Always".into(),
+            termination_grace_seconds: Some(7),
+            containers: containers
+                .iter()
+                .map(|(n, c)| (n.to_string(), c.clone()))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    struct Run<'a> {
+        intents: Vec<KillIntent>,
+        in_flight: HashSet<String>,
+        failures: HashMap<String, String>,
+        known_for: Duration,
+        offset: i64,
+        pod: Option<&'a PodFacts>,
+    }
+
+    fn run<'a>(pod: Option<&'a PodFacts>) -> Run<'a> {
+        Run {
+            intents: Vec::new(),
+            in_flight: HashSet::new(),
+            failures: HashMap::new(),
+            known_for: Duration::from_secs(60),
+            offset: 0,
+            pod,
+        }
+    }
+
+    impl Run<'_> {
+        fn decide(&self, request: &RestartRequest) -> Decision {
+            decide(
+                request,
+                &Facts {
+                    now: now() + SignedDuration::from_secs(self.offset),
+                    node_name: "n1",
+                    pod: self.pod,
+                    known_for: self.known_for,
+                    intents: self
+                        .intents
+                        .iter()
+                        .map(|i| (i.container.as_str(), i))
+                        .collect(),
+                    in_flight: &self.in_flight,
+                    kill_failures: &self.failures,
+                },
+            )
+        }
+    }
+
+    fn intent(container: &str, id: &str) -> KillIntent {
+        KillIntent {
+            key: "req-1".into(),
+            container: container.into(),
+            container_id: id.into(),
+            started_ms: now().as_millisecond(),
+            grace_ms: 7_000,
+        }
+    }
+
+    #[test]
+    fn a_container_is_stopped_once_then_followed_to_ready() {
+        let spec = json!({"podName": "p"});
+        let first = pod(&[("app", Some(container("a0", true)))]);
+        let d = run(Some(&first)).decide(&request(spec.clone(), json!({})));
+        assert_eq!(d.kills.len(), 1);
+        assert_eq!(d.kills[0].container_id, "a0");
+        assert_eq!(d.kills[0].grace, Duration::from_secs(7), "the pod's grace");
+        assert_eq!(d.status.phase, RestartPhase::Restarting);
+        assert_eq!(d.status.pod_uid.as_deref(), Some("pod-1"));
+        let state = &d.status.containers[0];
+        assert_eq!(state.old_container_id.as_deref(), Some("containerd://a0"));
+
+        // Under way: no second order; stopped: none either, whatever the clock says.
+        let written = serde_json::to_value(&d.status).unwrap();
+        let mut stopping = run(Some(&first));
+        stopping.intents = vec![intent("app", "a0")];
+        stopping.in_flight.insert("app".into());
+        assert!(
+            stopping
+                .decide(&request(spec.clone(), written.clone()))
+                .kills
+                .is_empty()
+        );
+        let stopped = pod(&[("app", Some(container("a0", false)))]);
+        let mut after = run(Some(&stopped));
+        after.intents = vec![intent("app", "a0")];
+        for offset in [0, 3600] {
+            after.offset = offset;
+            let d = after.decide(&request(spec.clone(), written.clone()));
+            assert!(d.kills.is_empty());
+            assert_eq!(d.status.phase, RestartPhase::Restarting);
+        }
+        // Replaced and running but not ready yet: waits.
+        let mut new = container("a1", true);
+        new.ready_in_pod_status = false;
+        new.started_at = Some(now());
+        let replaced = pod(&[("app", Some(new.clone()))]);
+        let mut r = run(Some(&replaced));
+        r.intents = vec![intent("app", "a0")];
+        let d = r.decide(&request(spec.clone(), written.clone()));
+        assert!(d.kills.is_empty());
+        assert_eq!(d.status.phase, RestartPhase::Restarting);
+        assert_eq!(
+            d.status.containers[0].new_container_id.as_deref(),
+            Some("containerd://a1")
+        );
+        // Ready: succeeded, announced once.
+        new.ready_in_pod_status = true;
+        let ready = pod(&[("app", Some(new))]);
+        let mut r = run(Some(&ready));
+        r.intents = vec![intent("app", "a0")];
+        let d = r.decide(&request(spec.clone(), written));
+        assert_eq!(d.status.phase, RestartPhase::Succeeded, "{:?}", d.status);
+        assert_eq!(d.restarted, ["app"]);
+        assert_eq!(d.status.containers[0].ready_time.as_deref(), Some(NOW));
+        assert!(d.status.completion_time.is_some());
+        let done = serde_json::to_value(&d.status).unwrap();
+        let again = r.decide(&request(spec, done));
+        assert!(again.restarted.is_empty() && again.kills.is_empty());
+    }
+
+    #[test]
+    fn the_status_alone_keeps_a_replaced_container_from_a_second_stop() {
+        // The journal lost (another state directory): the status still names the old one.
+        let status = json!({"phase": "Restarting", "podUID": "pod-1", "containers": [
+            {"name": "app", "phase": "Restarting", "oldContainerID": "containerd://a0"}]});
+        let replaced = pod(&[("app", Some(container("a1", true)))]);
+        let d = run(Some(&replaced)).decide(&request(json!({"podName": "p"}), status));
+        assert!(d.kills.is_empty());
+        assert_eq!(d.status.phase, RestartPhase::Succeeded);
+    }
+
+    #[test]
+    fn ordered_restart_moves_one_container_at_a_time() {
+        let spec = json!({"podName": "p", "containers": [{"name": "b"}, {"name": "a"}],
+                          "strategy": {"orderedRestart": true}});
+        let both = pod(&[
+            ("a", Some(container("a0", true))),
+            ("b", Some(container("b0", true))),
+        ]);
+        let d = run(Some(&both)).decide(&request(spec.clone(), json!({})));
+        let killed: Vec<&str> = d.kills.iter().map(|k| k.container.as_str()).collect();
+        assert_eq!(killed, ["b"], "the request's order, not the pod's");
+        assert_eq!(d.status.containers[1].phase, ContainerPhase::Pending);
+        let unordered = json!({"podName": "p"});
+        assert_eq!(
+            run(Some(&both))
+                .decide(&request(unordered, json!({})))
+                .kills
+                .len(),
+            2
+        );
+        // b replaced and ready: a goes next.
+        let status = serde_json::to_value(&d.status).unwrap();
+        let next = pod(&[
+            ("a", Some(container("a0", true))),
+            ("b", Some(container("b1", true))),
+        ]);
+        let d = run(Some(&next)).decide(&request(spec, status));
+        let killed: Vec<&str> = d.kills.iter().map(|k| k.container.as_str()).collect();
+        assert_eq!(killed, ["a"]);
+        assert_eq!(d.status.containers[0].phase, ContainerPhase::Succeeded);
+    }
+
+    #[test]
+    fn refusals_never_stop_anything() {
+        let spec = json!({"podName": "p"});
+        let cases: Vec<(PodFacts, &str)> = vec![
+            (
+                PodFacts {
+                    static_pod: true,
+                    ..pod(&[("app", Some(container("a0", true)))])
+                },
+                "static pod",
+            ),
+            (
+                PodFacts {
+                    restart_policy: "Never".into(),
+                    ..pod(&[("app", Some(container("a0", true)))])
+                },
+                "restartPolicy Never",
+            ),
+            (
+                PodFacts {
+                    restart_policy: "OnFailure".into(),
+                    ..pod(&[("app", Some(container("a0", true)))])
+                },
+                "restartPolicy OnFailure",
+            ),
+            (
+                PodFacts {
+                    terminating: true,
+                    ..pod(&[("app", Some(container("a0", true)))])
+                },
+                "terminating",
+            ),
+            (
+                PodFacts {
+                    uid: "pod-2".into(),
+                    ..pod(&[("app", Some(container("a0", true)))])
+                },
+                "UID pod-2",
+            ),
+        ];
+        for (facts, expected) in &cases {
+            let spec = json!({"podName": "p", "podUID": "pod-1"});
+            let d = run(Some(facts)).decide(&request(spec, json!({})));
+            assert!(d.kills.is_empty(), "{expected}");
+            assert_eq!(d.status.phase, RestartPhase::Failed, "{expected}");
+            let message = d.status.message.unwrap();
+            assert!(message.contains(expected), "{expected}: {message}");
+        }
+        let one = pod(&[("app", Some(container("a0", true)))]);
+        let unknown = json!({"podName": "p", "containers": [{"name": "app"}, {"name": "nope"}]});
+        let d = run(Some(&one)).decide(&request(unknown, json!({})));
+        assert!(d.kills.is_empty());
+        assert!(
+            d.status
+                .message
+                .unwrap()
+                .contains("\"nope\" is not an app container")
+        );
+        let bad = request(json!({"podName": ""}), json!({}));
+        let d = run(Some(&one)).decide(&bad);
+        assert!(d.kills.is_empty());
+        assert!(d.status.message.unwrap().starts_with("invalid request"));
+        // The pod replaced under the same name while the request ran.
+        let taken = json!({"phase": "Restarting", "podUID": "pod-0"});
+        let d = run(Some(&one)).decide(&request(spec, taken));
+        assert!(d.kills.is_empty());
+        assert!(d.status.message.unwrap().contains("was replaced"));
+    }
+
+    #[test]
+    fn a_missing_pod_is_given_time_then_fails() {
+        let spec = json!({"podName": "p"});
+        let mut early = run(None);
+        early.known_for = Duration::from_secs(1);
+        let d = early.decide(&request(spec.clone(), json!({})));
+        assert_eq!(d.status.phase, RestartPhase::Pending);
+        assert_eq!(d.requeue_after, Some(Duration::from_secs(4)));
+        let d = run(None).decide(&request(spec, json!({})));
+        assert_eq!(d.status.phase, RestartPhase::Failed);
+        assert!(d.status.message.unwrap().contains("not found on node n1"));
+    }
+
+    #[test]
+    fn deadline_and_ttl() {
+        let spec =
+            json!({"podName": "p", "activeDeadlineSeconds": 30, "ttlSecondsAfterFinished": 10});
+        let one = pod(&[("app", Some(container("a0", true)))]);
+        // Created 60 s ago with a 30 s deadline: failed without a stop.
+        let d = run(Some(&one)).decide(&request(spec.clone(), json!({})));
+        assert!(d.kills.is_empty());
+        assert!(
+            d.status
+                .message
+                .unwrap()
+                .contains("activeDeadlineSeconds (30 s)")
+        );
+        let mut early = run(Some(&one));
+        early.offset = -40;
+        assert_eq!(
+            early.decide(&request(spec.clone(), json!({}))).kills.len(),
+            1
+        );
+        let finished = json!({"phase": "Succeeded", "completionTime": "2026-11-28T09:59:55Z"});
+        let d = run(Some(&one)).decide(&request(spec.clone(), finished.clone()));
+        assert!(!d.delete);
+        assert_eq!(d.requeue_after, Some(Duration::from_secs(5)));
+        let mut later = run(None);
+        later.offset = 5;
+        assert!(later.decide(&request(spec, finished)).delete);
+    }
+
+    #[test]
+    fn an_abandoned_kill_is_finished_after_its_grace_and_failures_end_the_request() {
+        let spec = json!({"podName": "p"});
+        let running = pod(&[("app", Some(container("a0", true)))]);
+        let mut r = run(Some(&running));
+        r.intents = vec![intent("app", "a0")];
+        let status = json!({"phase": "Restarting", "podUID": "pod-1", "containers": [
+            {"name": "app", "phase": "Restarting", "oldContainerID": "containerd://a0"}]});
+        let d = r.decide(&request(spec.clone(), status.clone()));
+        assert!(d.kills.is_empty());
+        assert_eq!(d.requeue_after, Some(Duration::from_secs(7)));
+        r.offset = 7;
+        let d = r.decide(&request(spec.clone(), status.clone()));
+        assert!(d.kills.len() == 1 && d.kills[0].resumed);
+
+        let mut failing = run(Some(&running));
+        failing
+            .failures
+            .insert("app".into(), "StopContainer: refused".into());
+        let d = failing.decide(&request(spec, status));
+        assert_eq!(d.status.phase, RestartPhase::Failed);
+        assert_eq!(
+            d.status.message.as_deref(),
+            Some("container app: StopContainer: refused")
+        );
+    }
+
+    #[test]
+    fn min_started_seconds_waits_and_a_crash_back_off_is_named() {
+        let spec = json!({"podName": "p", "strategy": {"minStartedSeconds": 20}});
+        let status = json!({"phase": "Restarting", "podUID": "pod-1", "containers": [
+            {"name": "app", "phase": "Restarting", "oldContainerID": "containerd://a0"}]});
+        let mut new = container("a1", true);
+        new.started_at = Some("2026-11-28T09:59:50Z".parse().unwrap());
+        let replaced = pod(&[("app", Some(new))]);
+        let d = run(Some(&replaced)).decide(&request(spec.clone(), status.clone()));
+        assert_eq!(d.status.phase, RestartPhase::Restarting);
+        assert_eq!(d.requeue_after, Some(Duration::from_secs(10)));
+        let mut stopped = container("a0", false);
+        stopped.backoff_until = Some("2026-11-28T10:00:20Z".parse().unwrap());
+        let held = pod(&[("app", Some(stopped))]);
+        let d = run(Some(&held)).decide(&request(spec, status));
+        assert_eq!(
+            d.status.containers[0].message.as_deref(),
+            Some(
+                "the kubelet will start it again after its crash back-off, at 2026-11-28T10:00:20Z"
+            )
+        );
+    }
+}
