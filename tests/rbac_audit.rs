@@ -118,6 +118,47 @@ async fn the_agent_uses_only_what_the_shipped_roles_grant() {
     .await;
     assert_eq!(node.proxy.stop_count(&first), 1, "one env restart");
 
+    // A ContainerRestartRequest (no OpenKruise): the stop, its status, and its deletion after
+    // ttlSecondsAfterFinished.
+    let restart_pod = unique("restart");
+    let pod = node
+        .run_pod(
+            &restart_pod,
+            json!({"containers": [{"name": "app", "image": "localhost/busybox:local",
+                "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"]}]}),
+        )
+        .await;
+    let restarted = container_id(&pod, "app");
+    let request = unique("ctrr");
+    node.server
+        .store()
+        .create(
+            "containerrestartrequests",
+            json!({"apiVersion": "inplaced.io/v1alpha1", "kind": "ContainerRestartRequest",
+                   "metadata": {"name": request, "namespace": NS,
+                                "labels": {"inplaced.io/node-name": node.node}},
+                   "spec": {"podName": restart_pod, "ttlSecondsAfterFinished": 0}}),
+        )
+        .unwrap();
+    let deadline = std::time::Instant::now() + LONG;
+    while node
+        .server
+        .store()
+        .get("containerrestartrequests", NS, &request)
+        .is_some()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{request} was never deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        node.proxy.stop_count(&restarted),
+        1,
+        "one restart request stop"
+    );
+
     assert_granted(
         &node,
         &[
@@ -128,6 +169,10 @@ async fn the_agent_uses_only_what_the_shipped_roles_grant() {
             "list apps.kruise.io containerrecreaterequests",
             "watch apps.kruise.io containerrecreaterequests",
             "patch apps.kruise.io containerrecreaterequests/status",
+            "list inplaced.io containerrestartrequests",
+            "watch inplaced.io containerrestartrequests",
+            "patch inplaced.io containerrestartrequests/status",
+            "delete inplaced.io containerrestartrequests",
             "create core events",
             "patch core pods/status",
         ],
@@ -284,8 +329,12 @@ fn shipped_roles_have_no_wildcards_and_only_narrow_writes() {
                     let ok = match verb {
                         "list" | "watch" => true,
                         "create" => resources == ["events"],
-                        // Finished ContainerResizeRequests, after ttlSecondsAfterFinished.
-                        "delete" => resources == ["containerresizerequests"],
+                        // Finished ContainerResizeRequests and ContainerRestartRequests, after
+                        // ttlSecondsAfterFinished.
+                        "delete" => {
+                            resources == ["containerresizerequests"]
+                                || resources == ["containerrestartrequests"]
+                        }
                         "patch" => resources
                             .iter()
                             .all(|r| r.ends_with("/status") || *r == "pods/resize" || *r == "pods"),

@@ -96,6 +96,72 @@ pub(crate) fn object_from_json(json: serde_json::Value) -> Result<DynamicObject,
     serde_json::from_value(json).map_err(|e| format!("not an API object: {e}"))
 }
 
+/// The status schema of a CRD manifest (its first version), for tests.
+#[cfg(test)]
+pub(crate) fn crd_status_schema(crd: &str) -> serde_yaml_ng::Value {
+    let crd: serde_yaml_ng::Value = serde_yaml_ng::from_str(crd).expect("the CRD parses");
+    let status =
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"].clone();
+    assert!(status.get("properties").is_some(), "{status:?}");
+    status
+}
+
+/// Where `value` breaks the CRD's structural schema: a field the real API server would
+/// prune (then the agent's "already written" comparison never holds and it writes on every
+/// pass) or a value it would refuse (an enum, a type).
+#[cfg(test)]
+pub(crate) fn schema_violations(
+    value: &serde_json::Value,
+    schema: &serde_yaml_ng::Value,
+    path: &str,
+) -> Vec<String> {
+    use serde_json::Value;
+    let field = |name: &str| schema.get(name);
+    let mut out = Vec::new();
+    if field("x-kubernetes-int-or-string").and_then(serde_yaml_ng::Value::as_bool) == Some(true) {
+        if !(value.is_string() || value.is_i64() || value.is_u64()) {
+            out.push(format!("{path}: {value} is not an integer or string"));
+        }
+        return out;
+    }
+    match (field("type").and_then(serde_yaml_ng::Value::as_str), value) {
+        (Some("object"), Value::Object(map)) => {
+            let properties = field("properties");
+            for (key, inner) in map {
+                match properties.and_then(|p| p.get(key.as_str())) {
+                    Some(inner_schema) => out.extend(schema_violations(
+                        inner,
+                        inner_schema,
+                        &format!("{path}.{key}"),
+                    )),
+                    None => out.push(format!("{path}.{key}: not in the schema (pruned)")),
+                }
+            }
+        }
+        (Some("array"), Value::Array(items)) => {
+            if let Some(item_schema) = field("items") {
+                for (i, item) in items.iter().enumerate() {
+                    out.extend(schema_violations(
+                        item,
+                        item_schema,
+                        &format!("{path}[{i}]"),
+                    ));
+                }
+            }
+        }
+        (Some("string"), Value::String(text)) => {
+            if let Some(allowed) = field("enum").and_then(serde_yaml_ng::Value::as_sequence)
+                && !allowed.iter().any(|a| a.as_str() == Some(text))
+            {
+                out.push(format!("{path}: {text:?} is not one of the enum"));
+            }
+        }
+        (Some("integer"), v) if v.is_i64() || v.is_u64() => {}
+        (kind, v) => out.push(format!("{path}: {v} is not of type {kind:?}")),
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -300,75 +300,18 @@ fn validate(spec: ResizeSpec) -> Result<ResizeSpec, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kube::request::{crd_status_schema, schema_violations};
     use serde_json::json;
 
     fn decode_request(json: Value) -> Result<ResizeRequest, String> {
         ResizeRequest::from_object(&crate::kube::request::object_from_json(json)?)
     }
 
-    /// Where `value` breaks the CRD's structural schema: a field the real API server would
-    /// prune (then the agent's "already written" comparison never holds and it writes on every
-    /// pass) or a value it would refuse (an enum, a type).
-    fn schema_violations(value: &Value, schema: &serde_yaml_ng::Value, path: &str) -> Vec<String> {
-        let field = |name: &str| schema.get(name);
-        let mut out = Vec::new();
-        if field("x-kubernetes-int-or-string").and_then(serde_yaml_ng::Value::as_bool) == Some(true)
-        {
-            if !(value.is_string() || value.is_i64() || value.is_u64()) {
-                out.push(format!("{path}: {value} is not an integer or string"));
-            }
-            return out;
-        }
-        match (field("type").and_then(serde_yaml_ng::Value::as_str), value) {
-            (Some("object"), Value::Object(map)) => {
-                let properties = field("properties");
-                for (key, inner) in map {
-                    match properties.and_then(|p| p.get(key.as_str())) {
-                        Some(inner_schema) => out.extend(schema_violations(
-                            inner,
-                            inner_schema,
-                            &format!("{path}.{key}"),
-                        )),
-                        None => out.push(format!("{path}.{key}: not in the schema (pruned)")),
-                    }
-                }
-            }
-            (Some("array"), Value::Array(items)) => {
-                if let Some(item_schema) = field("items") {
-                    for (i, item) in items.iter().enumerate() {
-                        out.extend(schema_violations(
-                            item,
-                            item_schema,
-                            &format!("{path}[{i}]"),
-                        ));
-                    }
-                }
-            }
-            (Some("string"), Value::String(text)) => {
-                if let Some(allowed) = field("enum").and_then(serde_yaml_ng::Value::as_sequence)
-                    && !allowed.iter().any(|a| a.as_str() == Some(text))
-                {
-                    out.push(format!("{path}: {text:?} is not one of the enum"));
-                }
-            }
-            (Some("integer"), v) if v.is_i64() || v.is_u64() => {}
-            (kind, v) => out.push(format!("{path}: {v} is not of type {kind:?}")),
-        }
-        out
-    }
-
     #[test]
     fn every_status_the_agent_writes_fits_the_crd_schema() {
-        let crd: serde_yaml_ng::Value = serde_yaml_ng::from_str(include_str!(
+        let status_schema = crd_status_schema(include_str!(
             "../../packaging/kubernetes/crd-containerresizerequests.yaml"
-        ))
-        .expect("the CRD parses");
-        let status_schema =
-            &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
-        assert!(
-            status_schema.get("properties").is_some(),
-            "{status_schema:?}"
-        );
+        ));
         let resources = Resources {
             cpu_request: Some(250),
             cpu_limit: Some(500),
@@ -411,7 +354,7 @@ mod tests {
                 }],
             };
             let value = serde_json::to_value(&status).expect("serializes");
-            let violations = schema_violations(&value, status_schema, "status");
+            let violations = schema_violations(&value, &status_schema, "status");
             assert!(violations.is_empty(), "{violations:#?}\n{value:#}");
         }
     }

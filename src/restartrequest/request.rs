@@ -277,6 +277,46 @@ mod tests {
     }
 
     #[test]
+    fn every_status_the_agent_writes_fits_the_crd_schema() {
+        use crate::kube::request::{crd_status_schema, schema_violations};
+        let schema = crd_status_schema(include_str!(
+            "../../packaging/kubernetes/crd-containerrestartrequests.yaml"
+        ));
+        let phases = [
+            RestartPhase::Pending,
+            RestartPhase::Restarting,
+            RestartPhase::Succeeded,
+            RestartPhase::Failed,
+        ];
+        let container_phases = [
+            ContainerPhase::Pending,
+            ContainerPhase::Restarting,
+            ContainerPhase::Succeeded,
+            ContainerPhase::Failed,
+        ];
+        for (phase, container_phase) in phases.into_iter().zip(container_phases) {
+            let status = RestartStatus {
+                phase,
+                message: Some("why".into()),
+                pod_uid: Some("p1".into()),
+                start_time: Some("2026-11-28T10:00:00Z".into()),
+                completion_time: Some("2026-11-28T10:00:05Z".into()),
+                containers: vec![ContainerRestartState {
+                    name: "app".into(),
+                    phase: container_phase,
+                    message: Some("waiting".into()),
+                    old_container_id: Some("containerd://a".into()),
+                    new_container_id: Some("containerd://b".into()),
+                    ready_time: Some("2026-11-28T10:00:04Z".into()),
+                }],
+            };
+            let value = serde_json::to_value(&status).unwrap();
+            let violations = schema_violations(&value, &schema, "status");
+            assert!(violations.is_empty(), "{violations:#?}\n{value:#}");
+        }
+    }
+
+    #[test]
     fn bad_specs_are_errors_not_panics() {
         let cases = [
             (json!({"podName": ""}), "podName is empty"),
