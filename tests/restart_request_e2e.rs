@@ -637,3 +637,35 @@ async fn an_agent_killed_mid_rollout_resumes_it_without_a_second_restart() {
     assert_eq!(seen.len(), 5);
     node.stop().await;
 }
+
+/// A second rollout within ten minutes meets the kubelet's crash back-off (10 s on 1.33): the
+/// rollout's progress says so instead of looking stuck, and the wait is the kubelet's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn a_rollout_shows_the_kubelets_crash_back_off() {
+    let node = Node::start_with(support::sandbox::NodeOptions::kubelet("v1.33.5")).await;
+    let label = unique("again");
+    let pods = run_labelled_pods(&node, &label, 1).await;
+    let selector = format!("app={label}");
+    let first = restart_cli(&node, &["-l", &selector, "--timeout", "60s"]).await;
+    assert!(first.status.success(), "{}", text(&first));
+    assert!(
+        !text(&first).contains("crash back-off"),
+        "the first restart is free: {}",
+        text(&first)
+    );
+    let started = Instant::now();
+    let second = restart_cli(&node, &["-l", &selector, "--timeout", "60s"]).await;
+    let took = started.elapsed();
+    assert!(second.status.success(), "{}", text(&second));
+    let out = String::from_utf8_lossy(&second.stdout);
+    assert!(
+        out.contains("app Restarting: the kubelet will start it again after its crash back-off, at "),
+        "{}",
+        text(&second)
+    );
+    assert!(took >= Duration::from_secs(10), "the kubelet's 10 s wait: {took:?}");
+    let pod = node.pod(&pods[0].0).unwrap();
+    assert_eq!(container_status(&pod, "app")["restartCount"], 2);
+    node.stop().await;
+}
