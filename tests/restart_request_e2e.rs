@@ -660,11 +660,16 @@ async fn a_rollout_shows_the_kubelets_crash_back_off() {
     assert!(second.status.success(), "{}", text(&second));
     let out = String::from_utf8_lossy(&second.stdout);
     assert!(
-        out.contains("app Restarting: the kubelet will start it again after its crash back-off, at "),
+        out.contains(
+            "app Restarting: the kubelet will start it again after its crash back-off, at "
+        ),
         "{}",
         text(&second)
     );
-    assert!(took >= Duration::from_secs(10), "the kubelet's 10 s wait: {took:?}");
+    assert!(
+        took >= Duration::from_secs(10),
+        "the kubelet's 10 s wait: {took:?}"
+    );
     let pod = node.pod(&pods[0].0).unwrap();
     assert_eq!(container_status(&pod, "app")["restartCount"], 2);
     node.stop().await;

@@ -14,7 +14,7 @@ releases=("$@")
 
 # The core, by test binary and test name (a name matches as a substring, as libtest filters do).
 core_binaries=(cri_containerd cri_runtime_restart recreate_e2e containermeta_e2e resize_e2e
-  restart_metrics_e2e recreate_runtime_restart agent_e2e fault_cri_e2e)
+  restart_metrics_e2e recreate_runtime_restart agent_e2e fault_cri_e2e restart_request_e2e)
 core_tests=(
   # The runtime API: version (`inplaced runtime`), listing, status with verbose info, exec, stop.
   version_reports_containerd_speaking_cri_v1
@@ -29,6 +29,9 @@ core_tests=(
   # ContainerRecreateRequests with preStop hooks of each kind.
   single_container_is_recreated_once_with_its_exec_pre_stop
   ordered_recreate_with_http_and_tcp_pre_stops_goes_one_container_at_a_time
+  # ContainerRestartRequests (no OpenKruise): one pod through the CLI, and a rollout.
+  one_container_is_restarted_in_place_by_the_cli
+  a_rollout_of_ten_pods_keeps_at_most_three_unready
   # env-from-metadata restarts (OCI spec env, and the ExecSync fallback) and runtime-containers-meta.
   restart_trigger_with_an_annotation_and_a_label
   restart_trigger_works_in_an_image_without_env
