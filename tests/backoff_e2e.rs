@@ -207,3 +207,85 @@ async fn the_fifth_restart_waits_as_predicted_under_the_reduced_decay() {
     assert_eq!(c["crash_backoff"]["next_wait_seconds"], 16, "{c:#}");
     node.stop().await;
 }
+
+/// Forgetting: a container that ran more than the kubelet's 600 s since its last start is
+/// restarted without a wait again, and the next wait starts over at the first step. The stops
+/// are ContainerRestartRequests made by `inplaced restart`, on a kubelet 1.33 with the reduced
+/// decay (1 s doubling), named to the agent through its kubelet config file. Takes ten minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn after_ten_minutes_of_running_the_back_off_starts_over_as_predicted() {
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        config.path(),
+        "kind: KubeletConfiguration\nfeatureGates:\n  ReduceDefaultCrashLoopBackOffDecay: true\n",
+    )
+    .unwrap();
+    let path = config.path().display().to_string();
+    let options = NodeOptions::kubelet("v1.33.5")
+        .crash_loop(node_sandbox::kubelet::CrashLoopSettings {
+            reduce_decay_gate: true,
+            ..Default::default()
+        })
+        .agent_args(&["--kubelet-config", &path]);
+    let mut node = Node::start_with(options).await;
+    let pod_name = unique("reset");
+    let pod = node.run_pod(&pod_name, one_container()).await;
+    let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+    node.server
+        .write_kubeconfig(kubeconfig.path(), None)
+        .unwrap();
+    let mut id = container_id(&pod, "app");
+    // (wait the kubelet holds the restart, the agent's prediction of the next one)
+    let rounds = [(0.0, 1), (1.0, 2), (0.0, 1), (1.0, 2)];
+    for (round, (wait, next)) in rounds.into_iter().enumerate() {
+        if round == 2 {
+            // Ran 600 s since its last start: the kubelet forgets the entry at the next exit.
+            let c = node.shown_container(&pod_name);
+            assert_eq!(c["crash_backoff"]["next_wait_seconds"], 2, "{c:#}");
+            tokio::time::sleep(Duration::from_secs(605)).await;
+            let c = node.shown_container(&pod_name);
+            assert!(
+                c["crash_backoff"].is_null(),
+                "after 600 s of running a stop is restarted at once: {c:#}"
+            );
+        }
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_inplaced"))
+            .args(["restart", &pod_name, "-n", support::sandbox::NS, "--wait"])
+            .args(["--timeout", "60s", "--kubeconfig"])
+            .arg(kubeconfig.path())
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let old = id.clone();
+        id = container_id(&node.pod(&pod_name).unwrap(), "app");
+        let took = cri_restart_seconds(&old, &id).await;
+        let floor = f64::max(wait, 0.5);
+        assert!(
+            (floor..floor + 1.0).contains(&took),
+            "round {}: waited {took} s, the kubelet's back-off is {wait} s",
+            round + 1
+        );
+        let c = wait_shown_restart(&mut node, &pod_name, &id).await;
+        assert_eq!(c["last_restart"]["trigger"], "restart-request", "{c:#}");
+        assert_eq!(
+            c["last_restart"]["backoff_seconds"],
+            wait,
+            "round {}: {c:#}",
+            round + 1
+        );
+        assert_eq!(
+            c["crash_backoff"]["next_wait_seconds"],
+            next,
+            "round {}: {c:#}",
+            round + 1
+        );
+    }
+    node.stop().await;
+}

@@ -674,3 +674,63 @@ async fn a_rollout_shows_the_kubelets_crash_back_off() {
     assert_eq!(container_status(&pod, "app")["restartCount"], 2);
     node.stop().await;
 }
+
+/// Ctrl-C during a rollout: no further request is made, the command exits 130 naming the
+/// requests under way, and the agent finishes those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn an_interrupted_rollout_makes_no_further_request() {
+    let node = Node::start().await;
+    let label = unique("sigint");
+    let pods = run_labelled_pods(&node, &label, 4).await;
+    let kubeconfig = user_kubeconfig(&node);
+    let selector = format!("app={label}");
+    let rollout = restart_command(&kubeconfig, &["-l", &selector, "--timeout", "60s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + LONG;
+    while requests(&node).is_empty() {
+        assert!(Instant::now() < deadline, "the rollout made no request");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(rollout.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, Signal::SIGINT).unwrap();
+    let output = tokio::time::timeout(Duration::from_secs(10), rollout.wait_with_output())
+        .await
+        .expect("the rollout exits")
+        .unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", text(&output));
+    let all = text(&output);
+    assert!(
+        all.contains("interrupted: no further request is made"),
+        "{all}"
+    );
+    let made = requests(&node);
+    assert_eq!(
+        made.len(),
+        1,
+        "one pod at a time, and none after the interrupt"
+    );
+    let name = made[0]["metadata"]["name"].as_str().unwrap().to_owned();
+    assert!(
+        all.contains(&format!(
+            "containerrestartrequest/{name} is still under way"
+        )) || {
+            // Finished before the interrupt was heard: then it was reported as restarted.
+            all.contains("1 of 4 pods restarted")
+        },
+        "{all}"
+    );
+    let done = wait_final(&node, &name, LONG).await;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(requests(&node).len(), 1);
+    let restarted = pods
+        .iter()
+        .filter(|(name, _)| container_status(&node.pod(name).unwrap(), "app")["restartCount"] == 1)
+        .count();
+    assert_eq!(restarted, 1);
+    node.stop().await;
+}

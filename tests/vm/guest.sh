@@ -3,9 +3,10 @@
 # with the systemd cgroup driver); never on the host. It checks, in order:
 #   the node       PID 1, cgroup v2, containerd with SystemdCgroup = true, the test images;
 #   the package    `dpkg -i` of the fresh .deb: enabled and started, READY=1 under Type=notify,
-#                  its STATUS= text, the admin socket; a ContainerRecreateRequest and a `cri`
-#                  resize carried out by the installed agent under the shipped hardening (CRI
-#                  socket, kill journal, cgroup writes on the pod slice and container scope);
+#                  its STATUS= text, the admin socket; a ContainerRecreateRequest, a `cri`
+#                  resize and a ContainerRestartRequest (through the kubectl-inplaced plugin)
+#                  carried out by the installed agent under the shipped hardening (CRI socket,
+#                  kill journals, cgroup writes on the pod slice and container scope);
 #   systemd        the watchdog holds while healthy and fires on a hung agent, SIGKILL → restart,
 #                  a bad config → exit 2 and no restart loop, `systemctl stop` finishes a kill
 #                  under way, `systemd-analyze security` (saved), `dpkg --purge`;
@@ -129,6 +130,19 @@ expect_eq "pod slice cpu.max after daemon-reload" "$(cat "$slice_dir/cpu.max")" 
 expect_eq "pod slice memory.max after daemon-reload" "$(cat "$slice_dir/memory.max")" $((96 << 20))
 expect_eq "pod slice cpu.weight after daemon-reload" "$(cat "$slice_dir/cpu.weight")" 8
 
+step "a ContainerRestartRequest through the installed agent and the kubectl plugin"
+before=$(container_id /tmp/demo.txt)
+if KUBECONFIG=$KUBECONFIG_FILE kubectl-inplaced restart demo -c main --wait --timeout 3m > /tmp/restart.txt 2>&1; then
+  ok "kubectl-inplaced restart: $(grep -c . /tmp/restart.txt) lines, $(grep -o 'Succeeded' /tmp/restart.txt | head -1)"
+else
+  fail "kubectl-inplaced restart: $(cat /tmp/restart.txt)"
+fi
+sb wait-pod --name demo --timeout 60s > /tmp/demo.txt
+after=$(container_id /tmp/demo.txt)
+[ -n "$after" ] && [ "$after" != "$before" ] && ok "the restart request replaced the container" || fail "same container after the restart request ($before)"
+[ -d "$slice_dir/cri-containerd-$after.scope" ] && ok "in the same pod slice" || fail "no scope for $after in $slice_dir"
+[ -s /var/lib/inplaced/restart-request-kills.jsonl ] && ok "its kill journal in /var/lib/inplaced" || fail "no restart-request-kills.jsonl in /var/lib/inplaced ($(ls /var/lib/inplaced | tr '\n' ' '))"
+
 # ---------------------------------------------------------------------------------- systemd
 step "the watchdog"
 pid=$(unit inplaced MainPID)
@@ -240,5 +254,6 @@ resize_e2e cri_actuator_grows_and_shrinks_a_two_container_pod
 resize_e2e a_resize_refused_midway_is_undone
 resize_e2e cri_resize_counts_a_sidecar_in_the_pod_cgroup
 recreate_e2e single_container_is_recreated_once_with_its_exec_pre_stop
+restart_request_e2e ordered_restart_stops_each_container_after_the_one_before_is_ready
 containermeta_e2e restart_trigger_with_an_annotation_and_a_label
 TESTS

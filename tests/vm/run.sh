@@ -162,14 +162,14 @@ log "building the node sandbox and the end-to-end tests the guest runs"
 cargo build --locked -q -p node-sandbox --bin node-sandbox
 # "<test target> <executable>" per line, for tests/vm/guest.sh.
 cargo test --locked -q --no-run --message-format=json \
-  --test resize_e2e --test recreate_e2e --test containermeta_e2e |
+  --test resize_e2e --test recreate_e2e --test containermeta_e2e --test restart_request_e2e |
   python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"], m["executable"])' > "$OUT/test-binaries"
-[ "$(wc -l < "$OUT/test-binaries")" = 3 ] || die "expected three test binaries, got: $(cat "$OUT/test-binaries")"
+[ "$(wc -l < "$OUT/test-binaries")" = 4 ] || die "expected four test binaries, got: $(cat "$OUT/test-binaries")"
 
 # ------------------------------------------------------------------------------------ boot
 log "booting (accel $ACCEL, timeout ${TIMEOUT}s); serial console in $OUT/console.log"
