@@ -135,8 +135,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     loop {
         // The view is rebuilt when one of its inputs changed, and now and then regardless (the
         // restart tracker's timeouts); a plain tick only proves the loop is alive.
+        // A back-off prediction that changes by the clock alone (a running container's entry
+        // forgotten after ten minutes) is shown from that moment, not up to a minute later.
+        let prediction_changes = restarts.prediction_changes_at().map(|at| {
+            let until = at.duration_since(k8s_openapi::jiff::Timestamp::now());
+            Duration::try_from(until).unwrap_or(Duration::ZERO) + Duration::from_millis(100)
+        });
         let rebuild = tokio::select! {
             _ = health_changes.changed() => true,
+            () = async {
+                match prediction_changes {
+                    Some(after) => tokio::time::sleep(after).await,
+                    None => std::future::pending().await,
+                }
+            } => true,
             // The request handlers end only on shutdown: anything else is a bug (a panic).
             // Exit, so that systemd restarts the agent, rather than serve without them.
             ended = &mut workers => {

@@ -36,8 +36,8 @@ use crate::cri::labels;
 use crate::metrics::{EnvRestartResult, Metrics, Trigger};
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 use crate::restart::{
-    self, ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillJournal, KillLedger,
-    KillOrder, PreStop, StopClaim, StopGate,
+    self, ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillJournal, KillLedger, KillOrder,
+    PreStop, StopClaim, StopGate,
 };
 
 #[derive(Clone, Debug)]
@@ -455,7 +455,6 @@ impl ContainerMetaController {
                 let Some(claim) = self.config.stops.claim(&r.id) else {
                     return;
                 };
-                self.instances.entry(r.id.clone()).or_default().resumed = true;
                 let order = KillOrder {
                     container: container.name.clone(),
                     container_id: r.id.clone(),
@@ -464,6 +463,26 @@ impl ContainerMetaController {
                     grace: Duration::ZERO,
                     resumed: true,
                 };
+                // Resumed: confirmed and noted, the journal's record stands.
+                let (cri, ledger) = (self.cri.clone(), self.config.ledger.clone());
+                let Some(journal) = self.journal_mut() else {
+                    return;
+                };
+                if let Err(err) = restart::prepare_kill(
+                    &cri,
+                    journal,
+                    &ledger,
+                    Trigger::EnvChange,
+                    &key(restart_count),
+                    &order,
+                    pod.runtime_labels(),
+                )
+                .await
+                {
+                    tracing::debug!(pod = %pod.name, container = %container.name, error = %err, "env restart not resumed");
+                    return;
+                }
+                self.instances.entry(r.id.clone()).or_default().resumed = true;
                 tracing::warn!(pod = %pod.name, container = %container.name, id = %r.id,
                     "an env restart of an earlier run never finished; stopping the container now");
                 self.spawn_kill(pod, order, claim, done);
@@ -554,15 +573,6 @@ impl ContainerMetaController {
             tracing::debug!(pod = %pod.name, container = %container.name, "env restart budget spent; waiting");
             return;
         }
-        // A stale view must never direct a kill at a replaced container.
-        match self
-            .cri
-            .still_running(&r.id, pod.runtime_labels(), &container.name)
-            .await
-        {
-            Ok(true) => {}
-            _ => return,
-        }
         let order = KillOrder {
             container: container.name.clone(),
             container_id: r.id.clone(),
@@ -571,20 +581,28 @@ impl ContainerMetaController {
             grace: started.grace,
             resumed: false,
         };
-        let intent = KillIntent {
-            key: journal_key,
-            container: container.name.clone(),
-            container_id: r.id.clone(),
-            started_ms: Timestamp::now().as_millisecond(),
-            grace_ms: i64::try_from(order.grace.as_millis()).unwrap_or(i64::MAX / 2),
-        };
+        let (cri, ledger) = (self.cri.clone(), self.config.ledger.clone());
         let Some(journal) = self.journal_mut() else {
             return;
         };
-        let unsynced = match journal.record(intent) {
-            Ok(unsynced) => unsynced,
+        let prepared = match restart::prepare_kill(
+            &cri,
+            journal,
+            &ledger,
+            Trigger::EnvChange,
+            &journal_key,
+            &order,
+            pod.runtime_labels(),
+        )
+        .await
+        {
+            Ok(prepared) => prepared,
+            Err(err @ restart::NotPrepared::Replaced) => {
+                tracing::debug!(pod = %pod.name, container = %container.name, error = %err, "env restart not started");
+                return;
+            }
             Err(err) => {
-                tracing::error!(error = %err, "cannot record an env restart intent; not killing");
+                tracing::warn!(pod = %pod.name, container = %container.name, error = %err, "env restart not started");
                 return;
             }
         };
@@ -601,7 +619,9 @@ impl ContainerMetaController {
             "Normal",
         );
         self.spawn_kill(pod, order, claim, done);
-        unsynced.sync_in_background();
+        if let Some(unsynced) = prepared.unsynced {
+            unsynced.sync_in_background();
+        }
     }
 
     /// Runs the kill in the background; the loop hears of its end through `done`.
@@ -616,9 +636,6 @@ impl ContainerMetaController {
             .entry(order.container_id.clone())
             .or_default()
             .killing = true;
-        self.config
-            .ledger
-            .record(&order.container_id, Trigger::EnvChange);
         let cri = self.cri.clone();
         let metrics = self.metrics.clone();
         let done = done.clone();

@@ -22,7 +22,7 @@ use crate::kube::status::{ObjectRef, StatusWriter, Target};
 use crate::kube::{Watched, WatchedRequests};
 use crate::metrics::{Metrics, Trigger};
 use crate::nodeview::{NodeView, PodView, RuntimeState};
-use crate::restart::{self, KillIntent, KillJournal, KillLedger, KillOrder, StopGate};
+use crate::restart::{self, KillIntent, KillJournal, KillLedger, KillOrder, NotPrepared, StopGate};
 
 #[derive(Clone, Debug)]
 pub struct RecreateConfig {
@@ -386,45 +386,33 @@ impl RecreateController {
                 "the container is being stopped, or was stopped, by another restarter; deciding again");
             return;
         };
-        let confirming = std::time::Instant::now();
-        match self
-            .cri
-            .still_running(&order.container_id, pod.runtime_labels(), &order.container)
-            .await
-        {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::debug!(container = %order.container, "runtime changed since the view was taken; deciding again");
-                return;
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot confirm the container before a kill; deciding again");
-                return;
-            }
-        }
-        let confirm_took = confirming.elapsed();
         let Some(journal) = self.journal.as_mut() else {
             return;
         };
-        let recording = std::time::Instant::now();
-        // A resumed kill keeps the intent its first attempt recorded.
-        let unsynced = if order.resumed {
-            None
-        } else {
-            let intent = KillIntent {
-                key: request.uid.clone(),
-                container: order.container.clone(),
-                container_id: order.container_id.clone(),
-                started_ms: Timestamp::now().as_millisecond(),
-                grace_ms: i64::try_from(order.grace.as_millis()).unwrap_or(i64::MAX / 2),
-            };
-            match journal.record(intent) {
-                Ok(unsynced) => Some(unsynced),
-                Err(err) => {
-                    tracing::error!(error = %err, "cannot record a kill intent; not killing");
-                    self.health.set(HEALTH_KEY, Err(err.to_string()));
-                    return;
-                }
+        let prepared = match restart::prepare_kill(
+            &self.cri,
+            journal,
+            &self.ledger,
+            Trigger::Crr,
+            &request.uid,
+            &order,
+            pod.runtime_labels(),
+        )
+        .await
+        {
+            Ok(prepared) => prepared,
+            Err(err @ NotPrepared::Journal(_)) => {
+                tracing::error!(error = %err, "not killing");
+                self.health.set(HEALTH_KEY, Err(err.to_string()));
+                return;
+            }
+            Err(err @ NotPrepared::Replaced) => {
+                tracing::debug!(container = %order.container, error = %err, "deciding again");
+                return;
+            }
+            Err(err) => {
+                tracing::warn!(container = %order.container, error = %err, "deciding again");
+                return;
             }
         };
         self.requests
@@ -446,7 +434,7 @@ impl RecreateController {
         }
         tracing::info!(crr = %request.name, namespace = %request.namespace, pod = %pod.name, container = %order.container,
             id = %order.container_id, resumed = order.resumed, reaction = ?reaction, before_pass = ?before_pass,
-            confirm_took = ?confirm_took, journal_took = ?recording.elapsed(),
+            confirm_took = ?prepared.confirm_took, journal_took = ?prepared.journal_took,
             "stopping container for ContainerRecreateRequest");
         let cri = self.cri.clone();
         let events = PodEvents::new(self.client.clone(), &self.config.node_name);
@@ -467,13 +455,6 @@ impl RecreateController {
             crate::nodeview::CrashBackoffView::after_a_stop(backoff)
         );
         events.emit(&pod_ref, "Killing", message, "Normal");
-        if order.resumed {
-            // The first attempt's time, from the journal, stands.
-            self.ledger
-                .remember(&order.container_id, Trigger::Crr, Timestamp::now());
-        } else {
-            self.ledger.record(&order.container_id, Trigger::Crr);
-        }
         tokio::spawn(async move {
             let result = restart::kill(&cri, &order, claim, pod_ip.as_deref()).await;
             let result = match result {
@@ -495,7 +476,7 @@ impl RecreateController {
                 })
                 .await;
         });
-        if let Some(unsynced) = unsynced {
+        if let Some(unsynced) = prepared.unsynced {
             unsynced.sync_in_background();
         }
     }

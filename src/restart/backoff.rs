@@ -93,6 +93,14 @@ impl BackoffRule {
         finished.duration_since(entry.last_start) > jiff_duration(self.forget_after)
     }
 
+    /// When the entry is forgotten for an instance still running: a stop after that is free.
+    pub(crate) fn forgotten_from(&self, entry: &BackoffEntry) -> Option<Timestamp> {
+        entry
+            .last_start
+            .checked_add(jiff_duration(self.forget_after))
+            .ok()
+    }
+
     /// How long after `finished` (the newest instance's exit) the kubelet waits before it
     /// starts the container again, given the entry it keeps for it.
     pub(crate) fn wait(&self, entry: Option<&BackoffEntry>, finished: Timestamp) -> Duration {
@@ -174,6 +182,18 @@ impl BackoffBook {
         rule.wait(self.entries.get(key), finished)
     }
 
+    /// When the wait a stop of the running instance would meet drops to nothing (its entry is
+    /// forgotten), if it is not nothing already.
+    pub(crate) fn wait_ends(
+        &self,
+        rule: &BackoffRule,
+        key: &BackoffKey,
+        now: Timestamp,
+    ) -> Option<Timestamp> {
+        let entry = self.entries.get(key)?;
+        rule.forgotten_from(entry).filter(|at| *at >= now)
+    }
+
     /// Forgets containers whose pod is gone (`live` holds pod UIDs).
     pub(crate) fn retain_pods(&mut self, live: &std::collections::HashSet<String>) {
         self.entries.retain(|(uid, _, _), _| live.contains(uid));
@@ -209,6 +229,22 @@ mod tests {
             now += 1 + wait.as_secs() as i64;
         }
         assert_eq!(waits, [0, 10, 20, 40, 80, 160, 300, 300]);
+    }
+
+    #[test]
+    fn a_running_instance_s_wait_ends_when_its_entry_would_be_forgotten() {
+        let rule = BackoffRule::of_kubelet(33, &BackoffSettings::default());
+        let mut book = BackoffBook::default();
+        assert_eq!(
+            book.wait_ends(&rule, &key(), at(0)),
+            None,
+            "no entry, no wait"
+        );
+        book.restarted(&rule, key(), at(0), at(1));
+        assert_eq!(book.wait(&rule, &key(), at(601)), Duration::from_secs(10));
+        assert_eq!(book.wait_ends(&rule, &key(), at(100)), Some(at(601)));
+        assert_eq!(book.wait(&rule, &key(), at(602)), Duration::ZERO);
+        assert_eq!(book.wait_ends(&rule, &key(), at(602)), None, "over already");
     }
 
     #[test]

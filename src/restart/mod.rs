@@ -1,11 +1,13 @@
-//! The restart machinery every restarter shares (ContainerRecreateRequests, env-from-metadata
-//! restarts): the kill itself (preStop within the grace, then StopContainer), the journal that
-//! keeps "at most one kill" true across agent restarts, the gate that keeps two restarters from
-//! stopping one container, the ledger that records who killed a container, and the tracker that
-//! times every restart on the node from the runtime's clocks (`inplaced_restart_*` metrics).
+//! The restart machinery every restarter shares (ContainerRecreateRequests,
+//! ContainerRestartRequests, env-from-metadata restarts): the kill itself (preStop within the
+//! grace, then StopContainer), the journal that keeps "at most one kill" true across agent
+//! restarts, the gate that keeps two restarters from stopping one container, the ledger that
+//! records who killed a container, and the tracker that times every restart on the node from
+//! the runtime's clocks (`inplaced_restart_*` metrics).
 //!
 //! A restarter takes the gate and the ledger as required arguments (the agent makes one of each),
-//! keeps a journal of its own, and calls [`kill`] with a claim from the gate.
+//! keeps a journal of its own, clears each kill with [`prepare_kill`] and calls [`kill`] with a
+//! claim from the gate.
 
 pub(crate) mod backoff;
 mod gate;
@@ -13,6 +15,7 @@ mod hook;
 mod journal;
 mod kill;
 mod ledger;
+mod prepare;
 mod tracker;
 
 pub use gate::{StopClaim, StopGate};
@@ -23,4 +26,5 @@ pub use hook::{
 pub use journal::{JournalError, KillIntent, KillJournal, Unsynced};
 pub use kill::{KillError, KillOrder, KillOutcome, kill};
 pub use ledger::KillLedger;
+pub use prepare::{NotPrepared, Prepared, prepare_kill};
 pub use tracker::RestartTracker;

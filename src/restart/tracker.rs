@@ -44,6 +44,9 @@ pub struct RestartTracker {
     /// The kubelet's crash back-off entries, rebuilt from the restarts seen.
     backoff: BackoffBook,
     backoff_settings: BackoffSettings,
+    /// The next time a prediction shown in the view changes by the clock alone (a running
+    /// container's entry is forgotten): the view is rebuilt then.
+    prediction_changes_at: Option<Timestamp>,
 }
 
 fn nanos_to_timestamp(nanos: i64) -> Option<Timestamp> {
@@ -84,13 +87,20 @@ impl RestartTracker {
             last: HashMap::new(),
             backoff: BackoffBook::default(),
             backoff_settings,
+            prediction_changes_at: None,
         }
+    }
+
+    /// When a prediction in the last view changes with no other change (a running container's
+    /// back-off entry is forgotten), if one will: the view should be rebuilt then.
+    pub fn prediction_changes_at(&self) -> Option<Timestamp> {
+        self.prediction_changes_at
     }
 
     /// The kubelet's back-off for a container as it stands: the wait a stop now would meet, and
     /// for an exited instance still waiting, when the kubelet starts it again.
     fn predict(
-        &self,
+        &mut self,
         rule: &BackoffRule,
         uid: &str,
         name: &str,
@@ -99,6 +109,13 @@ impl RestartTracker {
     ) -> Option<CrashBackoffView> {
         let key = backoff_key(uid, name, runtime);
         let next_wait_seconds = self.backoff.wait(rule, &key, now).as_secs();
+        if next_wait_seconds > 0
+            && runtime.state == RuntimeState::Running
+            && let Some(ends) = self.backoff.wait_ends(rule, &key, now)
+        {
+            self.prediction_changes_at =
+                Some(self.prediction_changes_at.map_or(ends, |at| at.min(ends)));
+        }
         let until = match (runtime.state, nanos_to_timestamp(runtime.times.finished_at)) {
             (RuntimeState::Exited, Some(finished)) => {
                 let wait = self.backoff.wait(rule, &key, finished);
@@ -129,6 +146,7 @@ impl RestartTracker {
             .map_or(35, |v| v.minor());
         let rule = BackoffRule::of_kubelet(minor, &self.backoff_settings);
         let now = Timestamp::now();
+        self.prediction_changes_at = None;
         for pod in &mut view.pods {
             let ready_since = pod
                 .ready_since

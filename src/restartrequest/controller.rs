@@ -25,7 +25,8 @@ use crate::kube::{Watched, WatchedRequests};
 use crate::metrics::{Metrics, Trigger};
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 use crate::restart::{
-    self, ContainerPort, KillIntent, KillJournal, KillLedger, KillOrder, PreStop, StopGate,
+    self, ContainerPort, KillIntent, KillJournal, KillLedger, KillOrder, NotPrepared, PreStop,
+    StopGate,
 };
 
 #[derive(Clone, Debug)]
@@ -399,42 +400,33 @@ impl Controller {
                 "the container is being stopped, or was stopped, by another restarter; deciding again");
             return;
         };
-        match self
-            .cri
-            .still_running(&order.container_id, pod.runtime_labels(), &order.container)
-            .await
-        {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::debug!(container = %order.container, "runtime changed since the view was taken; deciding again");
-                return;
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot confirm the container before a stop; deciding again");
-                return;
-            }
-        }
         let Some(journal) = self.journal.as_mut() else {
             return;
         };
-        // A resumed kill keeps the intent its first attempt recorded.
-        let unsynced = if order.resumed {
-            None
-        } else {
-            let intent = KillIntent {
-                key: request.uid.clone(),
-                container: order.container.clone(),
-                container_id: order.container_id.clone(),
-                started_ms: Timestamp::now().as_millisecond(),
-                grace_ms: i64::try_from(order.grace.as_millis()).unwrap_or(i64::MAX / 2),
-            };
-            match journal.record(intent) {
-                Ok(unsynced) => Some(unsynced),
-                Err(err) => {
-                    tracing::error!(error = %err, "cannot record a kill intent; not stopping");
-                    self.health.set(HEALTH_KEY, Err(err.to_string()));
-                    return;
-                }
+        let prepared = match restart::prepare_kill(
+            &self.cri,
+            journal,
+            &self.config.ledger,
+            Trigger::RestartRequest,
+            &request.uid,
+            &order,
+            pod.runtime_labels(),
+        )
+        .await
+        {
+            Ok(prepared) => prepared,
+            Err(err @ NotPrepared::Journal(_)) => {
+                tracing::error!(error = %err, "not stopping");
+                self.health.set(HEALTH_KEY, Err(err.to_string()));
+                return;
+            }
+            Err(err @ NotPrepared::Replaced) => {
+                tracing::debug!(container = %order.container, error = %err, "deciding again");
+                return;
+            }
+            Err(err) => {
+                tracing::warn!(container = %order.container, error = %err, "deciding again");
+                return;
             }
         };
         self.requests
@@ -464,17 +456,6 @@ impl Controller {
             ),
             "Normal",
         );
-        if order.resumed {
-            self.config.ledger.remember(
-                &order.container_id,
-                Trigger::RestartRequest,
-                Timestamp::now(),
-            );
-        } else {
-            self.config
-                .ledger
-                .record(&order.container_id, Trigger::RestartRequest);
-        }
         let cri = self.cri.clone();
         let done = done.clone();
         let uid = request.uid.clone();
@@ -499,7 +480,7 @@ impl Controller {
                 })
                 .await;
         });
-        if let Some(unsynced) = unsynced {
+        if let Some(unsynced) = prepared.unsynced {
             unsynced.sync_in_background();
         }
     }
