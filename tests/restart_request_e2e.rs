@@ -734,3 +734,48 @@ async fn an_interrupted_rollout_makes_no_further_request() {
     assert_eq!(restarted, 1);
     node.stop().await;
 }
+
+/// The first failed request stops a rollout: the command names the pod and the reason, exits 1,
+/// and makes no request for the pods after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn a_failed_pod_stops_the_rollout() {
+    let node = Node::start().await;
+    let label = unique("stops");
+    for (i, policy) in ["Always", "Never", "Always"].into_iter().enumerate() {
+        let name = format!("{label}-{i}");
+        node.server
+            .store()
+            .create(
+                "pods",
+                json!({"metadata": {"name": name, "namespace": NS, "labels": {"app": label}},
+                       "spec": {"nodeName": node.node, "hostNetwork": true, "restartPolicy": policy,
+                                "terminationGracePeriodSeconds": 5,
+                                "containers": [busybox("app", POLITE)]}}),
+            )
+            .unwrap();
+        node.wait_pod(&name, LONG, |p| all_running(p) && pod_ready(p))
+            .await;
+    }
+    let selector = format!("app={label}");
+    let output = restart_cli(&node, &["-l", &selector, "--timeout", "60s"]).await;
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let all = text(&output);
+    assert!(
+        all.contains(&format!("rollout stopped: pod {label}-1 was not restarted: pod {label}-1 has restartPolicy Never")),
+        "{all}"
+    );
+    assert!(
+        all.contains("1 of 3 pods restarted; no further request was made"),
+        "{all}"
+    );
+    let made: Vec<String> = requests(&node)
+        .iter()
+        .map(|r| r["spec"]["podName"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(made.len(), 2, "{made:?}");
+    assert!(!made.contains(&format!("{label}-2")), "{made:?}");
+    let last = node.pod(&format!("{label}-2")).unwrap();
+    assert_eq!(container_status(&last, "app")["restartCount"], 0);
+    node.stop().await;
+}
