@@ -18,6 +18,25 @@ fn one_container() -> Value {
                            "command": ["/bin/sh", "-c", POLITE]}]})
 }
 
+/// A node whose kubelet 1.33 has `ReduceDefaultCrashLoopBackOffDecay` on (1 s doubling to
+/// 60 s), named to the agent through a kubelet config file (kept while the node runs).
+async fn reduced_decay_node() -> (Node, tempfile::NamedTempFile) {
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        config.path(),
+        "kind: KubeletConfiguration\nfeatureGates:\n  ReduceDefaultCrashLoopBackOffDecay: true\n",
+    )
+    .unwrap();
+    let path = config.path().display().to_string();
+    let options = NodeOptions::kubelet("v1.33.5")
+        .crash_loop(node_sandbox::kubelet::CrashLoopSettings {
+            reduce_decay_gate: true,
+            ..Default::default()
+        })
+        .agent_args(&["--kubelet-config", &path]);
+    (Node::start_with(options).await, config)
+}
+
 /// Waits until the agent shows a restart of `app` into `new_id`; returns the container.
 async fn wait_shown_restart(node: &mut Node, pod: &str, new_id: &str) -> Value {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -157,20 +176,7 @@ async fn a_second_in_place_restart_waits_the_kubelets_back_off_as_predicted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn the_fifth_restart_waits_as_predicted_under_the_reduced_decay() {
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        config.path(),
-        "kind: KubeletConfiguration\nfeatureGates:\n  ReduceDefaultCrashLoopBackOffDecay: true\n",
-    )
-    .unwrap();
-    let path = config.path().display().to_string();
-    let options = NodeOptions::kubelet("v1.33.5")
-        .crash_loop(node_sandbox::kubelet::CrashLoopSettings {
-            reduce_decay_gate: true,
-            ..Default::default()
-        })
-        .agent_args(&["--kubelet-config", &path]);
-    let mut node = Node::start_with(options).await;
+    let (mut node, _config) = reduced_decay_node().await;
     let pod_name = unique("decay");
     let pod = node.run_pod(&pod_name, one_container()).await;
     let mut id = container_id(&pod, "app");
@@ -215,20 +221,7 @@ async fn the_fifth_restart_waits_as_predicted_under_the_reduced_decay() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn after_ten_minutes_of_running_the_back_off_starts_over_as_predicted() {
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        config.path(),
-        "kind: KubeletConfiguration\nfeatureGates:\n  ReduceDefaultCrashLoopBackOffDecay: true\n",
-    )
-    .unwrap();
-    let path = config.path().display().to_string();
-    let options = NodeOptions::kubelet("v1.33.5")
-        .crash_loop(node_sandbox::kubelet::CrashLoopSettings {
-            reduce_decay_gate: true,
-            ..Default::default()
-        })
-        .agent_args(&["--kubelet-config", &path]);
-    let mut node = Node::start_with(options).await;
+    let (mut node, _config) = reduced_decay_node().await;
     let pod_name = unique("reset");
     let pod = node.run_pod(&pod_name, one_container()).await;
     let kubeconfig = tempfile::NamedTempFile::new().unwrap();

@@ -94,24 +94,8 @@ fn request(node: &Node, name: &str) -> Value {
 
 /// Creates a request through the API as a user would, labelled with `node_label`.
 async fn create_request(node: &Node, node_label: &str, spec: Value) -> String {
-    let name = unique("ctrr");
-    let resource = ::kube::api::ApiResource::from_gvk_with_plural(
-        &::kube::api::GroupVersionKind::gvk("inplaced.io", "v1alpha1", "ContainerRestartRequest"),
-        "containerrestartrequests",
-    );
-    let api: ::kube::Api<::kube::api::DynamicObject> =
-        ::kube::Api::namespaced_with(node.client.clone(), NS, &resource);
-    let object = serde_json::from_value(json!({
-        "apiVersion": "inplaced.io/v1alpha1",
-        "kind": "ContainerRestartRequest",
-        "metadata": {"name": name, "namespace": NS, "labels": {"inplaced.io/node-name": node_label}},
-        "spec": spec,
-    }))
-    .unwrap();
-    api.create(&::kube::api::PostParams::default(), &object)
+    node.create_request("ContainerRestartRequest", node_label, spec)
         .await
-        .unwrap();
-    name
 }
 
 async fn wait_final(node: &Node, name: &str, timeout: Duration) -> Value {
@@ -177,6 +161,26 @@ fn watch_unready(node: &Node, label: &str) -> (Arc<AtomicBool>, tokio::task::Joi
         most
     });
     (stop, handle)
+}
+
+/// `inplaced restart -l app=<label> --max-unavailable <max>`, with the pods followed meanwhile:
+/// the command's output and the most pods that were unready at once.
+async fn watched_rollout(node: &Node, label: &str, max: &str) -> (Output, usize) {
+    let (stop, most) = watch_unready(node, label);
+    // The watch's first list is in before the first request is made.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let selector = format!("app={label}");
+    let args = [
+        "-l",
+        &selector,
+        "--max-unavailable",
+        max,
+        "--timeout",
+        "60s",
+    ];
+    let output = restart_cli(node, &args).await;
+    stop.store(true, Ordering::Relaxed);
+    (output, most.await.unwrap())
 }
 
 async fn run_labelled_pods(node: &Node, label: &str, count: usize) -> Vec<(String, String)> {
@@ -382,24 +386,7 @@ async fn a_rollout_of_ten_pods_keeps_at_most_three_unready() {
     let node = Node::start().await;
     let label = unique("roll");
     let pods = run_labelled_pods(&node, &label, 10).await;
-    let (stop, most) = watch_unready(&node, &label);
-    // The watch's first list is in before the first request is made.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let selector = format!("app={label}");
-    let output = restart_cli(
-        &node,
-        &[
-            "--selector",
-            &selector,
-            "--max-unavailable",
-            "3",
-            "--timeout",
-            "60s",
-        ],
-    )
-    .await;
-    stop.store(true, Ordering::Relaxed);
-    let most = most.await.unwrap();
+    let (output, most) = watched_rollout(&node, &label, "3").await;
     assert!(output.status.success(), "{}", text(&output));
     assert!(
         String::from_utf8_lossy(&output.stdout).contains("10 of 10 pods restarted in place"),
@@ -441,24 +428,8 @@ async fn a_disruption_budget_caps_a_batch_and_blocks_when_it_allows_nothing() {
                    "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": label}}}}),
         )
         .unwrap();
-    let (stop, most) = watch_unready(&node, &label);
-    // The watch's first list is in before the first request is made.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (output, most) = watched_rollout(&node, &label, "3").await;
     let selector = format!("app={label}");
-    let output = restart_cli(
-        &node,
-        &[
-            "-l",
-            &selector,
-            "--max-unavailable",
-            "3",
-            "--timeout",
-            "60s",
-        ],
-    )
-    .await;
-    stop.store(true, Ordering::Relaxed);
-    let most = most.await.unwrap();
     assert!(output.status.success(), "{}", text(&output));
     assert_eq!(
         most, 1,

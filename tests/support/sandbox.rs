@@ -563,22 +563,27 @@ impl Node {
     /// Creates a ContainerResizeRequest with `spec` as a user would: through the API, labelled
     /// with this node. Returns its name.
     pub async fn create_resize(&self, spec: Value) -> String {
-        let name = unique("resize");
+        self.create_request("ContainerResizeRequest", &self.node, spec)
+            .await
+    }
+
+    /// Creates an inplaced.io/v1alpha1 request of `kind` (`ContainerResizeRequest`,
+    /// `ContainerRestartRequest`) with `spec` as a user would: through the API, labelled with
+    /// `node_label` (this node's name, or another's). Returns its name.
+    pub async fn create_request(&self, kind: &str, node_label: &str, spec: Value) -> String {
+        let name = unique(&kind.to_lowercase());
+        let plural = format!("{}s", kind.to_lowercase());
         let resource = ::kube::api::ApiResource::from_gvk_with_plural(
-            &::kube::api::GroupVersionKind::gvk(
-                "inplaced.io",
-                "v1alpha1",
-                "ContainerResizeRequest",
-            ),
-            "containerresizerequests",
+            &::kube::api::GroupVersionKind::gvk("inplaced.io", "v1alpha1", kind),
+            &plural,
         );
         let api: ::kube::Api<::kube::api::DynamicObject> =
             ::kube::Api::namespaced_with(self.client.clone(), NS, &resource);
         let object = serde_json::from_value(json!({
             "apiVersion": "inplaced.io/v1alpha1",
-            "kind": "ContainerResizeRequest",
+            "kind": kind,
             "metadata": {"name": name, "namespace": NS,
-                         "labels": {"inplaced.io/node-name": self.node}},
+                         "labels": {"inplaced.io/node-name": node_label}},
             "spec": spec,
         }))
         .unwrap();
