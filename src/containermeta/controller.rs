@@ -646,13 +646,18 @@ impl ContainerMetaController {
             pod.event_ref(),
         );
         tokio::spawn(async move {
-            match restart::kill(&cri, &order, claim, pod_ip.as_deref()).await {
-                Ok(outcome) => {
-                    metrics.count_env_restart(EnvRestartResult::Success);
-                    if let Some(reason) = outcome.pre_stop_failure {
-                        events.emit(&pod_ref, "FailedPreStopHook", reason, "Warning");
-                    }
-                }
+            let stopped = restart::kill_and_report(
+                &cri,
+                &order,
+                claim,
+                pod_ip.as_deref(),
+                &events,
+                &pod_ref,
+                "an env-from-metadata change",
+            )
+            .await;
+            match stopped {
+                Ok(()) => metrics.count_env_restart(EnvRestartResult::Success),
                 Err(err) => {
                     metrics.count_env_restart(EnvRestartResult::Error);
                     tracing::warn!(error = %err.message, "env restart: stopping the container failed");

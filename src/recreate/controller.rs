@@ -456,18 +456,16 @@ impl RecreateController {
         );
         events.emit(&pod_ref, "Killing", message, "Normal");
         tokio::spawn(async move {
-            let result = restart::kill(&cri, &order, claim, pod_ip.as_deref()).await;
-            let result = match result {
-                Ok(outcome) => {
-                    tracing::info!(container = %order.container, pre_stop = ?outcome.pre_stop_took,
-                        stop = ?outcome.stop_took, "container stopped for ContainerRecreateRequest");
-                    if let Some(reason) = outcome.pre_stop_failure {
-                        events.emit(&pod_ref, "FailedPreStopHook", reason, "Warning");
-                    }
-                    Ok(())
-                }
-                Err(reason) => Err(reason),
-            };
+            let result = restart::kill_and_report(
+                &cri,
+                &order,
+                claim,
+                pod_ip.as_deref(),
+                &events,
+                &pod_ref,
+                "ContainerRecreateRequest",
+            )
+            .await;
             let _ = done
                 .send(KillDone {
                     crr_uid,

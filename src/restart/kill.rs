@@ -11,6 +11,7 @@ use tokio::net::TcpStream;
 use super::gate::StopClaim;
 use super::hook::{ContainerPort, IntOrString, MIN_STOP_GRACE_SECONDS, PreStop};
 use crate::cri::CriClient;
+use crate::kube::events::{PodEvents, PodRef};
 
 /// One container to stop, and how: what [`kill`] carries out.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,6 +40,26 @@ pub struct KillOutcome {
     pub pre_stop_failure: Option<String>,
     pub pre_stop_took: Duration,
     pub stop_took: Duration,
+}
+
+/// [`kill`], then what every restarter reports of it: the log line naming `cause`, and the pod's
+/// `FailedPreStopHook` event when the hook failed (the stop went ahead, as the kubelet does).
+pub(crate) async fn kill_and_report(
+    cri: &CriClient,
+    order: &KillOrder,
+    claim: StopClaim,
+    pod_ip: Option<&str>,
+    events: &PodEvents,
+    pod: &PodRef,
+    cause: &str,
+) -> Result<(), KillError> {
+    let outcome = kill(cri, order, claim, pod_ip).await?;
+    tracing::info!(container = %order.container, pre_stop = ?outcome.pre_stop_took,
+        stop = ?outcome.stop_took, "container stopped for {cause}");
+    if let Some(reason) = outcome.pre_stop_failure {
+        events.emit(pod, "FailedPreStopHook", reason, "Warning");
+    }
+    Ok(())
 }
 
 /// Runs the hook, then stops the container. Errors only when StopContainer itself failed.

@@ -461,17 +461,16 @@ impl Controller {
         let uid = request.uid.clone();
         let pod_ip = pod.pod_ip.clone();
         tokio::spawn(async move {
-            let result = match restart::kill(&cri, &order, claim, pod_ip.as_deref()).await {
-                Ok(outcome) => {
-                    tracing::info!(container = %order.container, pre_stop = ?outcome.pre_stop_took,
-                        stop = ?outcome.stop_took, "container stopped for ContainerRestartRequest");
-                    if let Some(reason) = outcome.pre_stop_failure {
-                        events.emit(&pod_ref, "FailedPreStopHook", reason, "Warning");
-                    }
-                    Ok(())
-                }
-                Err(err) => Err(err),
-            };
+            let result = restart::kill_and_report(
+                &cri,
+                &order,
+                claim,
+                pod_ip.as_deref(),
+                &events,
+                &pod_ref,
+                "ContainerRestartRequest",
+            )
+            .await;
             let _ = done
                 .send(KillDone {
                     uid,
