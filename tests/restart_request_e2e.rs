@@ -750,3 +750,25 @@ async fn a_failed_pod_stops_the_rollout() {
     assert_eq!(container_status(&last, "app")["restartCount"], 0);
     node.stop().await;
 }
+
+/// A preStop hook that fails does not stop the restart (the kubelet goes ahead too); the pod gets
+/// a `FailedPreStopHook` event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn a_failing_pre_stop_hook_is_reported_and_the_restart_goes_ahead() {
+    let node = Node::start().await;
+    let pod_name = unique("hookfail");
+    let mut app = busybox("app", POLITE);
+    app["lifecycle"] = json!({"preStop": {"exec": {"command": ["/bin/sh", "-c", "exit 3"]}}});
+    let pod = node.run_pod(&pod_name, json!({"containers": [app]})).await;
+    let old = container_id(&pod, "app");
+    let name = create_request(&node, &node.node, json!({"podName": pod_name})).await;
+    let done = wait_final(&node, &name, LONG).await;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
+    assert_eq!(node.proxy.stop_count(&old), 1);
+    node.wait_event(&pod_name, "FailedPreStopHook", LONG).await;
+    let failed = node.events(&pod_name, "FailedPreStopHook");
+    assert_eq!(failed.len(), 1, "{failed:#?}");
+    assert_eq!(failed[0]["type"], "Warning");
+    node.stop().await;
+}
