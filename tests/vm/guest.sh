@@ -14,6 +14,8 @@
 #                  kubelet stand-in's systemd driver (pod slices, cri-containerd scopes).
 # Prints ok:/FAIL: lines and ends with `vm: N passed, M failed`; /mnt/out/result holds "N M".
 set -uo pipefail
+# Under pipefail a `producer | grep -q` fails when grep stops reading before the producer is done
+# (SIGPIPE): a pipe into grep reads to the end (`grep PATTERN >/dev/null`).
 REPO=${INPLACED_REPO:?set by the VM entry}
 OUT=/mnt/out
 CRI=unix:///run/containerd/containerd.sock
@@ -47,7 +49,7 @@ expect_eq "cgroup filesystem" "$(stat -fc %T /sys/fs/cgroup)" cgroup2fs
 wait_until 60 active containerd.service && ok "containerd.service is active" || fail "containerd.service is not active"
 if grep -q 'SystemdCgroup = true' /etc/containerd/config.toml; then ok "containerd uses the systemd cgroup driver"; else fail "SystemdCgroup is not set"; fi
 images=$(INPLACED_TEST_CRI_BASE=/run/vm-images "$REPO/tests/node/containerd.sh" images)
-if ctr -n k8s.io images import "$images" >/dev/null && ctr -n k8s.io images ls -q | grep -qx localhost/pause:local; then
+if ctr -n k8s.io images import "$images" >/dev/null && ctr -n k8s.io images ls -q | grep -x localhost/pause:local >/dev/null; then
   ok "test images imported"
 else
   fail "test images import"
@@ -78,7 +80,7 @@ wait_until 60 active inplaced && ok "active: READY=1 received (Type=$(unit inpla
 expect_eq "Type" "$(unit inplaced Type)" notify
 status_text=$(unit inplaced StatusText)
 [ -n "$status_text" ] && ok "STATUS= text: $status_text" || fail "no STATUS= text"
-systemctl status inplaced --no-pager 2>&1 | grep -q "Status: \"" && ok "systemctl status shows the status text" || fail "systemctl status shows no Status line"
+systemctl status inplaced --no-pager 2>&1 | grep "Status: \"" >/dev/null && ok "systemctl status shows the status text" || fail "systemctl status shows no Status line"
 expect_eq "watchdog interval" "$(unit inplaced WatchdogUSec)" 30s
 
 step "a ContainerRecreateRequest through the installed agent"
@@ -94,7 +96,7 @@ old_id=$(container_id /tmp/demo.txt)
 sb create-crr --name demo-crr --pod demo --container main >/dev/null
 if sb wait-crr --name demo-crr --timeout 120s > /tmp/crr.json; then ok "CRR Completed"; else fail "CRR did not complete: $(cat /tmp/crr.json)"; fi
 grep -q '"Succeeded"' /tmp/crr.json && ok "CRR container state Succeeded" || fail "CRR container state: $(cat /tmp/crr.json)"
-ls /var/lib/inplaced | grep -q . && ok "kill journal in /var/lib/inplaced ($(ls /var/lib/inplaced | tr '\n' ' '))" || fail "nothing in /var/lib/inplaced"
+ls /var/lib/inplaced | grep . >/dev/null && ok "kill journal in /var/lib/inplaced ($(ls /var/lib/inplaced | tr '\n' ' '))" || fail "nothing in /var/lib/inplaced"
 if inplaced pods > /tmp/pods.txt 2>&1 && grep -q demo /tmp/pods.txt; then ok "inplaced pods (admin socket)"; else fail "inplaced pods: $(cat /tmp/pods.txt)"; fi
 
 step "a cri resize through the installed agent"
@@ -160,7 +162,7 @@ if wait_until 30 bash -c "[ \"\$(systemctl show -p NRestarts --value inplaced)\"
 else
   fail "the watchdog did not fire on a stopped agent"
 fi
-journalctl -u inplaced --no-pager | grep -q "Watchdog timeout" && ok "journal: Watchdog timeout" || fail "no watchdog timeout in the journal"
+journalctl -u inplaced --no-pager | grep "Watchdog timeout" >/dev/null && ok "journal: Watchdog timeout" || fail "no watchdog timeout in the journal"
 rm /etc/systemd/system/inplaced.service.d/watchdog.conf
 systemctl daemon-reload && systemctl restart inplaced
 wait_until 60 active inplaced || fail "inplaced not active again after the watchdog test"
@@ -184,7 +186,7 @@ sleep 8
 expect_eq "exit status" "$(unit inplaced ExecMainStatus)" 2
 expect_eq "state after 8 s (RestartPreventExitStatus=2)" "$(unit inplaced ActiveState)" failed
 expect_eq "no restart loop" "$(unit inplaced NRestarts)" "$restarts"
-journalctl -u inplaced --no-pager | grep -q "no-such-setting" && ok "the journal names the bad setting" || fail "the journal does not name the bad setting"
+journalctl -u inplaced --no-pager | grep "no-such-setting" >/dev/null && ok "the journal names the bad setting" || fail "the journal does not name the bad setting"
 cp /root/config.toml.orig /etc/inplaced/config.toml
 systemctl reset-failed inplaced; systemctl start inplaced
 wait_until 60 active inplaced && ok "starts again with the config put back" || fail "does not start again"
