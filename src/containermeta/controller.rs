@@ -468,7 +468,7 @@ impl ContainerMetaController {
                 let Some(journal) = self.journal_mut() else {
                     return;
                 };
-                if let Err(err) = restart::prepare_kill(
+                if restart::prepare_kill(
                     &cri,
                     journal,
                     &ledger,
@@ -478,8 +478,8 @@ impl ContainerMetaController {
                     pod.runtime_labels(),
                 )
                 .await
+                .is_err()
                 {
-                    tracing::debug!(pod = %pod.name, container = %container.name, error = %err, "env restart not resumed");
                     return;
                 }
                 self.instances.entry(r.id.clone()).or_default().resumed = true;
@@ -597,14 +597,7 @@ impl ContainerMetaController {
         .await
         {
             Ok(prepared) => prepared,
-            Err(err @ restart::NotPrepared::Replaced) => {
-                tracing::debug!(pod = %pod.name, container = %container.name, error = %err, "env restart not started");
-                return;
-            }
-            Err(err) => {
-                tracing::warn!(pod = %pod.name, container = %container.name, error = %err, "env restart not started");
-                return;
-            }
+            Err(_) => return,
         };
         tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %container.name, id = %r.id,
             env = %differs.join(","), "stopping container: env from metadata changed");

@@ -35,8 +35,30 @@ pub enum NotPrepared {
 }
 
 /// Confirms, journals under `key` and notes the kill for `trigger`. Nothing is journalled or
-/// noted unless the container still runs.
+/// noted unless the container still runs. Why a kill does not start is logged here, at its level
+/// (a replaced container is routine; a runtime or journal failure is not).
 pub async fn prepare_kill(
+    cri: &CriClient,
+    journal: &mut KillJournal,
+    ledger: &KillLedger,
+    trigger: Trigger,
+    key: &str,
+    order: &KillOrder,
+    pod: PodLabels<'_>,
+) -> Result<Prepared, NotPrepared> {
+    let result = confirm_and_record(cri, journal, ledger, trigger, key, order, pod).await;
+    if let Err(err) = &result {
+        let container = order.container.as_str();
+        match err {
+            NotPrepared::Replaced => tracing::debug!(container, error = %err, "deciding again"),
+            NotPrepared::Runtime(_) => tracing::warn!(container, error = %err, "deciding again"),
+            NotPrepared::Journal(_) => tracing::error!(container, error = %err, "not stopping"),
+        }
+    }
+    result
+}
+
+async fn confirm_and_record(
     cri: &CriClient,
     journal: &mut KillJournal,
     ledger: &KillLedger,

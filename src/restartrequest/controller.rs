@@ -415,17 +415,10 @@ impl Controller {
         .await
         {
             Ok(prepared) => prepared,
-            Err(err @ NotPrepared::Journal(_)) => {
-                tracing::error!(error = %err, "not stopping");
-                self.health.set(HEALTH_KEY, Err(err.to_string()));
-                return;
-            }
-            Err(err @ NotPrepared::Replaced) => {
-                tracing::debug!(container = %order.container, error = %err, "deciding again");
-                return;
-            }
             Err(err) => {
-                tracing::warn!(container = %order.container, error = %err, "deciding again");
+                if let NotPrepared::Journal(_) = err {
+                    self.health.set(HEALTH_KEY, Err(err.to_string()));
+                }
                 return;
             }
         };
