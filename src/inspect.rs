@@ -129,11 +129,19 @@ pub fn table(view: &NodeView) -> String {
         .flat_map(|pod| {
             pod.containers.iter().filter_map(move |c| {
                 let b = c.crash_backoff.as_ref()?;
-                let what = match &b.until {
-                    Some(until) => format!("in back-off: the kubelet starts it again at {until}"),
-                    None => format!(
+                let what = match (b.restart_window(), b.late_by_seconds) {
+                    (Some(window), _) => {
+                        format!("in back-off: the kubelet starts it again {window}")
+                    }
+                    (None, 0) => format!(
                         "a stop now would wait {}s for the kubelet to start it again",
                         b.next_wait_seconds
+                    ),
+                    // Kubelets before 1.35 retry a pod in back-off only every 10–15 s.
+                    (None, late) => format!(
+                        "a stop now would wait {}s to {}s for the kubelet to start it again",
+                        b.next_wait_seconds,
+                        b.next_wait_seconds + late
                     ),
                 };
                 Some(format!(
@@ -259,6 +267,12 @@ mod tests {
                     container("waits", serde_json::json!(
                         {"next_wait_seconds": 40, "until": "2026-11-28T08:00:20Z"})),
                     container("would", serde_json::json!({"next_wait_seconds": 20})),
+                    container("late", serde_json::json!(
+                        {"next_wait_seconds": 20, "late_by_seconds": 16})),
+                    container("window", serde_json::json!(
+                        {"next_wait_seconds": 40, "late_by_seconds": 16,
+                         "until": "2026-11-28T08:00:20Z",
+                         "until_latest": "2026-11-28T08:00:36Z"})),
                     container("free", serde_json::Value::Null),
                 ]
             }]
@@ -274,6 +288,19 @@ mod tests {
         assert!(
             text.contains(
                 "  ns/p would: a stop now would wait 20s for the kubelet to start it again\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  ns/p late: a stop now would wait 20s to 36s for the kubelet to start it again\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  ns/p window: in back-off: the kubelet starts it again between \
+                 2026-11-28T08:00:20Z and 2026-11-28T08:00:36Z\n"
             ),
             "{text}"
         );

@@ -18,8 +18,9 @@ fn one_container() -> Value {
                            "command": ["/bin/sh", "-c", POLITE]}]})
 }
 
-/// A node whose kubelet 1.33 has `ReduceDefaultCrashLoopBackOffDecay` on (1 s doubling to
-/// 60 s), named to the agent through a kubelet config file (kept while the node runs).
+/// A node whose kubelet 1.35 has `ReduceDefaultCrashLoopBackOffDecay` on (1 s doubling), named
+/// to the agent through a kubelet config file (kept while the node runs). 1.35: a kubelet before
+/// it would look at the pod again only 10–15 s after the first look, later than these waits.
 async fn reduced_decay_node() -> (Node, tempfile::NamedTempFile) {
     let config = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(
@@ -28,7 +29,7 @@ async fn reduced_decay_node() -> (Node, tempfile::NamedTempFile) {
     )
     .unwrap();
     let path = config.path().display().to_string();
-    let options = NodeOptions::kubelet("v1.33.5")
+    let options = NodeOptions::kubelet("v1.35.2")
         .crash_loop(node_sandbox::kubelet::CrashLoopSettings {
             reduce_decay_gate: true,
             ..Default::default()
@@ -53,18 +54,25 @@ async fn wait_shown_restart(node: &mut Node, pod: &str, new_id: &str) -> Value {
     }
 }
 
+/// containerd's (finished, started) of a container, in nanoseconds.
+async fn cri_times(id: &str) -> (i64, i64) {
+    let status = support::client()
+        .container_status(id, false)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    (status.finished_at, status.started_at)
+}
+
 /// Seconds from the old instance's exit to the new one's start, from containerd.
 async fn cri_restart_seconds(old: &str, new: &str) -> f64 {
-    let cri = support::client();
-    let status = async |id: &str| {
-        cri.container_status(id, false)
-            .await
-            .unwrap()
-            .status
-            .unwrap()
-    };
-    let (old, new) = (status(old).await, status(new).await);
-    (new.started_at - old.finished_at) as f64 / 1e9
+    let ((finished, _), (_, started)) = (cri_times(old).await, cri_times(new).await);
+    (started - finished) as f64 / 1e9
+}
+
+fn timestamp(nanos: i64) -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(nanos)).unwrap()
 }
 
 fn sample(metrics: &str, name_and_labels: &str) -> Option<f64> {
@@ -73,13 +81,13 @@ fn sample(metrics: &str, name_and_labels: &str) -> Option<f64> {
         .find_map(|line| line.strip_prefix(name_and_labels)?.trim().parse().ok())
 }
 
-/// Two ContainerRecreateRequests in a row on kubelet 1.33's defaults: the first restart is free,
+/// Two ContainerRecreateRequests in a row on kubelet 1.35's defaults: the first restart is free,
 /// the second waits the kubelet's 10 s (within a second), the pod shows `CrashLoopBackOff` with
 /// the kubelet's message meanwhile, and the agent predicted both waits and the next one (20 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_second_in_place_restart_waits_the_kubelets_back_off_as_predicted() {
-    let mut node = Node::start_with(NodeOptions::kubelet("v1.33.5")).await;
+    let mut node = Node::start_with(NodeOptions::kubelet("v1.35.2")).await;
     let pod_name = unique("backoff");
     let pod = node.run_pod(&pod_name, one_container()).await;
     let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
@@ -170,9 +178,9 @@ async fn a_second_in_place_restart_waits_the_kubelets_back_off_as_predicted() {
     node.stop().await;
 }
 
-/// A kubelet 1.33 with `ReduceDefaultCrashLoopBackOffDecay` on (1 s doubling to 60 s), named to
-/// the agent through its kubelet config file: a container stopped five times waits 0, 1, 2, 4
-/// and 8 s, each as the agent predicted, and a sixth stop would wait 16 s.
+/// A kubelet 1.35 with `ReduceDefaultCrashLoopBackOffDecay` on (1 s doubling), named to the
+/// agent through its kubelet config file: a container stopped five times waits 0, 1, 2, 4 and
+/// 8 s, each as the agent predicted, and a sixth stop would wait 16 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn the_fifth_restart_waits_as_predicted_under_the_reduced_decay() {
@@ -216,7 +224,7 @@ async fn the_fifth_restart_waits_as_predicted_under_the_reduced_decay() {
 
 /// Forgetting: a container that ran more than the kubelet's 600 s since its last start is
 /// restarted without a wait again, and the next wait starts over at the first step. The stops
-/// are ContainerRestartRequests made by `inplaced restart`, on a kubelet 1.33 with the reduced
+/// are ContainerRestartRequests made by `inplaced restart`, on a kubelet 1.35 with the reduced
 /// decay (1 s doubling), named to the agent through its kubelet config file. Takes ten minutes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
@@ -280,5 +288,118 @@ async fn after_ten_minutes_of_running_the_back_off_starts_over_as_predicted() {
             round + 1
         );
     }
+    node.stop().await;
+}
+
+/// Kubelets up to 1.34 look at a pod held in back-off again only 10–15 s after their last look
+/// (the pod worker's jittered retry of a sync error), so they start the container at their first
+/// look after the wait, not when it ends. On 1.32, with that retry pinned at 15 s, four
+/// ContainerRecreateRequests in a row wait 0, 10, 20 and 40 s rounded up to the stand-in's looks
+/// (0.5 s after the exit, then every 15 s). The agent says each wait as a window up to 16 s
+/// longer, the kubelet's start falls within it, and the `backoff` phase holds the late retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn before_1_35_the_kubelet_starts_it_at_its_first_retry_after_the_wait() {
+    let options = NodeOptions::kubelet("v1.32.4").backoff_retry_jitter(1.0);
+    let mut node = Node::start_with(options).await;
+    let pod_name = unique("late");
+    let pod = node.run_pod(&pod_name, one_container()).await;
+    let mut id = container_id(&pod, "app");
+    let held_prefix = "the kubelet will start it again after its crash back-off, between ";
+    let mut backoff_sum = 0.0;
+    for (restart, wait) in [0.0, 10.0, 20.0, 40.0].into_iter().enumerate() {
+        let crr = unique("crr");
+        node.create_crr(&crr, &pod_name, &["app"], json!({})).await;
+        let window = if wait > 0.0 {
+            let held = node
+                .wait_crr(&crr, Duration::from_secs(10), |r| {
+                    r.pointer("/status/containerRecreateStates/0/message")
+                        .and_then(Value::as_str)
+                        .is_some_and(|m| m.starts_with(held_prefix))
+                })
+                .await;
+            let message = held["status"]["containerRecreateStates"][0]["message"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            let (from, to) = message[held_prefix.len()..].split_once(" and ").unwrap();
+            let from: k8s_openapi::jiff::Timestamp = from.parse().unwrap();
+            let to: k8s_openapi::jiff::Timestamp = to.parse().unwrap();
+            Some((from, to))
+        } else {
+            None
+        };
+        node.wait_completed(&crr, Duration::from_secs(90)).await;
+        let old = id.clone();
+        id = container_id(&node.pod(&pod_name).unwrap(), "app");
+        let took = cri_restart_seconds(&old, &id).await;
+        // The stand-in's looks: 0.5 s after the exit (its PLEG lag), then each 15 s after the
+        // one before; each may come one 200 ms sync late.
+        let (mut look, mut retries) = (0.5, 0.0);
+        while look < wait {
+            look += 15.0;
+            retries += 1.0;
+        }
+        assert!(
+            (look..look + 1.5 + 0.25 * retries).contains(&took),
+            "restart {}: waited {took} s; the back-off is {wait} s, the first look after it {look} s",
+            restart + 1
+        );
+        if let Some((from, to)) = window {
+            let ((finished, _), (_, started)) = (cri_times(&old).await, cri_times(&id).await);
+            let (finished, started) = (timestamp(finished), timestamp(started));
+            assert_eq!(
+                from.duration_since(finished).as_secs_f64().round(),
+                wait,
+                "restart {}: the window opens when the wait ends",
+                restart + 1
+            );
+            assert_eq!(to.duration_since(from).as_secs(), 16);
+            assert!(
+                from <= started && started <= to,
+                "restart {}: started at {started}, predicted between {from} and {to}",
+                restart + 1
+            );
+        }
+        let c = wait_shown_restart(&mut node, &pod_name, &id).await;
+        let backoff = c["last_restart"]["backoff_seconds"].as_f64().unwrap();
+        if wait == 0.0 {
+            assert_eq!(backoff, 0.0, "{c:#}");
+        } else {
+            // From the exit to the kubelet's creation of the new instance.
+            assert!(
+                (took - 1.0..=took).contains(&backoff) && backoff >= wait,
+                "restart {}: back-off {backoff} s of {took} s: {c:#}",
+                restart + 1
+            );
+        }
+        backoff_sum += backoff;
+        assert_eq!(
+            c["crash_backoff"]["next_wait_seconds"],
+            [10, 20, 40, 80][restart],
+            "{c:#}"
+        );
+        assert_eq!(c["crash_backoff"]["late_by_seconds"], 16, "{c:#}");
+    }
+    // Each stop said what it would meet, window included.
+    let killing = node.events(&pod_name, "Killing");
+    for (wait, latest) in [(10, 26), (20, 36), (40, 56)] {
+        let said = format!(
+            "the kubelet will start it again after its crash back-off, in {wait} to {latest} s"
+        );
+        assert!(
+            killing
+                .iter()
+                .filter_map(|e| e["message"].as_str())
+                .any(|m| m.ends_with(&said)),
+            "{said}: {killing:#?}"
+        );
+    }
+    let metrics = node
+        .agent()
+        .wait_http("/metrics", 200, Duration::from_secs(5));
+    let sum = "inplaced_restart_duration_seconds_sum{trigger=\"crr\",phase=\"backoff\"}";
+    let shown = sample(&metrics, sum).unwrap();
+    assert!((shown - backoff_sum).abs() < 1e-6, "{shown} vs {backoff_sum}: {metrics}");
     node.stop().await;
 }

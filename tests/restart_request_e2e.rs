@@ -609,8 +609,9 @@ async fn an_agent_killed_mid_rollout_resumes_it_without_a_second_restart() {
     node.stop().await;
 }
 
-/// A second rollout within ten minutes meets the kubelet's crash back-off (10 s on 1.33): the
-/// rollout's progress says so instead of looking stuck, and the wait is the kubelet's.
+/// A second rollout within ten minutes meets the kubelet's crash back-off (10 s on 1.33, which
+/// retries a pod in back-off every 10–15 s, at random here as in the kubelet): the rollout's
+/// progress says so, with the window the kubelet starts it in, instead of looking stuck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_rollout_shows_the_kubelets_crash_back_off() {
@@ -632,7 +633,7 @@ async fn a_rollout_shows_the_kubelets_crash_back_off() {
     let out = String::from_utf8_lossy(&second.stdout);
     assert!(
         out.contains(
-            "app Restarting: the kubelet will start it again after its crash back-off, at "
+            "app Restarting: the kubelet will start it again after its crash back-off, between "
         ),
         "{}",
         text(&second)

@@ -31,20 +31,88 @@ pub struct RestartTiming {
 pub struct CrashBackoffView {
     /// Stopped now, the container would be started again by the kubelet after this long.
     pub next_wait_seconds: u64,
-    /// Exited and waiting out the back-off: when the kubelet starts it again (RFC 3339).
+    /// How much later than its wait the kubelet may start it: up to 16 s on kubelets up to
+    /// 1.34, which look at a pod in back-off again only every 10–15 s; 0 from 1.35.
+    #[serde(default)]
+    pub late_by_seconds: u64,
+    /// Exited and waiting out the back-off: when the kubelet starts it again at the earliest
+    /// (RFC 3339).
     #[serde(default)]
     pub until: Option<String>,
+    /// With `late_by_seconds`: when it starts it again at the latest.
+    #[serde(default)]
+    pub until_latest: Option<String>,
 }
 
 impl CrashBackoffView {
     /// What a stop of the container now will meet, for the kill's event and log: empty when
     /// the kubelet restarts it at once.
     pub(crate) fn after_a_stop(backoff: Option<&CrashBackoffView>) -> String {
-        match backoff.map(|b| b.next_wait_seconds) {
-            Some(wait) if wait > 0 => format!(
-                "; the kubelet will start it again after its crash back-off, about {wait} s"
+        match backoff {
+            Some(b) if b.next_wait_seconds > 0 && b.late_by_seconds > 0 => format!(
+                "; the kubelet will start it again after its crash back-off, in {} to {} s",
+                b.next_wait_seconds,
+                b.next_wait_seconds + b.late_by_seconds
+            ),
+            Some(b) if b.next_wait_seconds > 0 => format!(
+                "; the kubelet will start it again after its crash back-off, about {} s",
+                b.next_wait_seconds
             ),
             _ => String::new(),
         }
+    }
+
+    /// For an exited container still held: when the kubelet starts it again.
+    pub(crate) fn restart_window(&self) -> Option<crate::restart::RestartWindow> {
+        let earliest = self.until.as_deref()?.parse().ok()?;
+        let latest = match self.until_latest.as_deref() {
+            Some(t) => t.parse().ok()?,
+            None => earliest,
+        };
+        Some(crate::restart::RestartWindow { earliest, latest })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_names_the_wait_and_how_late_the_kubelet_may_be() {
+        let mut b = CrashBackoffView {
+            next_wait_seconds: 20,
+            ..Default::default()
+        };
+        assert_eq!(
+            CrashBackoffView::after_a_stop(Some(&b)),
+            "; the kubelet will start it again after its crash back-off, about 20 s"
+        );
+        b.late_by_seconds = 16;
+        assert_eq!(
+            CrashBackoffView::after_a_stop(Some(&b)),
+            "; the kubelet will start it again after its crash back-off, in 20 to 36 s"
+        );
+        b.next_wait_seconds = 0;
+        assert_eq!(CrashBackoffView::after_a_stop(Some(&b)), "");
+        assert_eq!(CrashBackoffView::after_a_stop(None), "");
+    }
+
+    #[test]
+    fn the_restart_window_is_read_back_from_the_view() {
+        let mut b = CrashBackoffView {
+            until: Some("2026-11-28T10:00:10Z".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            b.restart_window().map(|w| w.to_string()).as_deref(),
+            Some("at 2026-11-28T10:00:10Z")
+        );
+        b.until_latest = Some("2026-11-28T10:00:26Z".into());
+        assert_eq!(
+            b.restart_window().map(|w| w.to_string()).as_deref(),
+            Some("between 2026-11-28T10:00:10Z and 2026-11-28T10:00:26Z")
+        );
+        b.until = Some("garbage".into());
+        assert_eq!(b.restart_window(), None);
     }
 }

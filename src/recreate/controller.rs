@@ -561,8 +561,7 @@ fn pod_facts(pod: &PodView) -> PodFacts {
                         backoff_until: c
                             .crash_backoff
                             .as_ref()
-                            .and_then(|b| b.until.as_deref())
-                            .and_then(|t| t.parse().ok()),
+                            .and_then(|b| b.restart_window()),
                     },
                 ))
             })

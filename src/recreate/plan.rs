@@ -11,6 +11,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::crr::*;
 use crate::restart::{DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillOrder};
+use crate::restart::RestartWindow;
 
 /// The newest runtime container of one name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,7 +26,7 @@ pub struct RuntimeFacts {
     pub ready_in_pod_status: bool,
     /// Exited and held by the kubelet's crash back-off: when the kubelet starts it again
     /// (predicted, `restart::backoff`).
-    pub backoff_until: Option<Timestamp>,
+    pub backoff_until: Option<RestartWindow>,
 }
 
 /// The pod as this node sees it.
@@ -256,9 +257,9 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
         if !runtime.running || in_flight {
             state.phase = ContainerPhase::Recreating;
             if let Some(until) = runtime.backoff_until.filter(|_| !runtime.running) {
-                // A fixed time, not a countdown: the status is written once, not every pass.
+                // Fixed times, not a countdown: the status is written once, not every pass.
                 state.message =
-                    format!("the kubelet will start it again after its crash back-off, at {until}");
+                    format!("the kubelet will start it again after its crash back-off, {until}");
             }
             states.push(state);
             continue;
@@ -492,11 +493,24 @@ mod tests {
         // The kubelet's crash back-off holds it: the state says until when.
         let mut held = pod(&[("app", "old", false, 0)]);
         let until: Timestamp = "2026-11-22T10:00:20Z".parse().unwrap();
-        held.containers.get_mut("app").unwrap().backoff_until = Some(until);
+        let mut window = RestartWindow {
+            earliest: until,
+            latest: until,
+        };
+        held.containers.get_mut("app").unwrap().backoff_until = Some(window);
         let waiting = decide_with(&request, Some(&held), std::slice::from_ref(&intent));
         assert_eq!(
             waiting.status.container_recreate_states[0].message,
             "the kubelet will start it again after its crash back-off, at 2026-11-22T10:00:20Z"
+        );
+        // A kubelet before 1.35 starts it up to 16 s later: the state gives the window.
+        window.latest = "2026-11-22T10:00:36Z".parse().unwrap();
+        held.containers.get_mut("app").unwrap().backoff_until = Some(window);
+        let waiting = decide_with(&request, Some(&held), std::slice::from_ref(&intent));
+        assert_eq!(
+            waiting.status.container_recreate_states[0].message,
+            "the kubelet will start it again after its crash back-off, between \
+             2026-11-22T10:00:20Z and 2026-11-22T10:00:36Z"
         );
     }
 

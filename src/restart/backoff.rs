@@ -21,6 +21,11 @@ pub(crate) struct BackoffRule {
     /// An entry is forgotten (the next restart is free again) when the container's last
     /// instance finished more than this long after the kubelet last started it.
     pub forget_after: Duration,
+    /// How much later than the wait's end the kubelet may start the container. It starts it at
+    /// its first look at the pod after the wait: up to 1.34 it looks again at a pod held in
+    /// back-off only 10–15 s (jittered) after the previous look, plus up to its 1 s sync tick,
+    /// so up to 16 s late; from 1.35 it looks when the wait ends (zero here).
+    pub late_by: Duration,
 }
 
 /// The kubelet settings that change the rule, where its release has them (None: unset, the
@@ -60,6 +65,9 @@ const CAP: Duration = Duration::from_secs(300);
 const FORGET_AFTER: Duration = Duration::from_secs(600);
 const REDUCED_INITIAL: Duration = Duration::from_secs(1);
 const REDUCED_CAP: Duration = Duration::from_secs(60);
+/// Up to 1.34: the pod worker's 10 s retry with 50 % jitter, and the 1 s sync tick that picks
+/// the pod up when its retry is due.
+const LATE_RETRY: Duration = Duration::from_secs(16);
 
 impl BackoffRule {
     /// The rule of kubelet 1.`minor` with `settings`; a gate the release does not have is
@@ -70,6 +78,11 @@ impl BackoffRule {
             cap: CAP,
             // Up to 1.31 the kubelet forgot after twice the cap; from 1.32 after 600 s fixed.
             forget_after: FORGET_AFTER,
+            late_by: if minor <= 34 {
+                LATE_RETRY
+            } else {
+                Duration::ZERO
+            },
         };
         if minor >= 33 && settings.reduce_decay_gate == Some(true) {
             rule.initial = REDUCED_INITIAL;
@@ -126,6 +139,33 @@ impl BackoffRule {
         BackoffEntry {
             delay,
             last_start: started,
+        }
+    }
+}
+
+/// When the kubelet starts an exited container again: from the end of its wait to that plus
+/// the rule's `late_by` (the same instant from 1.35).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestartWindow {
+    pub earliest: Timestamp,
+    pub latest: Timestamp,
+}
+
+impl RestartWindow {
+    /// The window of an instance that finished at `finished` and waits `wait`.
+    pub(crate) fn after(rule: &BackoffRule, finished: Timestamp, wait: Duration) -> Option<Self> {
+        let earliest = finished.checked_add(jiff_duration(wait)).ok()?;
+        let latest = earliest.checked_add(jiff_duration(rule.late_by)).ok()?;
+        Some(RestartWindow { earliest, latest })
+    }
+}
+
+impl std::fmt::Display for RestartWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.latest > self.earliest {
+            write!(f, "between {} and {}", self.earliest, self.latest)
+        } else {
+            write!(f, "at {}", self.earliest)
         }
     }
 }
@@ -316,6 +356,27 @@ mod tests {
             reduce_decay_gate: Some(true),
         };
         assert_eq!(secs(rule(33, both)), (1, 30, 600));
+    }
+
+    /// Up to 1.34 the kubelet looks at a pod held in back-off every 10–15 s (plus its 1 s
+    /// tick), so it starts the container up to 16 s after the wait; from 1.35 when it ends.
+    #[test]
+    fn kubelets_before_1_35_may_start_it_up_to_16_s_late() {
+        let default = BackoffSettings::default();
+        for (minor, late) in [(26, 16), (32, 16), (34, 16), (35, 0), (37, 0)] {
+            let rule = BackoffRule::of_kubelet(minor, &default);
+            assert_eq!(rule.late_by, Duration::from_secs(late), "1.{minor}");
+        }
+        let old = BackoffRule::of_kubelet(34, &default);
+        let window = RestartWindow::after(&old, at(0), Duration::from_secs(10)).expect("window");
+        assert_eq!((window.earliest, window.latest), (at(10), at(26)));
+        assert_eq!(
+            window.to_string(),
+            "between 2027-01-15T08:00:10Z and 2027-01-15T08:00:26Z"
+        );
+        let new = BackoffRule::of_kubelet(35, &default);
+        let window = RestartWindow::after(&new, at(0), Duration::from_secs(10)).expect("window");
+        assert_eq!(window.to_string(), "at 2027-01-15T08:00:10Z");
     }
 
     #[test]

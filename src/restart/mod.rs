@@ -28,4 +28,5 @@ pub(crate) use kill::kill_and_report;
 pub use kill::{KillError, KillOrder, KillOutcome, kill};
 pub use ledger::KillLedger;
 pub use prepare::{NotPrepared, Prepared, prepare_kill};
+pub use backoff::RestartWindow;
 pub use tracker::RestartTracker;

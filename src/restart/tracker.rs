@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::jiff::Timestamp;
 
 use super::KillLedger;
-use super::backoff::{BackoffBook, BackoffRule, BackoffSettings};
+use super::backoff::{BackoffBook, BackoffRule, BackoffSettings, RestartWindow};
 use crate::hashing::KubeletVersion;
 use crate::metrics::{Metrics, RestartPhase, RestartResult, Trigger};
 use crate::nodeview::{CrashBackoffView, NodeView, RestartTiming, RuntimeSnapshot, RuntimeState};
@@ -116,20 +116,21 @@ impl RestartTracker {
             self.prediction_changes_at =
                 Some(self.prediction_changes_at.map_or(ends, |at| at.min(ends)));
         }
-        let until = match (runtime.state, nanos_to_timestamp(runtime.times.finished_at)) {
+        let window = match (runtime.state, nanos_to_timestamp(runtime.times.finished_at)) {
             (RuntimeState::Exited, Some(finished)) => {
                 let wait = self.backoff.wait(rule, &key, finished);
-                finished
-                    .checked_add(wait)
-                    .ok()
-                    .filter(|until| *until > now)
-                    .map(|until| until.to_string())
+                // Held while the latest start is ahead (a free restart has no window).
+                RestartWindow::after(rule, finished, wait)
+                    .filter(|w| !wait.is_zero() && w.latest > now)
             }
             _ => None,
         };
-        (next_wait_seconds > 0 || until.is_some()).then_some(CrashBackoffView {
+        let late = !rule.late_by.is_zero();
+        (next_wait_seconds > 0 || window.is_some()).then(|| CrashBackoffView {
             next_wait_seconds,
-            until,
+            late_by_seconds: rule.late_by.as_secs(),
+            until: window.map(|w| w.earliest.to_string()),
+            until_latest: window.filter(|_| late).map(|w| w.latest.to_string()),
         })
     }
 
@@ -184,7 +185,17 @@ impl RestartTracker {
                             (_, Some(exited), Some(running)) => {
                                 let key = backoff_key(&pod.uid, &container.name, runtime);
                                 let wait = self.backoff.restarted(&rule, key, exited, running);
-                                restart_seconds.map(|r| wait.as_secs_f64().min(r))
+                                let mut held = wait.as_secs_f64();
+                                // Before 1.35 the kubelet starts it at its next retry after the
+                                // wait: the back-off held it until it made the new instance.
+                                if !wait.is_zero()
+                                    && !rule.late_by.is_zero()
+                                    && let Some(created) =
+                                        nanos_to_timestamp(runtime.times.created_at)
+                                {
+                                    held = held.max(seconds(exited, created));
+                                }
+                                restart_seconds.map(|r| held.min(r))
                             }
                             _ => None,
                         };
@@ -370,11 +381,14 @@ mod tests {
         assert_eq!(tracker.pending.len(), 1, "c3's restart still waits");
     }
 
-    /// Containers stopped again and again (as the kubelet stand-in of the end-to-end tests and a
-    /// real kubelet restart them): the first restart is free, the second waited 10 s, and the
-    /// container running now would wait 20 s if stopped.
-    #[test]
-    fn the_back_off_of_each_restart_is_told_apart_and_the_next_one_predicted() {
+    /// A container stopped three times on `kubelet_version`, as the kubelet restarts it: the
+    /// first restart free, the second held by the 10 s wait, the kubelet making the new
+    /// instance `created_late` s after that wait ended. Returns the metrics text and the view
+    /// after the last restart, and the view of the container exited once more.
+    fn stopped_three_times(
+        kubelet_version: Option<&str>,
+        created_late: i64,
+    ) -> (String, NodeView, NodeView) {
         let metrics = Metrics::new();
         let mut tracker = RestartTracker::new(
             metrics.clone(),
@@ -383,16 +397,25 @@ mod tests {
         );
         let t0 = Timestamp::now().as_nanosecond() as i64 - 60_000_000_000;
         let s = 1_000_000_000;
-        // (container, started, finished of the one before it)
+        // (container, created, started, finished of the one before it)
         let mut times = HashMap::new();
         let steps = [
-            ("c1", 0, None),
-            ("c2", 2 * s, Some(s)),
-            ("c3", 13 * s, Some(3 * s)),
+            ("c1", 0, 0, None),
+            ("c2", 2 * s, 2 * s, Some(s)),
+            (
+                "c3",
+                (13 + created_late) * s,
+                (13 + created_late) * s + s / 5,
+                Some(3 * s),
+            ),
         ];
         let mut previous: Option<&str> = None;
         let mut last = None;
-        for (id, started, finished_before) in steps {
+        let with_version = |mut v: NodeView| {
+            v.kubelet_version = kubelet_version.map(str::to_owned);
+            v
+        };
+        for (id, created, started, finished_before) in steps {
             if let (Some(before), Some(finished)) = (previous, finished_before) {
                 times.insert(
                     before.to_owned(),
@@ -406,23 +429,36 @@ mod tests {
                 times: std::sync::Arc::new(times.clone()),
                 ..Default::default()
             };
-            let mut v = view(id);
-            v.pods[0].containers[0]
-                .runtime
-                .as_mut()
-                .expect("runtime")
-                .times
-                .started_at = t0 + started;
+            let mut v = with_version(view(id));
+            let runtime = v.pods[0].containers[0].runtime.as_mut().expect("runtime");
+            runtime.times.created_at = t0 + created;
+            runtime.times.started_at = t0 + started;
             tracker.observe(&mut v, &snapshot);
             last = Some(v);
             previous = Some(id);
         }
-        let text = metrics.encode();
+        // c3 exits just now: held by the 20 s wait.
+        let finished = Timestamp::now().as_nanosecond() as i64;
+        let mut exited = with_version(view("c3"));
+        let runtime = exited.pods[0].containers[0].runtime.as_mut().expect("runtime");
+        runtime.state = RuntimeState::Exited;
+        runtime.times.created_at = t0 + (13 + created_late) * s;
+        runtime.times.started_at = t0 + (13 + created_late) * s + s / 5;
+        runtime.times.finished_at = finished;
+        tracker.observe(&mut exited, &RuntimeSnapshot::default());
+        (metrics.encode(), last.expect("a view"), exited)
+    }
+
+    /// From 1.35 the kubelet starts the container when its wait ends: the back-off phase is
+    /// the predicted wait (10 s), and the next exit is held 20 s, to the second.
+    #[test]
+    fn the_back_off_of_each_restart_is_told_apart_and_the_next_one_predicted() {
+        let (text, last, exited) = stopped_three_times(Some("v1.35.1"), 0);
         let line = "inplaced_restart_duration_seconds_sum{trigger=\"container-exit\",phase=\"backoff\"} 10.0";
         assert!(text.contains(line), "{text}");
         let count = "inplaced_restart_duration_seconds_count{trigger=\"container-exit\",phase=\"backoff\"} 2";
         assert!(text.contains(count), "{text}");
-        let container = &last.expect("a view").pods[0].containers[0];
+        let container = &last.pods[0].containers[0];
         assert_eq!(
             container
                 .last_restart
@@ -434,8 +470,56 @@ mod tests {
             container.crash_backoff,
             Some(CrashBackoffView {
                 next_wait_seconds: 20,
-                until: None
+                ..Default::default()
             })
         );
+        let held = exited.pods[0].containers[0]
+            .crash_backoff
+            .clone()
+            .expect("held");
+        assert_eq!(held.until_latest, None, "{held:?}");
+        assert!(held.until.is_some(), "{held:?}");
+    }
+
+    /// Up to 1.34 the kubelet retries a pod held in back-off only every 10–15 s: a start 4 s
+    /// after the wait ended counts as back-off too, and an exited container is held from the
+    /// wait's end up to 16 s later.
+    #[test]
+    fn before_1_35_the_late_retry_counts_as_back_off_and_the_hold_is_a_window() {
+        let (text, last, exited) = stopped_three_times(Some("v1.32.4"), 4);
+        let line = "inplaced_restart_duration_seconds_sum{trigger=\"container-exit\",phase=\"backoff\"} 14.0";
+        assert!(text.contains(line), "{text}");
+        let container = &last.pods[0].containers[0];
+        assert_eq!(
+            container
+                .last_restart
+                .as_ref()
+                .and_then(|r| r.backoff_seconds),
+            Some(14.0)
+        );
+        assert_eq!(
+            container.crash_backoff,
+            Some(CrashBackoffView {
+                next_wait_seconds: 20,
+                late_by_seconds: 16,
+                ..Default::default()
+            })
+        );
+        let held = exited.pods[0].containers[0]
+            .crash_backoff
+            .clone()
+            .expect("held");
+        let window = held.restart_window().expect("a window");
+        assert_eq!(
+            window.latest.duration_since(window.earliest).as_secs(),
+            16,
+            "{held:?}"
+        );
+        let finished = exited.pods[0].containers[0]
+            .runtime
+            .as_ref()
+            .and_then(|r| nanos_to_timestamp(r.times.finished_at))
+            .expect("finished");
+        assert_eq!(window.earliest.duration_since(finished).as_secs(), 20);
     }
 }

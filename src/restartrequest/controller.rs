@@ -597,8 +597,7 @@ fn pod_facts(pod: &PodView) -> PodFacts {
                         backoff_until: c
                             .crash_backoff
                             .as_ref()
-                            .and_then(|b| b.until.as_deref())
-                            .and_then(|t| t.parse().ok()),
+                            .and_then(|b| b.restart_window()),
                         pre_stop: stop.lifecycle.and_then(|l| l.pre_stop),
                         ports: stop.ports,
                     }

@@ -15,6 +15,7 @@ use super::request::{
 use crate::restart::{
     ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillOrder, PreStop,
 };
+use crate::restart::RestartWindow;
 
 /// The newest runtime container of one app container, with what its pod spec says of stopping it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -27,7 +28,7 @@ pub struct ContainerFacts {
     /// The pod's status shows this very container ready.
     pub ready_in_pod_status: bool,
     /// Exited and held by the kubelet's crash back-off until then (predicted).
-    pub backoff_until: Option<Timestamp>,
+    pub backoff_until: Option<RestartWindow>,
     pub pre_stop: Option<PreStop>,
     pub ports: Vec<ContainerPort>,
 }
@@ -435,7 +436,7 @@ pub fn decide(request: &RestartRequest, facts: &Facts<'_>) -> Decision {
 fn backoff_message(runtime: &ContainerFacts) -> String {
     match runtime.backoff_until {
         Some(until) => {
-            format!("the kubelet will start it again after its crash back-off, at {until}")
+            format!("the kubelet will start it again after its crash back-off, {until}")
         }
         None => "waiting for the kubelet to start it again".into(),
     }
@@ -794,7 +795,11 @@ mod tests {
         assert_eq!(d.status.phase, RestartPhase::Restarting);
         assert_eq!(d.requeue_after, Some(Duration::from_secs(10)));
         let mut stopped = container("a0", false);
-        stopped.backoff_until = Some("2026-11-28T10:00:20Z".parse().unwrap());
+        let at = "2026-11-28T10:00:20Z".parse().unwrap();
+        stopped.backoff_until = Some(RestartWindow {
+            earliest: at,
+            latest: at,
+        });
         let held = pod(&[("app", Some(stopped))]);
         let d = run(Some(&held)).decide(&request(spec, status));
         assert_eq!(

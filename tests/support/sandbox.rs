@@ -49,6 +49,9 @@ pub struct NodeOptions {
     pub kubelet_pod_update_lag: Duration,
     /// The stand-in's crash back-off settings (default: the release's).
     pub crash_loop: CrashLoopSettings,
+    /// Kubelets up to 1.34: where in 10–15 s the stand-in retries a pod in back-off (0.0–1.0;
+    /// default: random, as the kubelet).
+    pub backoff_retry_jitter: Option<f64>,
 }
 
 impl NodeOptions {
@@ -67,7 +70,15 @@ impl NodeOptions {
             kubelet_restart_delay: Duration::from_millis(500),
             kubelet_pod_update_lag: Duration::ZERO,
             crash_loop: CrashLoopSettings::default(),
+            backoff_retry_jitter: None,
         }
+    }
+
+    /// A kubelet up to 1.34 whose pod worker retries a pod in back-off at a fixed point of its
+    /// jittered 10–15 s (`fraction` 1.0: 15 s), so that its restart times are exact.
+    pub fn backoff_retry_jitter(mut self, fraction: f64) -> NodeOptions {
+        self.backoff_retry_jitter = Some(fraction);
+        self
     }
 
     /// The kubelet's crash back-off settings (its config file's and feature gates').
@@ -179,6 +190,7 @@ impl Node {
         kubelet_config.pod_update_lag = options.kubelet_pod_update_lag;
         kubelet_config.sync_period = options.kubelet_sync_period;
         kubelet_config.crash_loop = options.crash_loop;
+        kubelet_config.backoff_retry_jitter = options.backoff_retry_jitter;
         let kubelet = KubeletStandIn::start(kubelet_config).await.unwrap();
         let mut manager_config = ManagerConfig::new(&kubeconfig_text);
         manager_config.namespace = Some(NS.into());

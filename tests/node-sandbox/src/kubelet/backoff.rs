@@ -6,9 +6,12 @@
 //! `forget_after` (from the kubelet's last start to the exit) is forgotten. The exit code does not
 //! matter. Written from the kubelet sources, independently of inplaced's prediction of it.
 //!
-//! Simplified: a start comes at the first sync after the wait (every `sync_period`, 1 s), as
-//! from 1.35 on; kubelets up to 1.34 retry a pod in back-off only every 10–15 s, so there a start
-//! can come up to 15 s later than here.
+//! When the kubelet looks again: from 1.35 at the first sync after the wait (its pod worker
+//! requeues the pod for when the wait ends). Up to 1.34 the back-off reaches the pod worker as a
+//! sync error, and the worker retries the pod `wait.Jitter(10 s, 0.5)` later (10–15 s), unless an
+//! event of the pod (a container changing state, an update of its spec or metadata) syncs it
+//! first; each sync that meets the back-off sets that retry anew (`sync.rs`). Not modelled: a
+//! probe result changing, which also syncs the pod.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -113,6 +116,18 @@ impl Backoff {
     }
 }
 
+/// Kubelets up to 1.34 look at a pod held in back-off again only at their pod worker's retry.
+pub(super) fn retries_late(minor: u32) -> bool {
+    minor <= 34
+}
+
+/// The pod worker's retry after a sync error: `wait.Jitter(backOffPeriod, 0.5)`, 10 s plus up
+/// to half again; `jitter` pins where in that range (0.0–1.0), else it is random as in Go.
+pub(super) fn retry_after(jitter: Option<f64>) -> Duration {
+    let fraction = jitter.unwrap_or_else(fastrand::f64).clamp(0.0, 1.0);
+    Duration::from_secs(10) + Duration::from_secs(5).mul_f64(fraction)
+}
+
 /// Go's `time.Duration.String()` for whole seconds: `10s`, `1m20s`, `5m0s`.
 pub(super) fn go_duration(d: Duration) -> String {
     let s = d.as_secs();
@@ -153,6 +168,21 @@ mod tests {
             b.waiting(&rule, "k", now + 600 * S, now + 600 * S),
             Some(Duration::from_secs(300))
         );
+    }
+
+    #[test]
+    fn up_to_1_34_a_pod_in_back_off_is_retried_10_to_15_s_later() {
+        assert!(retries_late(34) && retries_late(26) && !retries_late(35));
+        assert_eq!(retry_after(Some(0.0)), Duration::from_secs(10));
+        assert_eq!(retry_after(Some(1.0)), Duration::from_secs(15));
+        assert_eq!(retry_after(Some(0.5)), Duration::from_millis(12_500));
+        for _ in 0..100 {
+            let random = retry_after(None);
+            assert!(
+                (Duration::from_secs(10)..=Duration::from_secs(15)).contains(&random),
+                "{random:?}"
+            );
+        }
     }
 
     #[test]

@@ -14,8 +14,7 @@
 //! cpu/memory, and in-place resize per release (see `resize.rs`).
 //!
 //! Simplified (not needed by the agent): host network for every pod (podIP 127.0.0.1), no image
-//! pulls (a missing image is `ErrImagePull`), the back-off's restart at the next 1 s sync (1.35's
-//! timing; up to 1.34 the kubelet retries only every 10–15 s), readiness from exec probes only
+//! pulls (a missing image is `ErrImagePull`), readiness from exec probes only
 //! (other probe kinds count as passing; no liveness or startup probes; `started` = running), no
 //! volumes, configMap/secret/resource env sources left out, no container logs, no sandbox
 //! recreation, httpGet preStop hooks skipped, pod cgroup limits written on cgroup v1 only with the
@@ -79,6 +78,10 @@ pub struct KubeletConfig {
     /// The crash back-off settings of the release's kubelet config and feature gates (default:
     /// none set, the release's defaults).
     pub crash_loop: CrashLoopSettings,
+    /// Where in its 10–15 s a kubelet up to 1.34 retries a pod held in crash back-off, as a
+    /// fraction of the 5 s jitter (0.0: 10 s, 1.0: 15 s). None: random each time, as the
+    /// kubelet; tests that need exact times pin it.
+    pub backoff_retry_jitter: Option<f64>,
     /// Create the Node object and fill its status at start.
     pub register_node: bool,
     /// Node memory capacity in bytes (Burstable oom_score_adj); default: MemTotal.
@@ -108,6 +111,7 @@ impl KubeletConfig {
             systemd_cgroups: crate::util::test_cgroup_driver_is_systemd(),
             resize_gate: true,
             crash_loop: CrashLoopSettings::default(),
+            backoff_retry_jitter: None,
             register_node: true,
             node_memory_bytes: None,
             allocatable_cpu_millis: None,

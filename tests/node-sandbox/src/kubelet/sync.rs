@@ -38,6 +38,17 @@ struct PodState {
     resize: PodResize,
     /// CRI statuses of running containers read earlier in this sync, by container ID.
     fresh: HashMap<String, ContainerStatus>,
+    /// What syncs the pod at once when it changes (a PLEG event, a pod update), as last seen.
+    sync_triggers: Option<Value>,
+    /// A change of those not yet acted on: the kubelet's sync for it comes `restart_delay`
+    /// after the stand-in noticed it (the PLEG's lag, as for restarts).
+    event_due: Option<Instant>,
+    /// Kubelets up to 1.34: when the pod worker retries a pod whose last look met a back-off.
+    backoff_retry: Option<Instant>,
+    /// This sync looks at containers in back-off (else the last look's verdict stands).
+    looks_at_backoff: bool,
+    /// This sync found a container held by its back-off.
+    met_backoff: bool,
 }
 
 struct Probe {
@@ -69,6 +80,24 @@ pub(super) async fn pod_worker(shared: Arc<Shared>, uid: String, wake: Arc<Notif
             _ = tokio::time::sleep(shared.config.sync_period) => {}
         }
     }
+}
+
+/// What makes a kubelet sync a pod at once rather than at its worker's next retry: a PLEG
+/// event (a container of the pod appeared or changed state) or an update of its spec or
+/// metadata (its status alone is not one).
+fn sync_triggers(pod: &Value, runtime: &HashMap<String, Vec<Container>>) -> Value {
+    let mut states: Vec<(&str, i32)> = runtime
+        .values()
+        .flatten()
+        .map(|c| (c.id.as_str(), c.state))
+        .collect();
+    states.sort_unstable();
+    json!({
+        "spec": pod.get("spec"),
+        "labels": pod.pointer("/metadata/labels"),
+        "annotations": pod.pointer("/metadata/annotations"),
+        "containers": states,
+    })
 }
 
 fn ids(pod: &Value) -> PodIds<'_> {
@@ -369,6 +398,11 @@ impl Shared {
                 if now < due {
                     return Outcome::Waiting;
                 }
+                if !st.looks_at_backoff {
+                    // Not looked at since its back-off was met: it waits for the retry.
+                    st.met_backoff = true;
+                    return Outcome::Waiting;
+                }
                 // doBackOff: the key names the pod, the container and its hash.
                 let ids = ids(pod);
                 let pod_ref = format!("{}_{}({})", ids.name, ids.namespace, ids.uid);
@@ -390,6 +424,7 @@ impl Shared {
                     );
                     st.waiting
                         .insert(name.to_owned(), ("CrashLoopBackOff".to_owned(), msg));
+                    st.met_backoff = true;
                     return Outcome::Waiting;
                 }
                 lock(&self.backoff).next(&self.backoff_rule, &key, finished, now);
@@ -457,6 +492,21 @@ async fn sync_pod(sh: &Shared, spec_pod: &Value, st: &mut PodState) -> anyhow::R
         .to_owned();
     let runtime = sh.list_containers(&sb.id).await?;
     let none: Vec<Container> = Vec::new();
+    // Up to 1.34 a pod held in back-off is looked at again at its retry or at an event of it.
+    let retries_late = backoff::retries_late(sh.version.minor());
+    let triggers = sync_triggers(spec_pod, &runtime);
+    let now = Instant::now();
+    if st.sync_triggers.as_ref() != Some(&triggers) {
+        st.sync_triggers = Some(triggers);
+        st.event_due.get_or_insert(now + sh.config.restart_delay);
+    }
+    let event_due = st.event_due.is_some_and(|due| now >= due);
+    st.looks_at_backoff =
+        !retries_late || event_due || st.backoff_retry.is_none_or(|retry| now >= retry);
+    if event_due {
+        st.event_due = None;
+    }
+    st.met_backoff = false;
 
     // Init containers in order, each to completion (restartable sidecars only to running).
     let mut init_done = true;
@@ -497,6 +547,12 @@ async fn sync_pod(sh: &Shared, spec_pod: &Value, st: &mut PodState) -> anyhow::R
             sh.reconcile(pod, &sb, &c, &pod_policy, list, st).await;
         }
         st.initialized = true;
+    }
+    if retries_late && st.looks_at_backoff {
+        // The worker's retry after the sync error a back-off is; each such sync sets it anew.
+        st.backoff_retry = st
+            .met_backoff
+            .then(|| now + backoff::retry_after(sh.config.backoff_retry_jitter));
     }
     if resizing {
         // Listed again: the actions above may have replaced containers.
