@@ -400,6 +400,9 @@ async fn before_1_35_the_kubelet_starts_it_at_its_first_retry_after_the_wait() {
         .wait_http("/metrics", 200, Duration::from_secs(5));
     let sum = "inplaced_restart_duration_seconds_sum{trigger=\"crr\",phase=\"backoff\"}";
     let shown = sample(&metrics, sum).unwrap();
-    assert!((shown - backoff_sum).abs() < 1e-6, "{shown} vs {backoff_sum}: {metrics}");
+    assert!(
+        (shown - backoff_sum).abs() < 1e-6,
+        "{shown} vs {backoff_sum}: {metrics}"
+    );
     node.stop().await;
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::crr::*;
-use crate::restart::{DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillOrder};
 use crate::restart::RestartWindow;
+use crate::restart::{DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillOrder};
 
 /// The newest runtime container of one name.
 #[derive(Clone, Debug, PartialEq, Eq)]

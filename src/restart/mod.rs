@@ -18,6 +18,7 @@ mod ledger;
 mod prepare;
 mod tracker;
 
+pub use backoff::RestartWindow;
 pub use gate::{StopClaim, StopGate};
 pub use hook::{
     ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, ExecAction, HttpGetAction, HttpHeader,
@@ -28,5 +29,4 @@ pub(crate) use kill::kill_and_report;
 pub use kill::{KillError, KillOrder, KillOutcome, kill};
 pub use ledger::KillLedger;
 pub use prepare::{NotPrepared, Prepared, prepare_kill};
-pub use backoff::RestartWindow;
 pub use tracker::RestartTracker;

@@ -440,7 +440,10 @@ mod tests {
         // c3 exits just now: held by the 20 s wait.
         let finished = Timestamp::now().as_nanosecond() as i64;
         let mut exited = with_version(view("c3"));
-        let runtime = exited.pods[0].containers[0].runtime.as_mut().expect("runtime");
+        let runtime = exited.pods[0].containers[0]
+            .runtime
+            .as_mut()
+            .expect("runtime");
         runtime.state = RuntimeState::Exited;
         runtime.times.created_at = t0 + (13 + created_late) * s;
         runtime.times.started_at = t0 + (13 + created_late) * s + s / 5;

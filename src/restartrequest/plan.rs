@@ -12,10 +12,10 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use super::request::{
     ContainerPhase, ContainerRestartState, RestartPhase, RestartRequest, RestartStatus,
 };
+use crate::restart::RestartWindow;
 use crate::restart::{
     ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillOrder, PreStop,
 };
-use crate::restart::RestartWindow;
 
 /// The newest runtime container of one app container, with what its pod spec says of stopping it.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -8,7 +8,7 @@
 //! LinuxContainerResources and oom_score_adj, env with fieldRefs resolved at creation, `$(VAR)`
 //! expansion, restart of exited containers per restartPolicy after a delay with restartCount+1 and
 //! a new container ID, the release's crash back-off (`backoff.rs`: `CrashLoopBackOff` status and
-//! `BackOff` event while it waits), kill-and-recreate when the spec hash changes (event `Killing`),
+//! `BackOff` event while it waits; up to 1.34 the pod worker's 10–15 s retry), kill-and-recreate when the spec hash changes (event `Killing`),
 //! preStop exec/sleep before kubelet-initiated kills, only the newest dead container kept, pod
 //! status through `pods/status`, graceful deletion, the Node object with a configurable allocatable
 //! cpu/memory, and in-place resize per release (see `resize.rs`).
