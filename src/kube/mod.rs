@@ -7,6 +7,7 @@ mod credentials;
 pub mod events;
 mod layer;
 pub mod request;
+mod request_loop;
 pub mod status;
 mod watches;
 
@@ -23,6 +24,7 @@ pub use cached_pod::{
 use credentials::exposed_credentials;
 pub use credentials::{CredentialStamps, credential_files};
 pub use layer::ApiLayer;
+pub(crate) use request_loop::{RequestController, run_request_loop};
 pub use watches::{
     NodeObject, NodePods, Watched, WatchedRequests, watch_node, watch_node_pods, watch_requests,
 };

@@ -19,10 +19,13 @@ use crate::health::Health;
 use crate::kube::events::PodEvents;
 use crate::kube::request::pod_group;
 use crate::kube::status::{ObjectRef, StatusWriter, Target};
-use crate::kube::{Watched, WatchedRequests};
+use crate::kube::{RequestController, Watched, run_request_loop};
 use crate::metrics::{Metrics, Trigger};
 use crate::nodeview::{NodeView, PodView, RuntimeState};
-use crate::restart::{self, KillIntent, KillJournal, KillLedger, KillOrder, NotPrepared, StopGate};
+use crate::restart::{
+    self, KillDone, KillIntent, KillJournal, KillLedger, KillOrder, NotPrepared, RequestKills,
+    StopGate,
+};
 
 #[derive(Clone, Debug)]
 pub struct RecreateConfig {
@@ -34,13 +37,6 @@ pub struct RecreateConfig {
     pub ledger: KillLedger,
     /// Shared with the env-change restarter: one stop per container.
     pub stops: StopGate,
-}
-
-/// How a kill ended, reported back to the loop.
-struct KillDone {
-    crr_uid: String,
-    container: String,
-    result: Result<(), restart::KillError>,
 }
 
 pub fn crr_resource() -> ApiResource {
@@ -66,10 +62,10 @@ pub async fn run(
     config: RecreateConfig,
     client: ::kube::Client,
     cri: CriClient,
-    mut views: watch::Receiver<Arc<NodeView>>,
+    views: watch::Receiver<Arc<NodeView>>,
     health: Health,
     metrics: Metrics,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let ledger = config.ledger.clone();
     let resource = crr_resource();
@@ -90,13 +86,8 @@ pub async fn run(
         health.clone(),
         move |event| seen_by_watch.note(event),
     );
-    let crr_watch = tokio::spawn(watch_task);
-    let WatchedRequests {
-        store,
-        changes: mut changed,
-    } = requests;
-
-    let mut controller = RecreateController {
+    let (done_tx, done_rx) = mpsc::channel::<KillDone>(64);
+    let controller = RecreateController {
         statuses: StatusWriter::new(
             client.clone(),
             resource,
@@ -116,42 +107,10 @@ pub async fn run(
         first_seen,
         working_on: HashMap::new(),
         pass_began: Instant::now(),
+        done_tx,
     };
-    let (done_tx, mut done_rx) = mpsc::channel::<KillDone>(64);
-    let mut requeue = Duration::from_secs(1);
-    let mut last_compaction = std::time::Instant::now();
-    loop {
-        tokio::select! {
-            _ = changed.changed() => {}
-            _ = views.changed() => {}
-            Some(done) = done_rx.recv() => controller.finish(done),
-            _ = controller.statuses.finished() => {}
-            _ = tokio::time::sleep(requeue) => {}
-            _ = shutdown.changed() => {}
-        }
-        if *shutdown.borrow() {
-            break;
-        }
-        let view = views.borrow().clone();
-        let objects = store.state();
-        requeue = controller
-            .sync(&objects, &view, &done_tx)
-            .await
-            .unwrap_or(Duration::from_secs(1))
-            .min(Duration::from_secs(1));
-        if last_compaction.elapsed() > Duration::from_secs(600) {
-            controller.compact(&objects).await;
-            last_compaction = std::time::Instant::now();
-        }
-    }
-    crr_watch.abort();
-    // Never leave a kill half done: wait for the ones under way.
-    while controller.requests.values().any(|r| !r.killing.is_empty()) {
-        match done_rx.recv().await {
-            Some(done) => controller.finish(done),
-            None => break,
-        }
-    }
+    let watch_task = tokio::spawn(watch_task);
+    run_request_loop(controller, done_rx, requests, watch_task, views, shutdown).await;
 }
 
 struct RecreateController {
@@ -160,7 +119,7 @@ struct RecreateController {
     cri: CriClient,
     journal: Option<KillJournal>,
     /// Request UID → what this agent's kills for it are doing.
-    requests: HashMap<String, Kills>,
+    requests: HashMap<String, RequestKills>,
     statuses: StatusWriter<CrrStatus>,
     /// Where kills are noted for the restart timing metrics.
     ledger: KillLedger,
@@ -172,15 +131,7 @@ struct RecreateController {
     /// When the current sync pass began: a reaction splits into the wait for the pass that
     /// handles the request and the pass itself.
     pass_began: Instant,
-}
-
-/// The kills of one request.
-#[derive(Default)]
-struct Kills {
-    /// Containers being killed.
-    killing: HashSet<String>,
-    /// Container → why its kill failed.
-    failed: HashMap<String, String>,
+    done_tx: mpsc::Sender<KillDone>,
 }
 
 /// When the agent's watch first delivered each request (by UID): the start of its reaction,
@@ -221,28 +172,39 @@ impl FirstSeen {
     }
 }
 
-impl RecreateController {
-    fn finish(&mut self, done: KillDone) {
-        let kills = self.requests.entry(done.crr_uid).or_default();
-        kills.killing.remove(&done.container);
-        match done.result {
-            Ok(()) => {}
-            Err(err) if err.transient => {
-                tracing::warn!(container = %done.container, error = %err.message,
-                "the runtime went away during a stop; the kill is resumed if the container still runs")
-            }
-            Err(err) => {
-                kills.failed.insert(done.container, err.message);
-            }
-        }
+impl RequestController for RecreateController {
+    type Done = KillDone;
+
+    async fn sync(&mut self, requests: &[Arc<DynamicObject>], view: &NodeView) -> Option<Duration> {
+        self.sync_requests(requests, view).await
     }
 
+    fn finish(&mut self, done: KillDone) {
+        self.requests
+            .entry(done.request_uid)
+            .or_default()
+            .finish(done.container, done.result);
+    }
+
+    async fn status_written(&mut self) {
+        self.statuses.finished().await;
+    }
+
+    fn busy(&self) -> bool {
+        self.requests.values().any(|k| !k.killing.is_empty())
+    }
+
+    async fn housekeep(&mut self, requests: &[Arc<DynamicObject>]) {
+        self.compact(requests).await;
+    }
+}
+
+impl RecreateController {
     /// One pass over every request; returns when to look again at the latest.
-    async fn sync(
+    async fn sync_requests(
         &mut self,
         objects: &[Arc<DynamicObject>],
         view: &NodeView,
-        done: &mpsc::Sender<KillDone>,
     ) -> Option<Duration> {
         self.pass_began = Instant::now();
         if let Some(blocker) = (!self.config.ignore_kruise_daemon)
@@ -345,7 +307,7 @@ impl RecreateController {
                         .collect()
                 })
                 .unwrap_or_default();
-            let no_kills = Kills::default();
+            let no_kills = RequestKills::default();
             let kills = self.requests.get(&request.uid).unwrap_or(&no_kills);
             let decision = plan::decide(
                 request,
@@ -362,7 +324,7 @@ impl RecreateController {
             }
             let pod_ip = pod_view.and_then(|p| p.pod_ip.clone());
             for order in decision.kills {
-                self.start_kill(request, order, pod_view, pod_ip.clone(), done)
+                self.start_kill(request, order, pod_view, pod_ip.clone())
                     .await;
             }
             self.write_status(request, decision.status);
@@ -378,7 +340,6 @@ impl RecreateController {
         order: KillOrder,
         pod: Option<&PodView>,
         pod_ip: Option<String>,
-        done: &mpsc::Sender<KillDone>,
     ) {
         let Some(pod) = pod else { return };
         let Some(claim) = self.config.stops.claim(&order.container_id) else {
@@ -432,8 +393,8 @@ impl RecreateController {
         let cri = self.cri.clone();
         let events = PodEvents::new(self.client.clone(), &self.config.node_name);
         let pod_ref = pod.event_ref();
-        let done = done.clone();
-        let crr_uid = request.uid.clone();
+        let done = self.done_tx.clone();
+        let request_uid = request.uid.clone();
         let crr_name = request.name.clone();
         // The event is recorded beside the kill, never in front of it: no API round trip
         // delays a kill.
@@ -461,7 +422,7 @@ impl RecreateController {
             .await;
             let _ = done
                 .send(KillDone {
-                    crr_uid,
+                    request_uid,
                     container: order.container,
                     result,
                 })

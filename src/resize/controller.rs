@@ -26,7 +26,7 @@ use crate::health::Health;
 use crate::kube::events::PodEvents;
 use crate::kube::request::pod_group;
 use crate::kube::status::{ObjectRef, StatusWriter, Target};
-use crate::kube::{Watched, WatchedRequests};
+use crate::kube::{RequestController, Watched, run_request_loop};
 use crate::metrics::Metrics;
 use crate::nodeview::{NodeView, PodView};
 use crate::resources::Resources;
@@ -70,10 +70,10 @@ pub async fn run(
     config: ResizeConfig,
     client: ::kube::Client,
     cri: CriClient,
-    mut views: watch::Receiver<Arc<NodeView>>,
+    views: watch::Receiver<Arc<NodeView>>,
     health: Health,
     metrics: Metrics,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let resource = resize_resource();
     let selector = format!("{}={}", request::LABEL_NODE_NAME, config.node_name);
@@ -86,14 +86,8 @@ pub async fn run(
         health.clone(),
         |_| {},
     );
-    let watch_task = tokio::spawn(watch);
-    let WatchedRequests {
-        store,
-        changes: mut changed,
-    } = requests;
-
-    let (done_tx, mut done_rx) = mpsc::channel::<CriDone>(64);
-    let mut controller = ResizeController {
+    let (done_tx, done_rx) = mpsc::channel::<CriDone>(64);
+    let controller = ResizeController {
         statuses: StatusWriter::new(
             client.clone(),
             resource,
@@ -112,29 +106,9 @@ pub async fn run(
         served_api: None,
         done_tx,
     };
-    loop {
-        tokio::select! {
-            _ = changed.changed() => {}
-            _ = views.changed() => {}
-            Some(done) = done_rx.recv() => controller.finish(done),
-            _ = controller.statuses.finished() => {}
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = shutdown.changed() => {}
-        }
-        if *shutdown.borrow() {
-            break;
-        }
-        let view = views.borrow().clone();
-        controller.sync(&store.state(), &view).await;
-    }
-    watch_task.abort();
-    // A resize under way is a handful of cgroup writes and CRI calls: let it finish.
-    while controller.requests.values().any(|r| r.in_flight) {
-        match done_rx.recv().await {
-            Some(done) => controller.finish(done),
-            None => break,
-        }
-    }
+    let watch_task = tokio::spawn(watch);
+    // A resize under way is a handful of cgroup writes and CRI calls: shutdown lets it finish.
+    run_request_loop(controller, done_rx, requests, watch_task, views, shutdown).await;
 }
 
 struct ResizeController {
@@ -186,9 +160,12 @@ fn now_text() -> String {
     Timestamp::now().to_string()
 }
 
-impl ResizeController {
-    fn tracked(&mut self, uid: &str) -> &mut Tracked {
-        self.requests.entry(uid.to_owned()).or_default()
+impl RequestController for ResizeController {
+    type Done = CriDone;
+
+    async fn sync(&mut self, requests: &[Arc<DynamicObject>], view: &NodeView) -> Option<Duration> {
+        self.sync_requests(requests, view).await;
+        None
     }
 
     fn finish(&mut self, done: CriDone) {
@@ -217,7 +194,21 @@ impl ResizeController {
         }
     }
 
-    async fn sync(&mut self, objects: &[Arc<DynamicObject>], view: &NodeView) {
+    async fn status_written(&mut self) {
+        self.statuses.finished().await;
+    }
+
+    fn busy(&self) -> bool {
+        self.requests.values().any(|r| r.in_flight)
+    }
+}
+
+impl ResizeController {
+    fn tracked(&mut self, uid: &str) -> &mut Tracked {
+        self.requests.entry(uid.to_owned()).or_default()
+    }
+
+    async fn sync_requests(&mut self, objects: &[Arc<DynamicObject>], view: &NodeView) {
         self.health.set(HEALTH_KEY, Ok(()));
         if !view.synced {
             return;

@@ -2,6 +2,7 @@
 //! what is left of it (at least two seconds). Never RemoveContainer: kubelet restarts the
 //! container it finds exited.
 
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,39 @@ pub struct KillOutcome {
     pub pre_stop_failure: Option<String>,
     pub pre_stop_took: Duration,
     pub stop_took: Duration,
+}
+
+/// How a request's kill ended, reported from its background task to the request loop.
+pub(crate) struct KillDone {
+    pub request_uid: String,
+    pub container: String,
+    pub result: Result<(), KillError>,
+}
+
+/// One request's kills: those under way and those that failed, by container name.
+#[derive(Debug, Default)]
+pub(crate) struct RequestKills {
+    pub killing: HashSet<String>,
+    /// Container → why its stop failed.
+    pub failed: HashMap<String, String>,
+}
+
+impl RequestKills {
+    /// Takes in a kill's end. A transient failure (the runtime went away mid-stop) is no
+    /// failure: the next pass resumes the kill if the container still runs.
+    pub(crate) fn finish(&mut self, container: String, result: Result<(), KillError>) {
+        self.killing.remove(&container);
+        match result {
+            Ok(()) => {}
+            Err(err) if err.transient => {
+                tracing::warn!(container = %container, error = %err.message,
+                    "the runtime went away during a stop; the kill is resumed if the container still runs")
+            }
+            Err(err) => {
+                self.failed.insert(container, err.message);
+            }
+        }
+    }
 }
 
 /// [`kill`], then what every restarter reports of it: the log line naming `cause`, and the pod's

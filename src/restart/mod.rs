@@ -25,7 +25,7 @@ pub use hook::{
     IntOrString, MIN_STOP_GRACE_SECONDS, PreStop, SleepAction, TcpSocketAction,
 };
 pub use journal::{JournalError, KillIntent, KillJournal, Unsynced};
-pub(crate) use kill::kill_and_report;
+pub(crate) use kill::{KillDone, RequestKills, kill_and_report};
 pub use kill::{KillError, KillOrder, KillOutcome, kill};
 pub use ledger::KillLedger;
 pub use prepare::{NotPrepared, Prepared, prepare_kill};

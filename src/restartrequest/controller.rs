@@ -21,12 +21,12 @@ use crate::health::Health;
 use crate::kube::events::PodEvents;
 use crate::kube::request::pod_group;
 use crate::kube::status::{ObjectRef, StatusWriter, Target};
-use crate::kube::{Watched, WatchedRequests};
+use crate::kube::{RequestController, Watched, run_request_loop};
 use crate::metrics::{Metrics, Trigger};
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 use crate::restart::{
-    self, ContainerPort, KillIntent, KillJournal, KillLedger, KillOrder, NotPrepared, PreStop,
-    StopGate,
+    self, ContainerPort, KillDone, KillIntent, KillJournal, KillLedger, KillOrder, NotPrepared,
+    PreStop, RequestKills, StopGate,
 };
 
 #[derive(Clone, Debug)]
@@ -57,23 +57,16 @@ const WATCHED: Watched = Watched {
     ),
 };
 
-/// How a kill ended, reported back to the loop.
-struct KillDone {
-    uid: String,
-    container: String,
-    result: Result<(), restart::KillError>,
-}
-
 /// Runs until `shutdown` turns true; then starts no new kill and returns once the kills under
 /// way have finished.
 pub async fn run(
     config: RestartRequestConfig,
     client: ::kube::Client,
     cri: CriClient,
-    mut views: watch::Receiver<Arc<NodeView>>,
+    views: watch::Receiver<Arc<NodeView>>,
     health: Health,
     metrics: Metrics,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let resource = restart_request_resource();
     let selector = format!("{}={}", request::LABEL_NODE_NAME, config.node_name);
@@ -86,12 +79,8 @@ pub async fn run(
         health.clone(),
         |_| {},
     );
-    let watch_task = tokio::spawn(watch_task);
-    let WatchedRequests {
-        store,
-        changes: mut changed,
-    } = requests;
-    let mut controller = Controller {
+    let (done_tx, done_rx) = mpsc::channel::<KillDone>(64);
+    let controller = Controller {
         statuses: StatusWriter::new(
             client.clone(),
             resource,
@@ -106,42 +95,10 @@ pub async fn run(
         health,
         journal: None,
         requests: HashMap::new(),
+        done_tx,
     };
-    let (done_tx, mut done_rx) = mpsc::channel::<KillDone>(64);
-    let mut requeue = Duration::from_secs(1);
-    let mut last_compaction = Instant::now();
-    loop {
-        tokio::select! {
-            _ = changed.changed() => {}
-            _ = views.changed() => {}
-            Some(done) = done_rx.recv() => controller.finish(done),
-            _ = controller.statuses.finished() => {}
-            _ = tokio::time::sleep(requeue) => {}
-            _ = shutdown.changed() => {}
-        }
-        if *shutdown.borrow() {
-            break;
-        }
-        let view = views.borrow().clone();
-        let objects = store.state();
-        requeue = controller
-            .sync(&objects, &view, &done_tx)
-            .await
-            .unwrap_or(Duration::from_secs(1))
-            .min(Duration::from_secs(1));
-        if last_compaction.elapsed() > Duration::from_secs(600) {
-            controller.compact(&objects).await;
-            last_compaction = Instant::now();
-        }
-    }
-    watch_task.abort();
-    // Never leave a kill half done: wait for the ones under way.
-    while controller.requests.values().any(|r| !r.killing.is_empty()) {
-        match done_rx.recv().await {
-            Some(done) => controller.finish(done),
-            None => break,
-        }
-    }
+    let watch_task = tokio::spawn(watch_task);
+    run_request_loop(controller, done_rx, requests, watch_task, views, shutdown).await;
 }
 
 struct Controller {
@@ -153,16 +110,15 @@ struct Controller {
     statuses: StatusWriter<RestartStatus>,
     /// Request UID → what this agent knows and does for it.
     requests: HashMap<String, Tracked>,
+    done_tx: mpsc::Sender<KillDone>,
 }
 
 /// What the agent knows of one request beyond its object.
 struct Tracked {
     /// When this agent first saw it.
     seen: Instant,
-    /// Containers being stopped.
-    killing: HashSet<String>,
-    /// Container → why its stop failed.
-    failed: HashMap<String, String>,
+    /// Its kills under way and failed.
+    kills: RequestKills,
     /// Containers whose `Restarted` event was emitted.
     announced: HashSet<String>,
     /// Deleted after its TTL (the watch may still show it).
@@ -173,30 +129,42 @@ impl Default for Tracked {
     fn default() -> Self {
         Tracked {
             seen: Instant::now(),
-            killing: HashSet::new(),
-            failed: HashMap::new(),
+            kills: RequestKills::default(),
             announced: HashSet::new(),
             deleted: false,
         }
     }
 }
 
-impl Controller {
-    fn finish(&mut self, done: KillDone) {
-        let tracked = self.requests.entry(done.uid).or_default();
-        tracked.killing.remove(&done.container);
-        match done.result {
-            Ok(()) => {}
-            Err(err) if err.transient => {
-                tracing::warn!(container = %done.container, error = %err.message,
-                    "the runtime went away during a stop; the kill is resumed if the container still runs")
-            }
-            Err(err) => {
-                tracked.failed.insert(done.container, err.message);
-            }
-        }
+impl RequestController for Controller {
+    type Done = KillDone;
+
+    async fn sync(&mut self, requests: &[Arc<DynamicObject>], view: &NodeView) -> Option<Duration> {
+        self.sync_requests(requests, view).await
     }
 
+    fn finish(&mut self, done: KillDone) {
+        self.requests
+            .entry(done.request_uid)
+            .or_default()
+            .kills
+            .finish(done.container, done.result);
+    }
+
+    async fn status_written(&mut self) {
+        self.statuses.finished().await;
+    }
+
+    fn busy(&self) -> bool {
+        self.requests.values().any(|r| !r.kills.killing.is_empty())
+    }
+
+    async fn housekeep(&mut self, requests: &[Arc<DynamicObject>]) {
+        self.compact(requests).await;
+    }
+}
+
+impl Controller {
     fn open_journal(&mut self, ledger: &KillLedger) -> bool {
         if self.journal.is_some() {
             return true;
@@ -226,11 +194,10 @@ impl Controller {
     }
 
     /// One pass over every request; returns when to look again at the latest.
-    async fn sync(
+    async fn sync_requests(
         &mut self,
         objects: &[Arc<DynamicObject>],
         view: &NodeView,
-        done: &mpsc::Sender<KillDone>,
     ) -> Option<Duration> {
         let ledger = self.config.ledger.clone();
         if !self.open_journal(&ledger) {
@@ -312,7 +279,7 @@ impl Controller {
                         self.announce(request, pod, container);
                     }
                     for order in decision.kills {
-                        self.start_kill(request, order, pod, done).await;
+                        self.start_kill(request, order, pod).await;
                     }
                 }
                 if decision.status.phase == RestartPhase::Failed
@@ -329,7 +296,7 @@ impl Controller {
             .filter_map(|o| o.metadata.uid.as_deref())
             .collect();
         self.requests
-            .retain(|uid, t| live.contains(uid.as_str()) || !t.killing.is_empty());
+            .retain(|uid, t| live.contains(uid.as_str()) || !t.kills.killing.is_empty());
         let live: HashSet<String> = live.into_iter().map(str::to_owned).collect();
         self.statuses.retain(&live);
         requeue
@@ -361,8 +328,8 @@ impl Controller {
                 pod,
                 known_for: tracked.map_or(Duration::ZERO, |t| t.seen.elapsed()),
                 intents,
-                in_flight: tracked.map_or(&empty_set, |t| &t.killing),
-                kill_failures: tracked.map_or(&empty_map, |t| &t.failed),
+                in_flight: tracked.map_or(&empty_set, |t| &t.kills.killing),
+                kill_failures: tracked.map_or(&empty_map, |t| &t.kills.failed),
             },
         )
     }
@@ -388,13 +355,7 @@ impl Controller {
 
     /// Records the intent durably, then kills in the background. Checks the runtime first, so a
     /// stale view can never direct a kill at a container that has already been replaced.
-    async fn start_kill(
-        &mut self,
-        request: &RestartRequest,
-        order: KillOrder,
-        pod: &PodView,
-        done: &mpsc::Sender<KillDone>,
-    ) {
+    async fn start_kill(&mut self, request: &RestartRequest, order: KillOrder, pod: &PodView) {
         let Some(claim) = self.config.stops.claim(&order.container_id) else {
             tracing::debug!(container = %order.container, id = %order.container_id,
                 "the container is being stopped, or was stopped, by another restarter; deciding again");
@@ -425,6 +386,7 @@ impl Controller {
         self.requests
             .entry(request.uid.clone())
             .or_default()
+            .kills
             .killing
             .insert(order.container.clone());
         tracing::info!(request = %request.name, namespace = %request.namespace, pod = %pod.name,
@@ -450,8 +412,8 @@ impl Controller {
             "Normal",
         );
         let cri = self.cri.clone();
-        let done = done.clone();
-        let uid = request.uid.clone();
+        let done = self.done_tx.clone();
+        let request_uid = request.uid.clone();
         let pod_ip = pod.pod_ip.clone();
         tokio::spawn(async move {
             let result = restart::kill_and_report(
@@ -466,7 +428,7 @@ impl Controller {
             .await;
             let _ = done
                 .send(KillDone {
-                    uid,
+                    request_uid,
                     container: order.container,
                     result,
                 })

@@ -1,0 +1,217 @@
+//! The loop every request controller runs (ContainerRecreateRequests, ContainerRestartRequests,
+//! ContainerResizeRequests): level-triggered passes over the watched requests and the node view,
+//! on any change of either, on background work ending, on a status write landing, and at least
+//! every second; housekeeping every ten minutes; and on shutdown, no new work and a wait for the
+//! work under way (a kill or a resize is never left half done).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ::kube::api::DynamicObject;
+use tokio::sync::{mpsc, watch};
+
+use super::WatchedRequests;
+use crate::nodeview::NodeView;
+
+/// The longest wait between two passes: requests are also looked at without a change.
+const MAX_REQUEUE: Duration = Duration::from_secs(1);
+const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(600);
+
+/// One request controller, as [`run_request_loop`] drives it.
+pub(crate) trait RequestController {
+    /// What a piece of background work (a kill, a resize) reports when it ends.
+    type Done: Send;
+
+    /// One pass over every request; returns when to look again at the latest (a second at
+    /// most).
+    fn sync(
+        &mut self,
+        requests: &[Arc<DynamicObject>],
+        view: &NodeView,
+    ) -> impl Future<Output = Option<Duration>> + Send;
+
+    /// Takes in the end of a piece of background work.
+    fn finish(&mut self, done: Self::Done);
+
+    /// Waits for the next status write to land and records it.
+    fn status_written(&mut self) -> impl Future<Output = ()> + Send;
+
+    /// Background work is under way: shutdown waits for it.
+    fn busy(&self) -> bool;
+
+    /// Forgets what belongs to requests no longer watched (every ten minutes).
+    fn housekeep(&mut self, requests: &[Arc<DynamicObject>]) -> impl Future<Output = ()> + Send {
+        let _ = requests;
+        async {}
+    }
+}
+
+/// Runs `controller` until `shutdown` turns true; then stops the watch (`watch_task`), starts no
+/// new work and returns once the work under way has reported to `reports`.
+pub(crate) async fn run_request_loop<C: RequestController>(
+    mut controller: C,
+    mut reports: mpsc::Receiver<C::Done>,
+    requests: WatchedRequests,
+    watch_task: tokio::task::JoinHandle<()>,
+    mut views: watch::Receiver<Arc<NodeView>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let WatchedRequests {
+        store,
+        changes: mut changed,
+    } = requests;
+    let mut requeue = MAX_REQUEUE;
+    let mut last_housekeeping = Instant::now();
+    loop {
+        tokio::select! {
+            _ = changed.changed() => {}
+            _ = views.changed() => {}
+            Some(done) = reports.recv() => controller.finish(done),
+            _ = controller.status_written() => {}
+            _ = tokio::time::sleep(requeue) => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+        let view = views.borrow().clone();
+        let objects = store.state();
+        requeue = controller
+            .sync(&objects, &view)
+            .await
+            .map_or(MAX_REQUEUE, |after| after.min(MAX_REQUEUE));
+        if last_housekeeping.elapsed() > HOUSEKEEPING_PERIOD {
+            controller.housekeep(&objects).await;
+            last_housekeeping = Instant::now();
+        }
+    }
+    watch_task.abort();
+    while controller.busy() {
+        match reports.recv().await {
+            Some(done) => controller.finish(done),
+            None => break,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use ::kube::api::{ApiResource, GroupVersionKind};
+    use ::kube::runtime::reflector;
+
+    use super::*;
+
+    /// What the scripted controller saw, shared with the test.
+    #[derive(Default)]
+    struct Log {
+        passes: usize,
+        finished: Vec<&'static str>,
+        /// Work the controller reports as under way.
+        busy: usize,
+    }
+
+    struct Scripted(Arc<Mutex<Log>>);
+
+    impl RequestController for Scripted {
+        type Done = &'static str;
+
+        async fn sync(&mut self, _: &[Arc<DynamicObject>], _: &NodeView) -> Option<Duration> {
+            self.0.lock().expect("log").passes += 1;
+            None
+        }
+
+        fn finish(&mut self, done: &'static str) {
+            let mut log = self.0.lock().expect("log");
+            log.finished.push(done);
+            log.busy = log.busy.saturating_sub(1);
+        }
+
+        async fn status_written(&mut self) {
+            std::future::pending::<()>().await;
+        }
+
+        fn busy(&self) -> bool {
+            self.0.lock().expect("log").busy > 0
+        }
+    }
+
+    fn no_requests() -> (WatchedRequests, watch::Sender<u64>) {
+        let resource =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("t", "v1", "T"), "ts");
+        let writer = reflector::store::Writer::<DynamicObject>::new(resource);
+        let (tick, changes) = watch::channel(0);
+        let requests = WatchedRequests {
+            store: writer.as_reader(),
+            changes,
+        };
+        (requests, tick)
+    }
+
+    /// A report of finished work is taken in and followed by a pass; at shutdown the loop
+    /// waits for the work still under way and takes in its report before it returns.
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_the_work_under_way() {
+        let log = Arc::new(Mutex::new(Log {
+            busy: 2,
+            ..Log::default()
+        }));
+        let (reports_tx, reports) = mpsc::channel(4);
+        let (requests, _tick) = no_requests();
+        let (_views_tx, views) = watch::channel(Arc::new(NodeView::default()));
+        let (shutdown_tx, shutdown) = watch::channel(false);
+        let watch_task = tokio::spawn(std::future::pending::<()>());
+        let looping = tokio::spawn(run_request_loop(
+            Scripted(log.clone()),
+            reports,
+            requests,
+            watch_task,
+            views,
+            shutdown,
+        ));
+        reports_tx.send("first").await.expect("send");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        {
+            let log = log.lock().expect("log");
+            assert_eq!(log.finished, ["first"]);
+            assert!(log.passes >= 1, "a pass follows the report");
+        }
+        shutdown_tx.send(true).expect("shutdown");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(
+            !looping.is_finished(),
+            "one piece of work is still under way"
+        );
+        reports_tx.send("second").await.expect("send");
+        tokio::time::timeout(Duration::from_secs(1), looping)
+            .await
+            .expect("returns once the work reported")
+            .expect("no panic");
+        assert_eq!(log.lock().expect("log").finished, ["first", "second"]);
+    }
+
+    /// Without any change, the requests are still looked at every second.
+    #[tokio::test(start_paused = true)]
+    async fn requests_are_looked_at_every_second_without_a_change() {
+        let log = Arc::new(Mutex::new(Log::default()));
+        let (_reports_tx, reports) = mpsc::channel::<&'static str>(1);
+        let (requests, _tick) = no_requests();
+        let (_views_tx, views) = watch::channel(Arc::new(NodeView::default()));
+        let (shutdown_tx, shutdown) = watch::channel(false);
+        let watch_task = tokio::spawn(std::future::pending::<()>());
+        let looping = tokio::spawn(run_request_loop(
+            Scripted(log.clone()),
+            reports,
+            requests,
+            watch_task,
+            views,
+            shutdown,
+        ));
+        tokio::time::sleep(Duration::from_millis(10_500)).await;
+        assert_eq!(log.lock().expect("log").passes, 10);
+        shutdown_tx.send(true).expect("shutdown");
+        looping.await.expect("no panic");
+    }
+}
