@@ -138,16 +138,44 @@ mod tests {
         }
     }
 
-    fn no_requests() -> (WatchedRequests, watch::Sender<u64>) {
+    /// The loop running `Scripted(log)` on no requests, and what the test drives it with.
+    struct Harness {
+        looping: tokio::task::JoinHandle<()>,
+        reports: mpsc::Sender<&'static str>,
+        shutdown: watch::Sender<bool>,
+        /// Held: a closed channel would wake the loop at once, again and again.
+        _changes: watch::Sender<u64>,
+        _views: watch::Sender<Arc<NodeView>>,
+    }
+
+    fn start(log: &Arc<Mutex<Log>>) -> Harness {
         let resource =
             ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("t", "v1", "T"), "ts");
         let writer = reflector::store::Writer::<DynamicObject>::new(resource);
-        let (tick, changes) = watch::channel(0);
+        let (changes_tx, changes) = watch::channel(0);
         let requests = WatchedRequests {
             store: writer.as_reader(),
             changes,
         };
-        (requests, tick)
+        let (reports_tx, reports) = mpsc::channel(4);
+        let (views_tx, views) = watch::channel(Arc::new(NodeView::default()));
+        let (shutdown_tx, shutdown) = watch::channel(false);
+        let watch_task = tokio::spawn(std::future::pending::<()>());
+        let looping = tokio::spawn(run_request_loop(
+            Scripted(log.clone()),
+            reports,
+            requests,
+            watch_task,
+            views,
+            shutdown,
+        ));
+        Harness {
+            looping,
+            reports: reports_tx,
+            shutdown: shutdown_tx,
+            _changes: changes_tx,
+            _views: views_tx,
+        }
     }
 
     /// A report of finished work is taken in and followed by a pass; at shutdown the loop
@@ -158,34 +186,22 @@ mod tests {
             busy: 2,
             ..Log::default()
         }));
-        let (reports_tx, reports) = mpsc::channel(4);
-        let (requests, _tick) = no_requests();
-        let (_views_tx, views) = watch::channel(Arc::new(NodeView::default()));
-        let (shutdown_tx, shutdown) = watch::channel(false);
-        let watch_task = tokio::spawn(std::future::pending::<()>());
-        let looping = tokio::spawn(run_request_loop(
-            Scripted(log.clone()),
-            reports,
-            requests,
-            watch_task,
-            views,
-            shutdown,
-        ));
-        reports_tx.send("first").await.expect("send");
+        let harness = start(&log);
+        harness.reports.send("first").await.expect("send");
         tokio::time::sleep(Duration::from_millis(10)).await;
         {
             let log = log.lock().expect("log");
             assert_eq!(log.finished, ["first"]);
             assert!(log.passes >= 1, "a pass follows the report");
         }
-        shutdown_tx.send(true).expect("shutdown");
+        harness.shutdown.send(true).expect("shutdown");
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert!(
-            !looping.is_finished(),
+            !harness.looping.is_finished(),
             "one piece of work is still under way"
         );
-        reports_tx.send("second").await.expect("send");
-        tokio::time::timeout(Duration::from_secs(1), looping)
+        harness.reports.send("second").await.expect("send");
+        tokio::time::timeout(Duration::from_secs(1), harness.looping)
             .await
             .expect("returns once the work reported")
             .expect("no panic");
@@ -196,22 +212,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn requests_are_looked_at_every_second_without_a_change() {
         let log = Arc::new(Mutex::new(Log::default()));
-        let (_reports_tx, reports) = mpsc::channel::<&'static str>(1);
-        let (requests, _tick) = no_requests();
-        let (_views_tx, views) = watch::channel(Arc::new(NodeView::default()));
-        let (shutdown_tx, shutdown) = watch::channel(false);
-        let watch_task = tokio::spawn(std::future::pending::<()>());
-        let looping = tokio::spawn(run_request_loop(
-            Scripted(log.clone()),
-            reports,
-            requests,
-            watch_task,
-            views,
-            shutdown,
-        ));
+        let harness = start(&log);
         tokio::time::sleep(Duration::from_millis(10_500)).await;
         assert_eq!(log.lock().expect("log").passes, 10);
-        shutdown_tx.send(true).expect("shutdown");
-        looping.await.expect("no panic");
+        harness.shutdown.send(true).expect("shutdown");
+        harness.looping.await.expect("no panic");
     }
 }

@@ -452,6 +452,16 @@ mod tests {
         (metrics.encode(), last.expect("a view"), exited)
     }
 
+    /// The last restart's back-off phase and the prediction for the container now.
+    fn shown(view: &NodeView) -> (Option<f64>, Option<CrashBackoffView>) {
+        let container = &view.pods[0].containers[0];
+        let backoff = container
+            .last_restart
+            .as_ref()
+            .and_then(|r| r.backoff_seconds);
+        (backoff, container.crash_backoff.clone())
+    }
+
     /// From 1.35 the kubelet starts the container when its wait ends: the back-off phase is
     /// the predicted wait (10 s), and the next exit is held 20 s, to the second.
     #[test]
@@ -461,21 +471,11 @@ mod tests {
         assert!(text.contains(line), "{text}");
         let count = "inplaced_restart_duration_seconds_count{trigger=\"container-exit\",phase=\"backoff\"} 2";
         assert!(text.contains(count), "{text}");
-        let container = &last.pods[0].containers[0];
-        assert_eq!(
-            container
-                .last_restart
-                .as_ref()
-                .and_then(|r| r.backoff_seconds),
-            Some(10.0)
-        );
-        assert_eq!(
-            container.crash_backoff,
-            Some(CrashBackoffView {
-                next_wait_seconds: 20,
-                ..Default::default()
-            })
-        );
+        let expected = CrashBackoffView {
+            next_wait_seconds: 20,
+            ..Default::default()
+        };
+        assert_eq!(shown(&last), (Some(10.0), Some(expected)));
         let held = exited.pods[0].containers[0]
             .crash_backoff
             .clone()
@@ -492,22 +492,12 @@ mod tests {
         let (text, last, exited) = stopped_three_times(Some("v1.32.4"), 4);
         let line = "inplaced_restart_duration_seconds_sum{trigger=\"container-exit\",phase=\"backoff\"} 14.0";
         assert!(text.contains(line), "{text}");
-        let container = &last.pods[0].containers[0];
-        assert_eq!(
-            container
-                .last_restart
-                .as_ref()
-                .and_then(|r| r.backoff_seconds),
-            Some(14.0)
-        );
-        assert_eq!(
-            container.crash_backoff,
-            Some(CrashBackoffView {
-                next_wait_seconds: 20,
-                late_by_seconds: 16,
-                ..Default::default()
-            })
-        );
+        let expected = CrashBackoffView {
+            next_wait_seconds: 20,
+            late_by_seconds: 16,
+            ..Default::default()
+        };
+        assert_eq!(shown(&last), (Some(14.0), Some(expected)));
         let held = exited.pods[0].containers[0]
             .crash_backoff
             .clone()
