@@ -14,6 +14,7 @@ pub mod http;
 pub mod inspect;
 pub mod kube;
 pub(crate) mod kubelet_config;
+pub mod logging;
 pub mod metrics;
 pub mod nodeview;
 pub mod quantity;

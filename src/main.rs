@@ -109,13 +109,13 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             Ok(config) => {
-                init_logging(config.log_format, &config.log_filter());
+                inplaced::logging::init(config.log_format, &config.log_filter());
                 run_async(async move { agent::run(config).await.map(|()| ExitCode::SUCCESS) })
             }
             Err(code) => return code,
         },
         Command::Pods(args) => {
-            init_logging(LogFormat::Human, "warn");
+            inplaced::logging::init(LogFormat::Human, "warn");
             let output = args.output;
             match load_config(args.agent) {
                 Ok(config) => run_async(pods_command(config, output)),
@@ -123,7 +123,7 @@ fn main() -> ExitCode {
             }
         }
         Command::UpgradeCheck(args) => {
-            init_logging(LogFormat::Human, "warn");
+            inplaced::logging::init(LogFormat::Human, "warn");
             let (to, output) = (args.to, args.output);
             match load_config(args.agent) {
                 Ok(config) => run_async(upgrade_check_command(config, to, output)),
@@ -132,15 +132,15 @@ fn main() -> ExitCode {
         }
         Command::Hash(args) => inplaced::hashing::cli::run(&args),
         Command::Resize(args) => {
-            init_logging(LogFormat::Human, "warn");
+            inplaced::logging::init(LogFormat::Human, "warn");
             run_async(inplaced::resize::cli::run(args))
         }
         Command::Restart(args) => {
-            init_logging(LogFormat::Human, "warn");
+            inplaced::logging::init(LogFormat::Human, "warn");
             run_async(inplaced::restartrequest::cli::run(args))
         }
         Command::Runtime(args) => {
-            init_logging(LogFormat::Human, "warn");
+            inplaced::logging::init(LogFormat::Human, "warn");
             run_async(runtime_command(args))
         }
     };
@@ -174,19 +174,6 @@ fn load_config(args: AgentArgs) -> Result<Config, ExitCode> {
         eprintln!("error: {err}");
         ExitCode::from(EXIT_CONFIG)
     })
-}
-
-fn init_logging(format: LogFormat, filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(filter);
-    match format {
-        LogFormat::Human => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }
 
 /// One runtime thread: the agent's work per event is small, and on one thread every hand-off

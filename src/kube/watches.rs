@@ -11,8 +11,9 @@ use ::kube::api::{ApiResource, DynamicObject};
 use ::kube::runtime::reflector::{self, Store};
 use ::kube::runtime::{WatchStreamExt, watcher};
 use ::kube::{Api, Client};
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use tokio::sync::watch;
 
 use super::CachedPod;
@@ -104,6 +105,7 @@ pub fn watch_node_pods(
         health,
         startup_jitter,
         Arc::new(tick),
+        None,
     );
     (
         NodePods {
@@ -136,6 +138,7 @@ pub fn watch_node(
         health,
         Duration::ZERO,
         Arc::new(tick),
+        None,
     );
     (
         NodeObject {
@@ -151,9 +154,15 @@ pub fn watch_node(
 /// an outage; before, it cost one more step of a backoff grown to 30 s during the outage, so
 /// the cache followed the API again up to a minute after the server was back. A 410 in a loop
 /// still waits the first step (800 ms, jittered) each time.
+///
+/// And the backoff starts over only after progress: kube-rs's watcher yields `Event::Init`
+/// *before* its list request, and the backoff layer resets on any `Ok`, so a list that keeps
+/// failing (a CRD not installed: 404; an API server answering 500) would be retried every
+/// 800 ms forever instead of backing off to 30 s.
 struct RelistBackoff {
     inner: watcher::DefaultBackoff,
     expired: Arc<AtomicBool>,
+    progressed: Arc<AtomicBool>,
 }
 
 impl Iterator for RelistBackoff {
@@ -167,8 +176,12 @@ impl Iterator for RelistBackoff {
 }
 
 impl ::kube::runtime::utils::Backoff for RelistBackoff {
+    /// Called by the backoff layer on every `Ok`; only an answer of the API server (a listed
+    /// object, the end of the list, a watch event) counts.
     fn reset(&mut self) {
-        ::kube::runtime::utils::Backoff::reset(&mut self.inner);
+        if self.progressed.swap(false, Ordering::Relaxed) {
+            ::kube::runtime::utils::Backoff::reset(&mut self.inner);
+        }
     }
 }
 
@@ -177,16 +190,22 @@ fn relist_promptly<K>(
     stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
 ) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send {
     let expired = Arc::new(AtomicBool::new(false));
-    let seen = expired.clone();
+    let progressed = Arc::new(AtomicBool::new(false));
+    let (seen_expiry, seen_progress) = (expired.clone(), progressed.clone());
     // Runs on each item before the backoff layer sees it.
-    let stream = stream.inspect(move |item| {
-        if matches!(item, Err(watcher::Error::WatchError(status)) if status.code == 410) {
-            seen.store(true, Ordering::Relaxed);
+    let stream = stream.inspect(move |item| match item {
+        Err(watcher::Error::WatchError(status)) if status.code == 410 => {
+            seen_expiry.store(true, Ordering::Relaxed)
         }
+        Ok(event) if !matches!(event, watcher::Event::Init) => {
+            seen_progress.store(true, Ordering::Relaxed)
+        }
+        _ => {}
     });
     stream.backoff(RelistBackoff {
         inner: watcher::DefaultBackoff::default(),
         expired,
+        progressed,
     })
 }
 
@@ -221,21 +240,98 @@ const NODES: Watched = Watched {
     when_not_served: None,
 };
 
-/// The API server does not serve the resource (its CRD is not installed).
-fn not_served(err: &watcher::Error) -> bool {
+/// The HTTP status of the API server's answer behind a watcher error, if it answered one.
+fn answer_code(err: &watcher::Error) -> Option<u16> {
     match err {
         watcher::Error::InitialListFailed(e)
         | watcher::Error::WatchStartFailed(e)
-        | watcher::Error::WatchFailed(e) => {
-            matches!(e, ::kube::Error::Api(status) if status.code == 404)
-        }
-        watcher::Error::WatchError(status) => status.code == 404,
-        watcher::Error::NoResourceVersion => false,
+        | watcher::Error::WatchFailed(e) => match e {
+            ::kube::Error::Api(status) => Some(status.code),
+            _ => None,
+        },
+        watcher::Error::WatchError(status) => Some(status.code),
+        watcher::Error::NoResourceVersion => None,
     }
 }
 
+/// The API server does not serve the resource (its CRD is not installed).
+fn not_served(err: &watcher::Error) -> bool {
+    answer_code(err) == Some(404)
+}
+
+/// Waits until the API server serves a resource it answered 404 for (see [`until_crd_serves`]).
+type UntilServed = Box<dyn FnMut() -> futures::future::BoxFuture<'static, ()> + Send>;
+
+/// Without the right to watch CustomResourceDefinitions (a role from before that rule), how
+/// often the agent asks again whether a resource is served: one request per kind and agent.
+const NOT_SERVED_RECHECK: Duration = Duration::from_secs(300);
+
+/// The CustomResourceDefinitions resource, as `inplaced_watch_restarts_total` names it.
+const CRDS: &str = "customresourcedefinitions";
+
+/// Returns once the API server serves `version` of the custom resource whose
+/// CustomResourceDefinition is named `crd` (`plural.group`): the CRD exists, is not being
+/// deleted, is Established, and serves that version. It watches that one CRD by name, so a
+/// cluster without it costs one watch per agent and kind (re-opened every few minutes, like
+/// every watch), whatever the size of the fleet, and the agent starts handling the kind as soon
+/// as the CRD is applied. Where the agent may not watch CRDs (403), it returns after
+/// [`NOT_SERVED_RECHECK`] instead, and the caller asks the resource itself again.
+async fn until_crd_serves(client: Client, crd: String, version: String, metrics: Metrics) {
+    let api: Api<CustomResourceDefinition> = Api::all(client);
+    let mut config = watcher::Config::default()
+        .fields(&format!("metadata.name={crd}"))
+        .any_semantic();
+    config.page_size = None;
+    let mut stream = std::pin::pin!(relist_promptly(watcher(api, config)));
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object))
+                if crd_serves(&object, &version) =>
+            {
+                return;
+            }
+            Ok(_) => {}
+            Err(err) if answer_code(&err) == Some(403) => {
+                tracing::warn!(
+                    crd,
+                    error = %err,
+                    "may not watch CustomResourceDefinitions (apply the shipped RBAC): asking the API server again every {} minutes whether it serves the resource",
+                    NOT_SERVED_RECHECK.as_secs() / 60
+                );
+                tokio::time::sleep(NOT_SERVED_RECHECK).await;
+                return;
+            }
+            Err(err) => {
+                metrics.count_watch_restart(CRDS);
+                tracing::warn!(crd, error = %err, "CustomResourceDefinition watch failed; backing off and resuming");
+            }
+        }
+    }
+}
+
+/// The CRD is Established, not being deleted, and serves `version`.
+fn crd_serves(crd: &CustomResourceDefinition, version: &str) -> bool {
+    let established = crd
+        .status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        });
+    let serves_version = crd
+        .spec
+        .versions
+        .iter()
+        .any(|v| v.name == version && v.served);
+    established && serves_version && crd.metadata.deletion_timestamp.is_none()
+}
+
 /// Runs a watch stream to its end: counts its restarts, ticks `tick` on every event, and makes
-/// the agent unready while it has failed for [`WATCH_FAILING_UNREADY`] without a success.
+/// the agent unready while it has failed for [`WATCH_FAILING_UNREADY`] without a success. An
+/// optional resource that is not served (404) is not asked for again until `until_served`
+/// returns: the stream is simply not polled meanwhile.
 async fn drive<S, K>(
     stream: S,
     watched: Watched,
@@ -243,6 +339,7 @@ async fn drive<S, K>(
     health: Health,
     startup_jitter: Duration,
     tick: Arc<watch::Sender<u64>>,
+    mut until_served: Option<UntilServed>,
 ) where
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
 {
@@ -273,6 +370,8 @@ async fn drive<S, K>(
         };
         let Some(item) = next else { break };
         match item {
+            // Said before the list request: not an answer of the API server.
+            Ok(watcher::Event::Init) => {}
             Ok(_) => {
                 if failing_since.take().is_some() {
                     health.set(key, Ok(()));
@@ -287,6 +386,9 @@ async fn drive<S, K>(
                 if !said_not_served {
                     tracing::warn!(resource, error = %err, "{}", when_not_served.unwrap_or_default());
                     said_not_served = true;
+                }
+                if let Some(until_served) = until_served.as_mut() {
+                    until_served().await;
                 }
             }
             Err(err) => {
@@ -327,6 +429,20 @@ pub fn watch_requests(
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
     let (tick, changes) = watch::channel(0u64);
+    let until_served = watched.when_not_served.map(|_| {
+        let (client, metrics) = (client.clone(), metrics.clone());
+        let crd = format!("{}.{}", resource.plural, resource.group);
+        let version = resource.version.clone();
+        Box::new(move || {
+            until_crd_serves(
+                client.clone(),
+                crd.clone(),
+                version.clone(),
+                metrics.clone(),
+            )
+            .boxed()
+        }) as UntilServed
+    });
     let api: Api<DynamicObject> = Api::all_with(client, resource);
     let stream = relist_promptly(watcher(api, watcher::Config::default().labels(labels)))
         .reflect(writer)
@@ -338,6 +454,7 @@ pub fn watch_requests(
         health,
         Duration::ZERO,
         Arc::new(tick),
+        until_served,
     );
     (WatchedRequests { store, changes }, task)
 }
@@ -388,6 +505,7 @@ mod tests {
             health.clone(),
             Duration::ZERO,
             Arc::new(tick),
+            None,
         )
         .await;
         tokio::task::yield_now().await;
@@ -414,6 +532,7 @@ mod tests {
         let mut backoff = RelistBackoff {
             inner: watcher::DefaultBackoff::default(),
             expired: expired.clone(),
+            progressed: Arc::new(AtomicBool::new(false)),
         };
         let first = backoff.next().expect("a delay");
         let grown = (0..6)
@@ -429,6 +548,107 @@ mod tests {
         );
         let next = backoff.next().expect("a delay");
         assert!(next < grown, "it grows again from the start: {next:?}");
+    }
+
+    /// A list that keeps failing backs off to the watcher's 30 s, although kube-rs's watcher
+    /// yields `Event::Init` (an `Ok`) before each list request: before, every `Init` reset the
+    /// backoff and a missing CRD was asked for every 800 ms, forever.
+    #[tokio::test(start_paused = true)]
+    async fn a_list_that_keeps_failing_backs_off_although_each_attempt_begins_with_init() {
+        let attempts = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = attempts.clone();
+        // Each attempt as the watcher makes it: Init, then the list's answer (404).
+        let inner = futures::stream::unfold(0u32, move |n| {
+            let log = log.clone();
+            async move {
+                let item = if n % 2 == 0 {
+                    log.lock().expect("log").push(tokio::time::Instant::now());
+                    Ok(watcher::Event::<DynamicObject>::Init)
+                } else {
+                    let status = ::kube::core::Status {
+                        code: 404,
+                        ..Default::default()
+                    };
+                    Err(watcher::Error::InitialListFailed(::kube::Error::Api(
+                        Box::new(status),
+                    )))
+                };
+                Some((item, n + 1))
+            }
+        });
+        let stream = relist_promptly(inner);
+        let mut stream = std::pin::pin!(stream);
+        for _ in 0..20 {
+            stream.next().await;
+        }
+        let attempts = attempts.lock().expect("log").clone();
+        let gaps: Vec<Duration> = attempts.windows(2).map(|w| w[1] - w[0]).collect();
+        let last = *gaps.last().expect("gaps");
+        assert!(last >= Duration::from_secs(10), "{gaps:?}");
+        let total = attempts[attempts.len() - 1] - attempts[0];
+        assert!(total >= Duration::from_secs(60), "{total:?}: {gaps:?}");
+    }
+
+    /// A 404 of an optional resource: the warning once, then the stream is not polled again
+    /// until `until_served` returns; the first answer after it counts as an event, `Init` not.
+    #[tokio::test(start_paused = true)]
+    async fn an_unserved_resource_is_not_asked_for_again_until_it_is_served() {
+        let health = Health::new(crate::systemd::Heartbeat::default());
+        let (tick, changes) = watch::channel(0u64);
+        let polled = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = polled.clone();
+        let script = vec!["init", "404", "init", "done"];
+        let stream = futures::stream::unfold(script.into_iter(), move |mut script| {
+            let log = log.clone();
+            async move {
+                let step = script.next()?;
+                log.lock()
+                    .expect("log")
+                    .push((step, tokio::time::Instant::now()));
+                let item = match step {
+                    "init" => Ok(watcher::Event::<DynamicObject>::Init),
+                    "done" => Ok(watcher::Event::InitDone),
+                    _ => {
+                        let status = ::kube::core::Status {
+                            code: 404,
+                            ..Default::default()
+                        };
+                        Err(watcher::Error::InitialListFailed(::kube::Error::Api(
+                            Box::new(status),
+                        )))
+                    }
+                };
+                Some((item, script))
+            }
+        });
+        let waits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = waits.clone();
+        let until_served: UntilServed = Box::new(move || {
+            counted.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_secs(3600)).boxed()
+        });
+        let start = tokio::time::Instant::now();
+        drive(
+            stream,
+            Watched {
+                resource: "containerresizerequests",
+                health_key: "ContainerResizeRequests watch",
+                when_not_served: Some("not installed"),
+            },
+            Metrics::new(),
+            health.clone(),
+            Duration::ZERO,
+            Arc::new(tick),
+            Some(until_served),
+        )
+        .await;
+        assert_eq!(waits.load(Ordering::Relaxed), 1);
+        let polled = polled.lock().expect("log").clone();
+        let (step, at) = polled[2];
+        assert_eq!(step, "init");
+        assert!(at - start >= Duration::from_secs(3600), "{polled:?}");
+        assert_eq!(*changes.borrow(), 1, "InitDone ticks, Init does not");
+        assert!(health.unready_reasons().is_empty());
     }
 
     /// A watch of a resource the API server does not serve (a CRD not installed) keeps trying
@@ -457,6 +677,7 @@ mod tests {
                 health.clone(),
                 Duration::ZERO,
                 Arc::new(tick),
+                None,
             )
             .await;
             health.unready_reasons()

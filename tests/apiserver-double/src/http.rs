@@ -107,6 +107,10 @@ enum Route {
         sub: Option<String>,
         legacy_watch: bool,
     },
+    /// A resource path of a resource not served (an unknown group, a CRD not installed): 404,
+    /// but audited and authorized as the resource request its path names, as kube-apiserver's
+    /// RequestInfo is parsed from the path alone.
+    Unserved(RequestInfo),
     NotFound,
 }
 
@@ -150,7 +154,7 @@ fn resource_route(store: &Store, group: &str, version: &str, rest: &[&str]) -> R
         return Route::NotFound;
     };
     let Some(def) = store.resolve_path(group, version, plural) else {
-        return Route::NotFound;
+        return unserved(group, version, rest);
     };
     if tail.len() > 2 || (def.namespaced && !tail.is_empty()) {
         return Route::NotFound;
@@ -162,6 +166,29 @@ fn resource_route(store: &Store, group: &str, version: &str, rest: &[&str]) -> R
         sub: own(tail.get(1)),
         legacy_watch,
     }
+}
+
+/// The request attributes of a path to a resource that is not served, as kube-apiserver
+/// reads them: `[namespaces/NS/]RESOURCE[/NAME[/SUBRESOURCE]]`.
+fn unserved(group: &str, version: &str, rest: &[&str]) -> Route {
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, tail @ ..] if !tail.is_empty() => ((*ns).to_owned(), tail),
+        _ => (String::new(), rest),
+    };
+    let get = |i: usize| rest.get(i).map(|s| (*s).to_owned()).unwrap_or_default();
+    if rest.is_empty() || rest.len() > 3 {
+        return Route::NotFound;
+    }
+    Route::Unserved(RequestInfo {
+        api_group: group.to_owned(),
+        api_version: version.to_owned(),
+        resource: get(0),
+        name: get(1),
+        subresource: get(2),
+        namespace,
+        is_resource: true,
+        ..Default::default()
+    })
 }
 
 fn header(req: &Request<Incoming>, name: hyper::header::HeaderName) -> &str {
@@ -279,6 +306,24 @@ fn classify(state: &State, req: &Request<Incoming>, info: &mut RequestInfo) -> A
         _ => "",
     }
     .into();
+    if let Route::Unserved(path) = &route {
+        let watch = is_watch || path_is_legacy_watch(req.uri().path());
+        info.verb = match (req.method(), path.name.is_empty()) {
+            (&Method::GET, _) if watch => "watch",
+            (&Method::GET, false) => "get",
+            (&Method::GET, true) => "list",
+            (&Method::DELETE, true) => "deletecollection",
+            _ => info.verb.as_str(),
+        }
+        .to_owned();
+        *info = RequestInfo {
+            user: std::mem::take(&mut info.user),
+            verb: std::mem::take(&mut info.verb),
+            path: std::mem::take(&mut info.path),
+            ..path.clone()
+        };
+        return Err(ApiError::path_not_found());
+    }
     let Route::Resource {
         def,
         namespace,
@@ -308,6 +353,13 @@ fn classify(state: &State, req: &Request<Incoming>, info: &mut RequestInfo) -> A
         _ => return Err(ApiError::method_not_allowed()),
     };
     info.verb = verb.into();
+    if matches!(verb, "list" | "watch")
+        && let Some(selected) = query.get("fieldSelector").and_then(|f| selected_name(f))
+    {
+        // As kube-apiserver's RequestInfo: a list or watch selecting one name by field is
+        // authorized as a request for that name (RBAC resourceNames apply).
+        info.name = selected;
+    }
     if let Some(s) = sub {
         if !def.has_subresource(s) {
             return Err(ApiError::path_not_found());
@@ -317,6 +369,26 @@ fn classify(state: &State, req: &Request<Incoming>, info: &mut RequestInfo) -> A
         }
     }
     Ok(route)
+}
+
+/// `/apis/G/V/watch/...` or `/api/V/watch/...`.
+fn path_is_legacy_watch(path: &str) -> bool {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    matches!(
+        segs.as_slice(),
+        ["api", _, "watch", ..] | ["apis", _, _, "watch", ..]
+    )
+}
+
+/// The name a field selector requires exactly (`metadata.name=X` or `==X` among its terms).
+fn selected_name(selector: &str) -> Option<String> {
+    selector.split(',').find_map(|term| {
+        let value = term.trim().strip_prefix("metadata.name")?;
+        let value = value
+            .strip_prefix("==")
+            .or_else(|| value.strip_prefix('='))?;
+        (!value.is_empty()).then(|| value.to_owned())
+    })
 }
 
 async fn read_json(req: Request<Incoming>) -> ApiResult<Value> {
@@ -354,7 +426,9 @@ async fn dispatch(
     decision: Decision,
 ) -> ApiResult<Response<Body>> {
     let accept = header(&req, hyper::header::ACCEPT).to_owned();
-    let defs: Vec<&ResourceDef> = state.store.defs().iter().map(|d| d.as_ref()).collect();
+    // Discovery lists what is served now: a custom resource only while its CRD exists.
+    let served = state.store.served_defs();
+    let defs: Vec<&ResourceDef> = served.iter().map(|d| d.as_ref()).collect();
     let discovery_doc = |v: Option<Value>| {
         v.map(|v| ok_json(200, &v))
             .ok_or_else(ApiError::path_not_found)
@@ -388,7 +462,7 @@ async fn dispatch(
         Route::Groups => Ok(ok_json(200, &discovery::group_list(&defs))),
         Route::Group(g) => discovery_doc(discovery::group(&defs, &g)),
         Route::GroupResources(g, v) => discovery_doc(discovery::resource_list(&defs, &g, &v)),
-        Route::NotFound => Err(ApiError::path_not_found()),
+        Route::NotFound | Route::Unserved(_) => Err(ApiError::path_not_found()),
         Route::Resource { def, .. } => resource(state, req, &def, info, decision).await,
     }
 }

@@ -46,7 +46,7 @@ use tokio::task::{JoinHandle, JoinSet};
 pub use audit::{AuditEntry, AuditLog, RequestInfo};
 pub use error::{ApiError, ApiResult};
 pub use faults::{Fault, FaultAction, FaultController, FaultId, RequestMatch};
-pub use resources::{PodResizeApi, ResourceDef};
+pub use resources::{CRDS, PodResizeApi, ResourceDef};
 pub use rules::Endpoint;
 pub use store::Store;
 
@@ -72,6 +72,11 @@ pub struct ServerConfig {
     /// Which in-place resize API the cluster has (default: `pods/resize` as from 1.33);
     /// [`PodResizeApi::for_release`] picks it for a release.
     pub pod_resize: PodResizeApi,
+    /// Custom resources (`plural.group`) whose CRD is not installed at start: their paths
+    /// answer 404 and discovery leaves them out until a test creates the CRD
+    /// (`store().create(CRDS, def.crd_object())`). Every other custom resource's CRD is
+    /// installed at start; deleting it stops serving the resource.
+    pub absent_crds: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +89,7 @@ impl Default for ServerConfig {
             graceful_pod_deletion: false,
             extra_resources: vec![],
             pod_resize: PodResizeApi::default(),
+            absent_crds: vec![],
         }
     }
 }
@@ -109,6 +115,7 @@ impl ApiServer {
             config.history_limit,
             config.graceful_pod_deletion,
         ));
+        install_crds(&store, &config.absent_crds);
         let faults = Arc::new(FaultController::default());
         let audit = Arc::new(AuditLog::default());
         let state = Arc::new(http::State {
@@ -178,6 +185,20 @@ impl Drop for ApiServer {
     }
 }
 
+/// Creates the CRD of every custom resource but `absent`.
+fn install_crds(store: &Store, absent: &[String]) {
+    let Some(crds) = store.resolve(resources::CRDS) else {
+        return;
+    };
+    for def in store.defs().iter().filter(|d| d.custom) {
+        if absent.contains(&def.qualified()) {
+            continue;
+        }
+        // Cannot fail on a fresh store: the names are valid and unique.
+        let _ = store.create(&crds, "", def.crd_object(), true);
+    }
+}
+
 /// A kubeconfig document pointing at `url`.
 pub fn kubeconfig_for(url: &str, token: Option<&str>) -> String {
     let user = match token {
@@ -242,6 +263,20 @@ impl Objects<'_> {
         let ns = util::namespace_of(&obj);
         let ns = if ns.is_empty() { "default" } else { ns }.to_owned();
         self.0.create(&def, &ns, obj, true)
+    }
+
+    /// Installs the CRD of a custom resource the double knows (`resource` as
+    /// `containerresizerequests.inplaced.io`): from now on it is served and discovered.
+    pub fn install_crd(&self, resource: &str) -> ApiResult<Value> {
+        let def = self.def(resource)?;
+        self.create(CRDS, def.crd_object())
+    }
+
+    /// Deletes that CRD: the resource's objects are deleted (DELETED events), its open
+    /// watches end, and its paths answer 404 again.
+    pub fn remove_crd(&self, resource: &str) -> ApiResult<Value> {
+        let def = self.def(resource)?;
+        self.delete(CRDS, "", &def.qualified())
     }
 
     /// `namespace` is ignored for cluster-scoped resources.

@@ -36,6 +36,10 @@ struct Args {
     /// resize; `1.26`: none); default: `pods/resize` as from 1.33.
     #[arg(long, value_parser = parse_minor)]
     resize_api_of: Option<u32>,
+    /// A custom resource (`plural.group`) whose CRD is not installed at start (repeatable):
+    /// its paths answer 404 until a CRD for it is created.
+    #[arg(long = "without-crd")]
+    without_crds: Vec<String>,
 }
 
 /// `1.31` or `v1.31.4` → 31.
@@ -69,6 +73,7 @@ async fn main() -> std::io::Result<()> {
             .map_or_else(PodResizeApi::default, |minor| {
                 PodResizeApi::for_release(minor, true)
             }),
+        absent_crds: args.without_crds,
     };
     let server = ApiServer::start(config).await?;
     if let Some(path) = &args.kubeconfig_out {

@@ -165,6 +165,46 @@ impl ResourceDef {
         }
     }
 
+    /// The CustomResourceDefinition that makes the API server serve this custom resource:
+    /// named `plural.group`, the one version served and stored, a status subresource where it
+    /// has one, and a schema that keeps every field (the double validates no schema).
+    pub fn crd_object(&self) -> Value {
+        let mut names = json!({
+            "kind": self.kind,
+            "listKind": format!("{}List", self.kind),
+            "plural": self.plural,
+            "singular": self.singular,
+        });
+        if !self.short_names.is_empty() {
+            names["shortNames"] = json!(self.short_names);
+        }
+        let mut version = json!({
+            "name": self.version,
+            "served": true,
+            "storage": true,
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+        });
+        if self.status_subresource {
+            version["subresources"] = json!({"status": {}});
+        }
+        json!({
+            "apiVersion": format!("{CRD_GROUP}/v1"),
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": self.qualified()},
+            "spec": {
+                "group": self.group,
+                "names": names,
+                "scope": if self.namespaced { "Namespaced" } else { "Cluster" },
+                "versions": [version],
+            },
+        })
+    }
+
+    /// This is the CustomResourceDefinition resource itself.
+    pub fn is_crd(&self) -> bool {
+        self.group == CRD_GROUP && self.plural == "customresourcedefinitions"
+    }
+
     pub fn subresources(&self) -> Vec<&'static str> {
         let mut v = vec![];
         if self.status_subresource {
@@ -176,6 +216,12 @@ impl ResourceDef {
         v
     }
 }
+
+/// The group of CustomResourceDefinitions.
+pub const CRD_GROUP: &str = "apiextensions.k8s.io";
+
+/// The qualified name (`store()` and error messages) of CustomResourceDefinitions.
+pub const CRDS: &str = "customresourcedefinitions.apiextensions.k8s.io";
 
 /// The built-in set: what inplaced and its tests touch, with the newest resize API.
 pub fn default_resources() -> Vec<ResourceDef> {
@@ -268,6 +314,18 @@ pub fn resources_with(pod_resize: PodResizeApi) -> Vec<ResourceDef> {
     pdbs.status_subresource = true;
     pdbs.generation = true;
 
+    // apiextensions.k8s.io/v1: a custom resource below is served only while its CRD exists
+    // and serves its version (`Store::served`), as kube-apiserver's apiextensions server does.
+    let mut crds = ResourceDef::core(
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        false,
+    );
+    crds.group = CRD_GROUP.into();
+    crds.short_names = vec!["crd".into(), "crds".into()];
+    crds.status_subresource = true;
+    crds.generation = true;
+
     vec![
         pods,
         nodes,
@@ -279,5 +337,6 @@ pub fn resources_with(pod_resize: PodResizeApi) -> Vec<ResourceDef> {
         resize,
         restart,
         pdbs,
+        crds,
     ]
 }

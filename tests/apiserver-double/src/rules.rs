@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::{ApiError, ApiResult};
 use crate::resources::{ResourceDef, SmpSchema};
-use crate::util::{finalizers, get_path, name_of};
+use crate::util::{self, finalizers, get_path, name_of};
 
 /// The endpoint a write goes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +53,37 @@ pub fn prepare_create(def: &ResourceDef, obj: &mut Value) {
     } else if def.custom && def.status_subresource {
         set_or_remove(obj, "status", None);
     }
+}
+
+/// What the apiextensions server's controllers write into a new CRD's status at once (names
+/// accepted, established, the stored version): the double has no such controllers, and a
+/// client waiting for `Established` must see it.
+pub fn establish_crd(crd: &mut Value) {
+    let names = get_path(crd, "spec.names").cloned().unwrap_or(json!({}));
+    let stored: Vec<Value> = get_path(crd, "spec.versions")
+        .and_then(Value::as_array)
+        .map(|versions| {
+            versions
+                .iter()
+                .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+                .filter_map(|v| v.get("name").cloned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let now = util::now_rfc3339();
+    let condition = |kind: &str, reason: &str, message: &str| {
+        json!({"type": kind, "status": "True", "lastTransitionTime": now,
+               "reason": reason, "message": message})
+    };
+    let status = json!({
+        "conditions": [
+            condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+            condition("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        ],
+        "acceptedNames": names,
+        "storedVersions": stored,
+    });
+    set_or_remove(crd, "status", Some(&status));
 }
 
 /// Turn the client's proposed object into the object to store, per endpoint.

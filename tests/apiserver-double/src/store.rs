@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::error::{ApiError, ApiResult};
-use crate::resources::{ResourceDef, SmpSchema};
+use crate::resources::{CRDS, ResourceDef, SmpSchema};
 use crate::rules::{self, Endpoint};
 use crate::selectors::Filter;
 use crate::util::{self, finalizers, get_path, meta_mut, name_of, namespace_of, rv_of};
@@ -185,17 +185,97 @@ impl Store {
             .cloned()
     }
 
-    /// Find a resource by group, version and plural from a request path.
+    /// Find a served resource by group, version and plural from a request path: a custom
+    /// resource whose CRD is absent is not found, as on a real server.
     pub fn resolve_path(
         &self,
         group: &str,
         version: &str,
         plural: &str,
     ) -> Option<Arc<ResourceDef>> {
+        let inner = self.lock();
         self.defs
             .iter()
             .find(|d| d.group == group && d.version == version && d.plural == plural)
+            .filter(|d| Self::served_in(&inner, d))
             .cloned()
+    }
+
+    /// The resources served now (what discovery lists).
+    pub fn served_defs(&self) -> Vec<Arc<ResourceDef>> {
+        let inner = self.lock();
+        self.defs
+            .iter()
+            .filter(|d| Self::served_in(&inner, d))
+            .cloned()
+            .collect()
+    }
+
+    /// Built-in resources always; a custom resource while a CustomResourceDefinition named
+    /// `plural.group` exists, is not being deleted, and serves the resource's version.
+    pub fn served(&self, def: &ResourceDef) -> bool {
+        Self::served_in(&self.lock(), def)
+    }
+
+    fn served_in(inner: &Inner, def: &ResourceDef) -> bool {
+        if !def.custom {
+            return true;
+        }
+        let Some(crd) = inner
+            .collections
+            .get(CRDS)
+            .and_then(|c| c.objects.get(&(String::new(), def.qualified())))
+        else {
+            return false;
+        };
+        get_path(crd, "metadata.deletionTimestamp").is_none()
+            && get_path(crd, "spec.versions")
+                .and_then(Value::as_array)
+                .is_some_and(|versions| {
+                    versions.iter().any(|v| {
+                        v.get("name").and_then(Value::as_str) == Some(def.version.as_str())
+                            && v.get("served").and_then(Value::as_bool) == Some(true)
+                    })
+                })
+    }
+
+    /// After a change to a CRD: a custom resource it no longer serves has its watches closed
+    /// (clients relist and get 404), and when the CRD is gone its objects are deleted first,
+    /// each with a DELETED event, as the apiextensions server's cleanup does.
+    fn follow_crd(&self, inner: &mut Inner, crd: &Change) {
+        let name = name_of(&crd.object).to_owned();
+        let Some(def) = self.defs.iter().find(|d| d.custom && d.qualified() == name) else {
+            return;
+        };
+        if Self::served_in(inner, def) {
+            return;
+        }
+        if crd.kind == EventKind::Deleted {
+            let objects: Vec<Value> = inner
+                .collections
+                .get(&name)
+                .map(|c| c.objects.values().cloned().collect())
+                .unwrap_or_default();
+            for object in objects {
+                inner.rv += 1;
+                let rv = inner.rv;
+                let mut gone = object.clone();
+                if let Some(m) = meta_mut(&mut gone) {
+                    m.insert("resourceVersion".into(), json!(rv.to_string()));
+                }
+                let change = Change {
+                    rv,
+                    kind: EventKind::Deleted,
+                    object: gone,
+                    prev: Some(object),
+                };
+                self.commit(inner, def, change);
+            }
+        }
+        if let Some(coll) = inner.collections.get_mut(&name) {
+            // Dropping the senders ends every open watch of the resource.
+            coll.subscribers.clear();
+        }
     }
 
     /// The current global resourceVersion.
@@ -255,6 +335,9 @@ impl Store {
         }
         coll.subscribers
             .retain(|(_, tx)| tx.send(WatchItem::Change(change.clone())).is_ok());
+        if def.is_crd() {
+            self.follow_crd(inner, &change);
+        }
     }
 
     pub fn create(
@@ -312,7 +395,13 @@ impl Store {
             }
         }
 
+        if def.is_crd() {
+            rules::establish_crd(&mut obj);
+        }
         let mut inner = self.lock();
+        if !Self::served_in(&inner, def) {
+            return Err(ApiError::path_not_found());
+        }
         let meta = meta_mut(&mut obj).ok_or_else(|| ApiError::bad_request("invalid object"))?;
         let mut name = meta
             .get("name")
