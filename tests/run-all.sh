@@ -18,6 +18,7 @@ tests/node/prometheus.sh install
 
 INPLACED_TEST_CRI_ENDPOINT=$(tests/node/containerd.sh endpoint)
 export INPLACED_TEST_CRI_ENDPOINT
+mkdir -p target
 # Tests that need root and the test containerd are #[ignore]d, so that plain `cargo test` runs the
 # rest anywhere; here the runtime is up and every test runs (`--include-ignored`): a missing
 # runtime fails them, nothing is skipped. Arguments for the test binaries after a `--` of the
@@ -32,7 +33,14 @@ for arg in "$@"; do
     separator=1
   fi
 done
-if [ "$chosen" = 1 ]; then
+if [ $# -eq 0 ]; then
+  # The whole suite: every test binary built first, then run by tests/run-suite.py as cargo
+  # would run them, except that the ten-minute back-off test runs beside the others (and the
+  # binaries that stop containerd after it), which keeps it off the suite's critical path.
+  cargo test --workspace --locked --no-run --message-format=json-render-diagnostics \
+    > target/test-binaries.json
+  python3 tests/run-suite.py < target/test-binaries.json
+elif [ "$chosen" = 1 ]; then
   cargo test --workspace --locked "$@"
 elif [ "$separator" = 1 ]; then
   cargo test --workspace --locked "$@" --include-ignored
