@@ -665,7 +665,9 @@ impl ContainerMetaController {
             match KillJournal::open_named(&self.config.state_dir, JOURNAL_FILE) {
                 Ok(mut journal) => {
                     let now = Timestamp::now().as_millisecond();
-                    if let Err(err) = journal.retain(|e| now - e.started_ms < 86_400_000) {
+                    if let Err(err) =
+                        journal.retain(|e| now.saturating_sub(e.started_ms) < 86_400_000)
+                    {
                         tracing::warn!(error = %err, "env kill journal compaction failed");
                     }
                     self.journal = Some(journal);

@@ -459,8 +459,9 @@ impl RecreateController {
             .retain(|uid, kills| live.contains(uid) || !kills.killing.is_empty());
         let now_ms = Timestamp::now().as_millisecond();
         if let Some(journal) = self.journal.take() {
-            let keep =
-                move |e: &KillIntent| live.contains(&e.key) || now_ms - e.started_ms < 3_600_000;
+            let keep = move |e: &KillIntent| {
+                live.contains(&e.key) || now_ms.saturating_sub(e.started_ms) < 3_600_000
+            };
             match journal.retain_off_runtime(keep).await {
                 Some((journal, result)) => {
                     self.journal = Some(journal);

@@ -278,7 +278,7 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
             state.phase = ContainerPhase::Recreating;
             if now_ms < due_ms {
                 wake(Duration::from_millis(
-                    u64::try_from(due_ms - now_ms).unwrap_or(0),
+                    u64::try_from(due_ms.saturating_sub(now_ms)).unwrap_or(0),
                 ));
             } else {
                 kills.push(KillOrder {

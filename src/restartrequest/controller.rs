@@ -479,8 +479,9 @@ impl Controller {
             .collect();
         let now_ms = Timestamp::now().as_millisecond();
         if let Some(journal) = self.journal.take() {
-            let keep =
-                move |e: &KillIntent| live.contains(&e.key) || now_ms - e.started_ms < 3_600_000;
+            let keep = move |e: &KillIntent| {
+                live.contains(&e.key) || now_ms.saturating_sub(e.started_ms) < 3_600_000
+            };
             match journal.retain_off_runtime(keep).await {
                 Some((journal, result)) => {
                     self.journal = Some(journal);

@@ -5,7 +5,7 @@
 
 pub mod cli;
 mod controller;
-mod plan;
+pub mod plan;
 pub mod request;
 mod rollout;
 

@@ -365,7 +365,7 @@ pub fn decide(request: &RestartRequest, facts: &Facts<'_>) -> Decision {
             let now_ms = now.as_millisecond();
             if now_ms < due_ms {
                 wake(Duration::from_millis(
-                    u64::try_from(due_ms - now_ms).unwrap_or(0),
+                    u64::try_from(due_ms.saturating_sub(now_ms)).unwrap_or(0),
                 ));
             } else {
                 kills.push(KillOrder {

@@ -1,0 +1,5 @@
+//! The `restart_request_decoder` target: what it checks is `inplaced_fuzz_checks::restart_request_decoder` (tests/fuzz-checks), which the
+//! test suite also runs over `fuzz/seeds/restart_request_decoder/` on stable.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| inplaced_fuzz_checks::restart_request_decoder(data));
