@@ -15,10 +15,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use apiserver_double::{ApiServer, ServerConfig};
-use serde_json::json;
-use support::agent::AgentProcess;
-use support::{endpoint, unique};
+use support::agent::{LoneAgent, lone_agent};
 
 const CRDS: [(&str, &str); 3] = [
     ("containerrecreaterequests.apps.kruise.io", "CRR"),
@@ -28,48 +25,12 @@ const CRDS: [(&str, &str); 3] = [
 
 struct Case {
     name: String,
-    server: ApiServer,
-    agent: AgentProcess,
-    _kubeconfig: tempfile::NamedTempFile,
+    lone: LoneAgent,
 }
 
-async fn start_case(name: String, absent: Vec<String>) -> Case {
-    let server = ApiServer::start(ServerConfig {
-        absent_crds: absent,
-        ..Default::default()
-    })
-    .await
-    .expect("server");
-    let node = unique("node");
-    server
-        .store()
-        .create(
-            "nodes",
-            json!({"metadata": {"name": node}, "status": {"nodeInfo": {"kubeletVersion": "v1.33.5"}}}),
-        )
-        .expect("node");
-    let kubeconfig = tempfile::NamedTempFile::new().expect("tempfile");
-    server
-        .write_kubeconfig(kubeconfig.path(), None)
-        .expect("kubeconfig");
-    let args = [
-        "--node-name".to_string(),
-        node,
-        "--kubeconfig".into(),
-        kubeconfig.path().display().to_string(),
-        "--cri-endpoint".into(),
-        endpoint().to_string(),
-        "--refresh-interval".into(),
-        "2s".into(),
-    ];
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let agent = AgentProcess::start(&arg_refs, None);
-    Case {
-        name,
-        server,
-        agent,
-        _kubeconfig: kubeconfig,
-    }
+async fn start_case(name: String, absent: &[&str]) -> Case {
+    let lone = lone_agent(absent, &["--refresh-interval", "2s"]).await;
+    Case { name, lone }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -86,35 +47,31 @@ async fn main() {
             .filter(|(i, _)| mask & (1 << i) != 0)
             .map(|(_, (_, short))| *short)
             .collect();
-        let absent = CRDS
+        let absent: Vec<&str> = CRDS
             .iter()
             .enumerate()
             .filter(|(i, _)| mask & (1 << i) == 0)
-            .map(|(_, (crd, _))| crd.to_string())
+            .map(|(_, (crd, _))| *crd)
             .collect();
         let name = if installed.is_empty() {
             "none".to_string()
         } else {
             installed.join(" + ")
         };
-        cases.push(start_case(name, absent).await);
+        cases.push(start_case(name, &absent).await);
     }
     let churn = start_case(
         format!(
             "resize CRD applied/deleted every {} s (others absent)",
             churn_every.as_secs()
         ),
-        CRDS.iter().map(|(crd, _)| crd.to_string()).collect(),
+        &CRDS.map(|(crd, _)| crd),
     )
     .await;
-    for case in cases.iter().chain([&churn]) {
-        case.agent
-            .wait_http("/readyz", 200, Duration::from_secs(60));
-    }
     // Past start-up: the initial lists and the first 404s are not idle load.
     tokio::time::sleep(Duration::from_secs(10)).await;
     for case in cases.iter().chain([&churn]) {
-        case.server.audit().clear();
+        case.lone.server.audit().clear();
     }
     println!(
         "idle-api: {} agents (release build, refresh 2 s), no pods, window {} s",
@@ -131,9 +88,9 @@ async fn main() {
         }
         let crd = CRDS[1].0;
         let flipped = if installed {
-            churn.server.store().remove_crd(crd).map(|_| ())
+            churn.lone.server.store().remove_crd(crd).map(|_| ())
         } else {
-            churn.server.store().install_crd(crd).map(|_| ())
+            churn.lone.server.store().install_crd(crd).map(|_| ())
         };
         flipped.expect("CRD churn");
         installed = !installed;
@@ -145,7 +102,7 @@ async fn main() {
     println!("| CRDs installed | requests | per second | by verb |");
     println!("| --- | --- | --- | --- |");
     for case in cases.iter().chain([&churn]) {
-        let entries = case.server.audit().entries();
+        let entries = case.lone.server.audit().entries();
         let mut by_verb: BTreeMap<String, usize> = BTreeMap::new();
         for e in &entries {
             let key = if e.request.is_resource {
@@ -167,7 +124,7 @@ async fn main() {
     println!();
     println!("churn: {flips} CRD changes in {seconds:.0} s");
     for case in cases.iter().chain([&churn]) {
-        let log = case.agent.log();
+        let log = case.lone.agent.log();
         let warnings = log.lines().filter(|l| l.contains(" WARN ")).count();
         println!("log of '{}': {warnings} warning lines", case.name);
     }

@@ -8,11 +8,10 @@ mod support;
 
 use std::time::Duration;
 
-use apiserver_double::{ApiServer, AuditEntry, ServerConfig};
-use serde::Deserialize;
-use serde_json::{Value, json};
-use support::agent::AgentProcess;
-use support::{endpoint, unique};
+use apiserver_double::AuditEntry;
+use serde_json::Value;
+use support::agent::{LoneAgent, lone_agent};
+use support::cluster_roles;
 
 const KRUISE: &str = "containerrecreaterequests.apps.kruise.io";
 const RESIZE: &str = "containerresizerequests.inplaced.io";
@@ -21,44 +20,11 @@ const RESTART: &str = "containerrestartrequests.inplaced.io";
 /// How long the agent is watched at idle.
 const IDLE_WINDOW: Duration = Duration::from_secs(60);
 
-struct Idle {
-    server: ApiServer,
-    agent: AgentProcess,
-    _kubeconfig: tempfile::NamedTempFile,
-}
-
 /// An agent on a node without pods, against a server without the CRDs of `absent`; returned
-/// once it is ready and has opened every watch it keeps.
-async fn idle_agent(absent: &[&str]) -> Idle {
-    let server = ApiServer::start(ServerConfig {
-        absent_crds: absent.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    })
-    .await
-    .expect("server");
-    let node = unique("node");
-    server
-        .store()
-        .create(
-            "nodes",
-            json!({"metadata": {"name": node}, "status": {"nodeInfo": {"kubeletVersion": "v1.33.5"}}}),
-        )
-        .expect("node");
-    let kubeconfig = tempfile::NamedTempFile::new().expect("tempfile");
-    server
-        .write_kubeconfig(kubeconfig.path(), None)
-        .expect("kubeconfig");
-    let args = [
-        "--node-name".to_string(),
-        node,
-        "--kubeconfig".into(),
-        kubeconfig.path().display().to_string(),
-        "--cri-endpoint".into(),
-        endpoint().to_string(),
-    ];
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let agent = AgentProcess::start(&arg_refs, None);
-    agent.wait_http("/readyz", 200, Duration::from_secs(30));
+/// once it is ready and has opened its pods' and node's watches.
+async fn idle_agent(absent: &[&str]) -> LoneAgent {
+    let lone = lone_agent(absent, &[]).await;
+    let server = &lone.server;
     // Settled: the pods' and the node's watches are open, and the request kinds had their
     // first answers.
     for resource in ["pods", "nodes"] {
@@ -71,11 +37,7 @@ async fn idle_agent(absent: &[&str]) -> Idle {
             .unwrap_or_else(|| panic!("no watch of {resource}"));
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    Idle {
-        server,
-        agent,
-        _kubeconfig: kubeconfig,
-    }
+    lone
 }
 
 /// Every watch the agent keeps was opened: per request kind its own, or where its CRD is
@@ -115,7 +77,7 @@ fn describe(entries: &[AuditEntry]) -> Vec<String> {
 
 /// Over [`IDLE_WINDOW`] the agent sends nothing but watch requests (the periodic re-open of
 /// a watch; the kube-rs watcher asks for 290 s, so usually none at all in a minute).
-async fn assert_only_watches_over_a_minute(idle: &Idle, absent: &[&str]) {
+async fn assert_only_watches_over_a_minute(idle: &LoneAgent, absent: &[&str]) {
     let settled = idle.server.audit().entries();
     idle.server.audit().clear();
     tokio::time::sleep(IDLE_WINDOW).await;
@@ -179,20 +141,6 @@ async fn an_idle_agent_sends_only_its_watches_without_any_crd() {
             "said once:\n{log}"
         );
     }
-}
-
-/// Every ClusterRole of a shipped manifest, as JSON.
-fn cluster_roles(file: &str) -> Value {
-    let path = format!("{}/packaging/kubernetes/{file}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let roles: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|doc| {
-            let yaml = serde_yaml_ng::Value::deserialize(doc).expect("valid YAML");
-            serde_json::to_value(yaml).expect("YAML as JSON")
-        })
-        .filter(|doc| doc["kind"] == "ClusterRole")
-        .collect();
-    Value::Array(roles)
 }
 
 /// A CRD applied while the agent runs is followed within seconds (its kind listed and
@@ -262,7 +210,7 @@ async fn a_crd_applied_and_deleted_while_the_agent_runs_is_followed_at_once() {
 
     for file in ["rbac-dedicated.yaml", "rbac-node-bound.yaml"] {
         let denied: Vec<AuditEntry> = audit
-            .not_allowed_by(&cluster_roles(file))
+            .not_allowed_by(&Value::Array(cluster_roles(file)))
             .into_iter()
             .filter(|e| e.request.resource == "customresourcedefinitions")
             .collect();

@@ -9,27 +9,11 @@ mod support;
 
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::{Value, json};
 use support::sandbox::{AGENT_USER, NS, Node, NodeOptions, container_id, container_phase};
-use support::unique;
+use support::{cluster_roles, unique};
 
 const LONG: Duration = Duration::from_secs(60);
-
-/// Every ClusterRole in a multi-document YAML manifest, as JSON.
-fn cluster_roles(file: &str) -> Vec<Value> {
-    let path = format!("{}/packaging/kubernetes/{file}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let roles: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|doc| {
-            let yaml = serde_yaml_ng::Value::deserialize(doc).expect("valid YAML");
-            serde_json::to_value(yaml).expect("YAML as JSON")
-        })
-        .filter(|doc| doc["kind"] == "ClusterRole")
-        .collect();
-    assert!(!roles.is_empty(), "{path} has no ClusterRole");
-    roles
-}
 
 /// What every authenticated user may do in a default cluster (system:discovery,
 /// system:basic-user and system:public-info-viewer): discovery and health, never resources.

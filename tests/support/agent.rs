@@ -212,3 +212,50 @@ impl Drop for AgentProcess {
         }
     }
 }
+
+/// The agent binary on a node without pods, against an API server double of its own without
+/// the CRDs named in `absent_crds`, and the test containerd: `wait_http("/readyz")` has answered.
+pub struct LoneAgent {
+    pub server: apiserver_double::ApiServer,
+    pub agent: AgentProcess,
+    _kubeconfig: tempfile::NamedTempFile,
+}
+
+pub async fn lone_agent(absent_crds: &[&str], extra_args: &[&str]) -> LoneAgent {
+    let server = apiserver_double::ApiServer::start(apiserver_double::ServerConfig {
+        absent_crds: absent_crds.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    })
+    .await
+    .expect("server");
+    let node = super::unique("node");
+    server
+        .store()
+        .create(
+            "nodes",
+            serde_json::json!({"metadata": {"name": node},
+                               "status": {"nodeInfo": {"kubeletVersion": "v1.33.5"}}}),
+        )
+        .expect("node");
+    let kubeconfig = tempfile::NamedTempFile::new().expect("tempfile");
+    server
+        .write_kubeconfig(kubeconfig.path(), None)
+        .expect("kubeconfig");
+    let mut args = vec![
+        "--node-name".to_string(),
+        node,
+        "--kubeconfig".into(),
+        kubeconfig.path().display().to_string(),
+        "--cri-endpoint".into(),
+        super::endpoint().to_string(),
+    ];
+    args.extend(extra_args.iter().map(|a| a.to_string()));
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let agent = AgentProcess::start(&arg_refs, None);
+    agent.wait_http("/readyz", 200, Duration::from_secs(60));
+    LoneAgent {
+        server,
+        agent,
+        _kubeconfig: kubeconfig,
+    }
+}

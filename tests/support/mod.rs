@@ -49,6 +49,22 @@ pub fn cgroup_root() -> String {
     std::env::var("INPLACED_TEST_CGROUP_ROOT").unwrap_or_else(|_| "inplaced-test".into())
 }
 
+/// Every ClusterRole of a shipped multi-document manifest (`packaging/kubernetes/<file>`), as JSON.
+pub fn cluster_roles(file: &str) -> Vec<serde_json::Value> {
+    use serde::Deserialize;
+    let path = format!("{}/packaging/kubernetes/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let roles: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| {
+            let yaml = serde_yaml_ng::Value::deserialize(doc).expect("valid YAML");
+            serde_json::to_value(yaml).expect("YAML as JSON")
+        })
+        .filter(|doc| doc["kind"] == "ClusterRole")
+        .collect();
+    assert!(!roles.is_empty(), "{path} has no ClusterRole");
+    roles
+}
+
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:08x}", rand::random::<u32>())
 }

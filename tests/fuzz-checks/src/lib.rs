@@ -85,13 +85,24 @@ fn api_object(data: &[u8]) -> Option<kube::core::DynamicObject> {
     serde_json::from_slice(data).ok()
 }
 
+/// A kill intent of `app` (container `a1`) for the request `key` at the end of time, with the
+/// longest grace: what a corrupted journal line could hold.
+fn extreme_intent(key: &str) -> inplaced::restart::KillIntent {
+    inplaced::restart::KillIntent {
+        key: key.to_owned(),
+        container: "app".into(),
+        container_id: "a1".into(),
+        started_ms: i64::MAX - 1,
+        grace_ms: i64::MAX,
+    }
+}
+
 /// A ContainerRecreateRequest: decoding takes any object (a bad spec is kept for the status),
 /// and the decision against a running pod, with and without an earlier kill intent, at the ends
 /// of time, never kills a container the request does not name.
 pub fn crr_decoder(data: &[u8]) {
     use inplaced::recreate::crr::Crr;
     use inplaced::recreate::plan::{Facts, PodFacts, RuntimeFacts, decide};
-    use inplaced::restart::KillIntent;
 
     let Some(object) = api_object(data) else {
         return;
@@ -120,13 +131,7 @@ pub fn crr_decoder(data: &[u8]) {
             ("side".to_string(), running("s1", 3)),
         ]),
     };
-    let intent = KillIntent {
-        key: request.uid.clone(),
-        container: "app".into(),
-        container_id: "a1".into(),
-        started_ms: i64::MAX - 1,
-        grace_ms: i64::MAX,
-    };
+    let intent = extreme_intent(&request.uid);
     let in_flight = HashSet::new();
     let failures = HashMap::new();
     let named: Vec<&str> = request
@@ -162,7 +167,6 @@ pub fn crr_decoder(data: &[u8]) {
 /// container), never one of a pod whose UID differs from the one it names, and never a
 /// container twice in one decision.
 pub fn restart_request_decoder(data: &[u8]) {
-    use inplaced::restart::KillIntent;
     use inplaced::restartrequest::plan::{ContainerFacts, Facts, PodFacts, decide};
     use inplaced::restartrequest::request::RestartRequest;
 
@@ -191,13 +195,7 @@ pub fn restart_request_decoder(data: &[u8]) {
             ("side".into(), Some(running("s1"))),
         ],
     };
-    let intent = KillIntent {
-        key: request.uid.clone(),
-        container: "app".into(),
-        container_id: "a1".into(),
-        started_ms: i64::MAX - 1,
-        grace_ms: i64::MAX,
-    };
+    let intent = extreme_intent(&request.uid);
     let in_flight = HashSet::new();
     let failures = HashMap::new();
     let spec = request.spec.as_ref().ok();
