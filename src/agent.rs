@@ -44,7 +44,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = Metrics::new();
     let notifier = Notifier::start();
     let heartbeat = Heartbeat::default();
-    let health = Health::new(heartbeat.clone());
+    let health = Health::new(heartbeat.clone()).with_stuck_worker_after(config.stuck_worker_after);
     health.set("pods", Err("pod cache not synced yet".into()));
     health.set("node", Err("node object not synced yet".into()));
     health.set("runtime", Err("container runtime not listed yet".into()));
@@ -72,6 +72,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tasks.spawn(systemd::run_watchdog(
             notifier.clone(),
             heartbeat.clone(),
+            health.clone(),
             interval,
         ));
     }
@@ -279,6 +280,10 @@ async fn run_workers(
         views.clone(),
         metrics.clone(),
         shutdown.clone(),
+        health.worker(
+            "runtime-containers-meta",
+            crate::containermeta::LONGEST_IDLE_PASS,
+        ),
     );
     let resize = resize::run(
         ResizeConfig {

@@ -102,6 +102,11 @@ pub struct Settings {
     /// (at least 1) [default: 10]
     #[arg(long, env = "INPLACED_ENV_RESTARTS_PER_MINUTE")]
     pub env_restarts_per_minute: Option<u32>,
+    /// How long a worker of the agent (a request loop, a controller) may go without progress
+    /// before /healthz fails and the systemd watchdog is no longer pinged, e.g. 60s (at least
+    /// 1s) [default: 60s]
+    #[arg(long, env = "INPLACED_STUCK_WORKER_AFTER")]
+    pub stuck_worker_after: Option<String>,
     /// Log format on stderr [default: human]
     #[arg(long, env = "INPLACED_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -134,6 +139,7 @@ impl Settings {
             env_restarts_per_minute: self
                 .env_restarts_per_minute
                 .or(lower.env_restarts_per_minute),
+            stuck_worker_after: self.stuck_worker_after.or(lower.stuck_worker_after),
             log_format: self.log_format.or(lower.log_format),
             log_level: self.log_level.or(lower.log_level),
         }
@@ -162,6 +168,7 @@ pub struct Config {
     pub cgroup_root: PathBuf,
     pub env_restart_settle: Duration,
     pub env_restarts_per_minute: u32,
+    pub stuck_worker_after: Duration,
     pub log_format: LogFormat,
     /// The log filter as given; [`Config::log_filter`] is what is applied.
     pub log_level: String,
@@ -275,6 +282,14 @@ impl Config {
                 "must be at least 1",
             ));
         }
+        let stuck_worker_after = duration("stuck-worker-after", s.stuck_worker_after, "60s")?;
+        if stuck_worker_after < Duration::from_secs(1) {
+            return Err(invalid(
+                "stuck-worker-after",
+                &format!("{stuck_worker_after:?}"),
+                "must be at least 1s",
+            ));
+        }
         Ok(Config {
             node_name,
             kubeconfig,
@@ -300,6 +315,7 @@ impl Config {
             cgroup_root: s.cgroup_root.unwrap_or_else(|| cgroup::DEFAULT_ROOT.into()),
             env_restart_settle,
             env_restarts_per_minute,
+            stuck_worker_after,
             log_format: s.log_format.unwrap_or_default(),
             log_level,
         })

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::systemd::Heartbeat;
 
@@ -18,6 +18,50 @@ pub struct Health {
     reasons: Arc<Mutex<BTreeMap<&'static str, String>>>,
     /// Ticks on every change, so that STATUS= follows readiness without waiting for a poll.
     changes: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The long-lived workers that report progress, by name.
+    workers: Arc<Mutex<BTreeMap<&'static str, Worker>>>,
+    /// How long a worker may go without progress before it counts as stuck.
+    stuck_after: Duration,
+}
+
+/// The default of `stuck-worker-after`: a request loop turns every second when idle, and every
+/// call it awaits has a deadline well below this (the API's answer deadline, the CRI's).
+pub const STUCK_WORKER_AFTER: Duration = Duration::from_secs(60);
+
+/// One long-lived worker's last sign of progress, and how long it may go without one.
+#[derive(Clone, Copy, Debug)]
+struct Worker {
+    last: Instant,
+    stuck_after: Duration,
+}
+
+/// A worker's handle on its entry in [`Health`]: `beat` at every turn of its loop (a pass, or
+/// waking up idle). Dropped when the worker ends, it takes the entry away.
+pub struct WorkerBeat {
+    name: &'static str,
+    workers: Arc<Mutex<BTreeMap<&'static str, Worker>>>,
+}
+
+impl WorkerBeat {
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    pub fn beat(&self) {
+        if let Ok(mut workers) = self.workers.lock()
+            && let Some(worker) = workers.get_mut(self.name)
+        {
+            worker.last = Instant::now();
+        }
+    }
+}
+
+impl Drop for WorkerBeat {
+    fn drop(&mut self) {
+        if let Ok(mut workers) = self.workers.lock() {
+            workers.remove(self.name);
+        }
+    }
 }
 
 impl Health {
@@ -26,6 +70,40 @@ impl Health {
             heartbeat,
             reasons: Arc::default(),
             changes: Arc::new(tokio::sync::watch::Sender::new(0)),
+            workers: Arc::default(),
+            stuck_after: STUCK_WORKER_AFTER,
+        }
+    }
+
+    /// With another bound for workers (`stuck-worker-after`).
+    pub fn with_stuck_worker_after(mut self, stuck_after: Duration) -> Self {
+        self.stuck_after = stuck_after;
+        self
+    }
+
+    /// Registers a long-lived worker (a request loop, a controller) that makes progress at
+    /// least every `stuck-worker-after` when it is not stuck: one that goes longer without a
+    /// beat makes the agent not alive (`/healthz` fails, the systemd watchdog is no longer
+    /// pinged, and systemd restarts the agent).
+    /// `idles_up_to`: the longest the worker waits without work before it turns anyway; it
+    /// is added to the bound.
+    pub fn worker(&self, name: &'static str, idles_up_to: Duration) -> WorkerBeat {
+        self.worker_within(name, self.stuck_after + idles_up_to)
+    }
+
+    fn worker_within(&self, name: &'static str, stuck_after: Duration) -> WorkerBeat {
+        if let Ok(mut workers) = self.workers.lock() {
+            workers.insert(
+                name,
+                Worker {
+                    last: Instant::now(),
+                    stuck_after,
+                },
+            );
+        }
+        WorkerBeat {
+            name,
+            workers: self.workers.clone(),
         }
     }
 
@@ -56,15 +134,77 @@ impl Health {
             .unwrap_or_else(|_| vec!["internal: health state poisoned".into()])
     }
 
-    /// Whether the main loop is alive: it beat within [`STALL_AFTER`].
+    /// Whether the agent is alive: its main loop beat within [`STALL_AFTER`], and every
+    /// registered worker within its own bound.
     pub fn alive(&self) -> Result<(), String> {
         match self.heartbeat.since_last_beat() {
-            None => Err("the main loop has not started".into()),
-            Some(since) if since > STALL_AFTER => Err(format!(
-                "the main loop made no progress for {}s",
-                since.as_secs()
-            )),
-            Some(_) => Ok(()),
+            None => return Err("the main loop has not started".into()),
+            Some(since) if since > STALL_AFTER => {
+                return Err(format!(
+                    "the main loop made no progress for {}s",
+                    since.as_secs()
+                ));
+            }
+            Some(_) => {}
         }
+        let workers = self
+            .workers
+            .lock()
+            .map_err(|_| "internal: worker state poisoned".to_string())?;
+        let stuck: Vec<String> = workers
+            .iter()
+            .filter_map(|(name, worker)| {
+                let since = worker.last.elapsed();
+                (since > worker.stuck_after)
+                    .then(|| format!("{name} made no progress for {}s", since.as_secs()))
+            })
+            .collect();
+        if stuck.is_empty() {
+            Ok(())
+        } else {
+            Err(stuck.join("; "))
+        }
+    }
+}
+
+/// A test-only fault switch, compiled only with the `test-support` feature (the tests' build;
+/// never the packaged daemon): with `INPLACED_TEST_HANG_WORKER=<name>`, the worker of that name
+/// awaits forever once it has work (`with_work`), as a call that never returns would leave it.
+pub(crate) async fn hang_here_if_told(worker: &str, with_work: bool) {
+    #[cfg(feature = "test-support")]
+    if with_work && std::env::var("INPLACED_TEST_HANG_WORKER").is_ok_and(|w| w == worker) {
+        tracing::warn!(
+            worker,
+            "test fault INPLACED_TEST_HANG_WORKER: this worker hangs now"
+        );
+        std::future::pending::<()>().await;
+    }
+    #[cfg(not(feature = "test-support"))]
+    let _ = (worker, with_work);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_stuck_past_its_bound_makes_the_agent_not_alive_until_it_beats_or_ends() {
+        let heartbeat = Heartbeat::default();
+        heartbeat.beat();
+        let health = Health::new(heartbeat);
+        let quick = health.worker_within("recreate", Duration::from_millis(50));
+        let patient = health.worker("resize", Duration::from_secs(1));
+        assert_eq!(health.alive(), Ok(()));
+        std::thread::sleep(Duration::from_millis(80));
+        patient.beat();
+        let err = health.alive().expect_err("recreate is stuck");
+        assert!(err.starts_with("recreate made no progress for"), "{err}");
+        assert!(!err.contains("resize"), "{err}");
+        quick.beat();
+        assert_eq!(health.alive(), Ok(()));
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(health.alive().is_err());
+        drop(quick);
+        assert_eq!(health.alive(), Ok(()), "a worker that ended is not stuck");
     }
 }

@@ -200,19 +200,29 @@ pub(crate) fn watchdog_interval() -> Option<Duration> {
 
 /// Pings the watchdog at half its interval, but only when the main loop has beaten since the
 /// previous ping: a stuck loop stops the pings and systemd restarts the agent.
-pub async fn run_watchdog(notifier: Notifier, heartbeat: Heartbeat, interval: Duration) {
+pub async fn run_watchdog(
+    notifier: Notifier,
+    heartbeat: Heartbeat,
+    health: crate::health::Health,
+    interval: Duration,
+) {
     let mut ticker = tokio::time::interval(interval / 2);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut seen = 0;
     loop {
         ticker.tick().await;
         let mark = heartbeat.mark();
-        if mark != seen {
-            seen = mark;
-            notifier.watchdog();
-        } else {
+        if mark == seen {
             tracing::warn!("main loop made no progress since the last watchdog ping; not pinging");
+            continue;
         }
+        // A worker stuck past its bound stops the pings too: systemd restarts the agent.
+        if let Err(stuck) = health.alive() {
+            tracing::warn!(%stuck, "a worker is stuck; not pinging the watchdog");
+            continue;
+        }
+        seen = mark;
+        notifier.watchdog();
     }
 }
 

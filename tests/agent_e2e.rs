@@ -567,3 +567,58 @@ async fn upgrade_check_and_era_detection_agree_with_golden_hashes() {
         runtime_pod.remove(&cri).await;
     }
 }
+
+/// A worker that hangs (the recreate request loop, told by the test-only fault switch to await
+/// forever once it has a request, as a call that never returns would leave it) while the main
+/// loop goes on: once it has gone `stuck-worker-after` without progress, /healthz fails naming
+/// it and the watchdog is no longer pinged, so systemd would restart the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn a_hung_worker_fails_healthz_and_stops_the_watchdog() {
+    let f = fixture().await;
+    let mut args = agent_args(&f);
+    args.extend(["--stuck-worker-after".into(), "3s".into()]);
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut agent = AgentProcess::start_with_env(
+        &arg_refs,
+        Some(Duration::from_secs(1)),
+        &[("INPLACED_TEST_HANG_WORKER", "recreate")],
+    );
+    agent.wait_notification(Duration::from_secs(10), |n| n == "READY=1");
+    agent.wait_http("/readyz", 200, Duration::from_secs(20));
+    agent.wait_notification(Duration::from_secs(5), |n| n == "WATCHDOG=1");
+    assert_eq!(agent.get("/healthz").unwrap().0, 200, "no request, no hang");
+
+    f.server
+        .store()
+        .create(
+            "containerrecreaterequests.apps.kruise.io",
+            json!({
+                "metadata": {"name": unique("crr"), "namespace": NAMESPACE, "labels": {
+                    "crr.apps.kruise.io/node-name": f.node,
+                    "crr.apps.kruise.io/active": "true"}},
+                "spec": {"podName": f.pod_name, "containers": [{"name": "app"}]}
+            }),
+        )
+        .unwrap();
+    let started = std::time::Instant::now();
+    let body = agent.wait_http("/healthz", 500, Duration::from_secs(20));
+    assert!(body.contains("recreate made no progress for"), "{body}");
+    eprintln!("hang detected after {:?}", started.elapsed());
+    // Notifications already sent drain first; then none for longer than the watchdog interval.
+    agent.collect_notifications(Duration::from_millis(600));
+    let later = agent.collect_notifications(Duration::from_secs(3));
+    assert!(
+        !later.iter().any(|n| n == "WATCHDOG=1"),
+        "the watchdog is still pinged: {later:?}"
+    );
+    assert!(
+        agent
+            .log()
+            .contains("a worker is stuck; not pinging the watchdog")
+    );
+    assert!(
+        agent.log().contains("test fault INPLACED_TEST_HANG_WORKER"),
+        "the fault fired"
+    );
+}

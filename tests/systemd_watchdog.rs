@@ -1,9 +1,10 @@
-//! The watchdog pings systemd only while the main loop makes progress, on a real datagram
-//! NOTIFY_SOCKET. Alone in its binary: it sets NOTIFY_SOCKET for the process.
+//! The watchdog pings systemd only while the main loop makes progress and no worker is stuck,
+//! on a real datagram NOTIFY_SOCKET. Alone in its binary: it sets NOTIFY_SOCKET for the process.
 
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
+use inplaced::health::Health;
 use inplaced::systemd::{Heartbeat, Notifier, run_watchdog};
 
 fn pings_during(socket: &UnixDatagram, window: Duration) -> usize {
@@ -33,8 +34,14 @@ async fn watchdog_pings_stop_while_the_loop_is_stuck_and_resume_after() {
     unsafe { std::env::set_var("NOTIFY_SOCKET", &path) };
 
     let heartbeat = Heartbeat::default();
+    let health = Health::new(heartbeat.clone()).with_stuck_worker_after(Duration::from_millis(300));
     let interval = Duration::from_millis(200); // pings every 100 ms while healthy
-    let watchdog = tokio::spawn(run_watchdog(Notifier::start(), heartbeat.clone(), interval));
+    let watchdog = tokio::spawn(run_watchdog(
+        Notifier::start(),
+        heartbeat.clone(),
+        health.clone(),
+        interval,
+    ));
     let beating = |heartbeat: Heartbeat| {
         tokio::spawn(async move {
             loop {
@@ -56,6 +63,20 @@ async fn watchdog_pings_stop_while_the_loop_is_stuck_and_resume_after() {
     let loop_task = beating(heartbeat.clone());
     let recovered = tokio::task::block_in_place(|| pings_during(&socket, Duration::from_secs(1)));
     assert!(recovered >= 5, "pings after the loop recovers: {recovered}");
+
+    // The main loop beats, but a worker (a request loop) stops making progress: once it has
+    // gone 300 ms without, the pings stop; when it ends, they resume.
+    let worker = health.worker("recreate", Duration::ZERO);
+    let stuck_worker =
+        tokio::task::block_in_place(|| pings_during(&socket, Duration::from_millis(1200)));
+    assert!(
+        stuck_worker <= 4,
+        "pings while a worker is stuck (at most the first 300 ms): {stuck_worker}"
+    );
+    assert!(health.alive().is_err());
+    drop(worker);
+    let after = tokio::task::block_in_place(|| pings_during(&socket, Duration::from_secs(1)));
+    assert!(after >= 5, "pings after the stuck worker ended: {after}");
     loop_task.abort();
     watchdog.abort();
 }

@@ -133,6 +133,7 @@ pub async fn run(
     mut views: watch::Receiver<Arc<NodeView>>,
     metrics: Metrics,
     mut shutdown: watch::Receiver<bool>,
+    progress: crate::health::WorkerBeat,
 ) {
     let (done_tx, mut done_rx) = mpsc::channel::<String>(64);
     let tokens = f64::from(config.restarts_per_minute);
@@ -165,6 +166,7 @@ pub async fn run(
             _ = tokio::time::sleep(next_pass) => {}
             _ = shutdown.changed() => {}
         }
+        progress.beat();
         if *shutdown.borrow() {
             break;
         }
@@ -186,6 +188,10 @@ const BUSY_PASS: Duration = Duration::from_millis(250);
 /// How soon to look again without a change of the view otherwise: env reads to retry, the
 /// restart budget to refill.
 const IDLE_PASS: Duration = Duration::from_secs(5);
+
+/// The longest the controller waits without a change before it turns anyway (its worker's
+/// bound in `Health` adds it).
+pub const LONGEST_IDLE_PASS: Duration = IDLE_PASS;
 
 impl ContainerMetaController {
     /// Every view change is a pass; between changes, passes only as often as pending work needs.

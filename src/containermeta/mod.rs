@@ -12,5 +12,5 @@
 mod controller;
 pub mod plan;
 
-pub use controller::{ContainerMetaConfig, run};
+pub use controller::{ContainerMetaConfig, LONGEST_IDLE_PASS, run};
 pub use plan::{META_ANNOTATION, OPT_IN_ANNOTATION};

@@ -24,7 +24,9 @@ pub use cached_pod::{
 use credentials::exposed_credentials;
 pub use credentials::{CredentialStamps, credential_files};
 pub use layer::ApiLayer;
-pub(crate) use request_loop::{RequestController, run_request_loop};
+pub(crate) use request_loop::{
+    MAX_REQUEUE as REQUEST_LOOP_IDLE, RequestController, run_request_loop,
+};
 pub use watches::{
     NodeObject, NodePods, Watched, WatchedRequests, watch_node, watch_node_pods, watch_requests,
 };

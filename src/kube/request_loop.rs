@@ -12,10 +12,11 @@ use ::kube::api::DynamicObject;
 use tokio::sync::{mpsc, watch};
 
 use super::WatchedRequests;
+use crate::health::{WorkerBeat, hang_here_if_told};
 use crate::nodeview::NodeView;
 
 /// The longest wait between two passes: requests are also looked at without a change.
-const MAX_REQUEUE: Duration = Duration::from_secs(1);
+pub(crate) const MAX_REQUEUE: Duration = Duration::from_secs(1);
 const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(600);
 
 /// One request controller, as [`run_request_loop`] drives it.
@@ -56,6 +57,7 @@ pub(crate) async fn run_request_loop<C: RequestController>(
     watch_task: tokio::task::JoinHandle<()>,
     mut views: watch::Receiver<Arc<NodeView>>,
     mut shutdown: watch::Receiver<bool>,
+    progress: WorkerBeat,
 ) {
     let WatchedRequests {
         store,
@@ -72,11 +74,13 @@ pub(crate) async fn run_request_loop<C: RequestController>(
             _ = tokio::time::sleep(requeue) => {}
             _ = shutdown.changed() => {}
         }
+        progress.beat();
         if *shutdown.borrow() {
             break;
         }
         let view = views.borrow().clone();
         let objects = store.state();
+        hang_here_if_told(progress.name(), !objects.is_empty()).await;
         requeue = controller
             .sync(&objects, &view)
             .await
@@ -168,6 +172,8 @@ mod tests {
             watch_task,
             views,
             shutdown,
+            crate::health::Health::new(crate::systemd::Heartbeat::default())
+                .worker("scripted", MAX_REQUEUE),
         ));
         Harness {
             looping,

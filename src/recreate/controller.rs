@@ -48,6 +48,9 @@ pub fn crr_resource() -> ApiResource {
 
 const HEALTH_KEY: &str = "recreate";
 
+/// This controller's request loop, as `/healthz` names it when it is stuck.
+const WORKER: &str = "recreate";
+
 const WATCHED: Watched = Watched {
     resource: "containerrecreaterequests",
     health_key: "ContainerRecreateRequests watch",
@@ -67,6 +70,7 @@ pub async fn run(
     metrics: Metrics,
     shutdown: watch::Receiver<bool>,
 ) {
+    let progress = health.worker(WORKER, crate::kube::REQUEST_LOOP_IDLE);
     let ledger = config.ledger.clone();
     let resource = crr_resource();
     let selector = format!(
@@ -110,7 +114,10 @@ pub async fn run(
         done_tx,
     };
     let watch_task = tokio::spawn(watch_task);
-    run_request_loop(controller, done_rx, requests, watch_task, views, shutdown).await;
+    run_request_loop(
+        controller, done_rx, requests, watch_task, views, shutdown, progress,
+    )
+    .await;
 }
 
 struct RecreateController {

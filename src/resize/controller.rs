@@ -50,6 +50,9 @@ pub fn resize_resource() -> ApiResource {
 
 const HEALTH_KEY: &str = "resize";
 
+/// This controller's request loop, as `/healthz` names it when it is stuck.
+const WORKER: &str = "resize";
+
 const WATCHED: Watched = Watched {
     resource: "containerresizerequests",
     health_key: "ContainerResizeRequests watch",
@@ -75,6 +78,7 @@ pub async fn run(
     metrics: Metrics,
     shutdown: watch::Receiver<bool>,
 ) {
+    let progress = health.worker(WORKER, crate::kube::REQUEST_LOOP_IDLE);
     let resource = resize_resource();
     let selector = format!("{}={}", request::LABEL_NODE_NAME, config.node_name);
     let (requests, watch) = crate::kube::watch_requests(
@@ -108,7 +112,10 @@ pub async fn run(
     };
     let watch_task = tokio::spawn(watch);
     // A resize under way is a handful of cgroup writes and CRI calls: shutdown lets it finish.
-    run_request_loop(controller, done_rx, requests, watch_task, views, shutdown).await;
+    run_request_loop(
+        controller, done_rx, requests, watch_task, views, shutdown, progress,
+    )
+    .await;
 }
 
 struct ResizeController {

@@ -49,6 +49,9 @@ pub fn restart_request_resource() -> ApiResource {
 const HEALTH_KEY: &str = "restart-requests";
 const JOURNAL_FILE: &str = "restart-request-kills.jsonl";
 
+/// This controller's request loop, as `/healthz` names it when it is stuck.
+const WORKER: &str = "restart requests";
+
 const WATCHED: Watched = Watched {
     resource: "containerrestartrequests",
     health_key: "ContainerRestartRequests watch",
@@ -68,6 +71,7 @@ pub async fn run(
     metrics: Metrics,
     shutdown: watch::Receiver<bool>,
 ) {
+    let progress = health.worker(WORKER, crate::kube::REQUEST_LOOP_IDLE);
     let resource = restart_request_resource();
     let selector = format!("{}={}", request::LABEL_NODE_NAME, config.node_name);
     let (requests, watch_task) = crate::kube::watch_requests(
@@ -98,7 +102,10 @@ pub async fn run(
         done_tx,
     };
     let watch_task = tokio::spawn(watch_task);
-    run_request_loop(controller, done_rx, requests, watch_task, views, shutdown).await;
+    run_request_loop(
+        controller, done_rx, requests, watch_task, views, shutdown, progress,
+    )
+    .await;
 }
 
 struct Controller {

@@ -84,6 +84,11 @@ ok "maintainer scripts are packaging/deb/*"
 
 # The binary from its installed path, and the shipped (all-commented) config parses.
 expect_eq "inplaced --version" "$(/usr/bin/inplaced --version)" "inplaced $version"
+# The test-only fault switches (feature test-support) are not in the packaged binary.
+if grep -q INPLACED_TEST_HANG_WORKER /usr/bin/inplaced; then
+  fail "the packaged binary carries the test fault switch INPLACED_TEST_HANG_WORKER"
+fi
+ok "no test fault switch in /usr/bin/inplaced"
 /usr/bin/inplaced agent --config /etc/inplaced/config.toml --node-name check --print-config >/dev/null ||
   fail "the shipped config.toml does not load"
 ok "shipped config.toml loads"

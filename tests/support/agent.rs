@@ -32,6 +32,16 @@ impl AgentProcess {
     /// Starts `inplaced agent` with `args` plus a private admin socket, listen address and
     /// NOTIFY_SOCKET; `watchdog` sets WATCHDOG_USEC.
     pub fn start(args: &[&str], watchdog: Option<Duration>) -> AgentProcess {
+        Self::start_with_env(args, watchdog, &[])
+    }
+
+    /// As [`AgentProcess::start`], with more environment variables for the agent (e.g. a test
+    /// fault switch).
+    pub fn start_with_env(
+        args: &[&str],
+        watchdog: Option<Duration>,
+        env: &[(&str, &str)],
+    ) -> AgentProcess {
         let dir = tempfile::tempdir().expect("tempdir");
         let notify_path = dir.path().join("notify.sock");
         let notify = UnixDatagram::bind(&notify_path).expect("bind notify socket");
@@ -61,6 +71,7 @@ impl AgentProcess {
         if let Some(interval) = watchdog {
             command.env("WATCHDOG_USEC", interval.as_micros().to_string());
         }
+        command.envs(env.iter().copied());
         command.stderr(Stdio::piped());
         let mut child = command.spawn().expect("start inplaced agent");
         let log = Arc::new(Mutex::new(String::new()));
