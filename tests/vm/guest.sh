@@ -7,7 +7,8 @@
 #                  resize and a ContainerRestartRequest (through the kubectl-inplaced plugin)
 #                  carried out by the installed agent under the shipped hardening (CRI socket,
 #                  kill journals, cgroup writes on the pod slice and container scope);
-#   systemd        the watchdog holds while healthy and fires on a hung agent, SIGKILL → restart,
+#   systemd        the watchdog holds while healthy and fires on a hung agent, and on an agent
+#                  whose worker hangs (the tests' build, test-only fault switch), SIGKILL → restart,
 #                  a bad config → exit 2 and no restart loop, `systemctl stop` finishes a kill
 #                  under way, `systemd-analyze security` (saved), `dpkg --purge`;
 #   end to end     the Rust end-to-end tests named below, against this node's containerd with the
@@ -164,6 +165,29 @@ else
 fi
 journalctl -u inplaced --no-pager | grep "Watchdog timeout" >/dev/null && ok "journal: Watchdog timeout" || fail "no watchdog timeout in the journal"
 rm /etc/systemd/system/inplaced.service.d/watchdog.conf
+
+# A worker that hangs while the main loop goes on: the tests' build of the agent (its test-only
+# fault switch makes the recreate loop await forever once it has a request) as a transient
+# notify unit with a 4 s watchdog, the installed agent stopped meanwhile. Its /healthz fails
+# after stuck-worker-after (3 s) plus the loop's 1 s, the pings stop, systemd kills and restarts it.
+step "a hung worker under systemd (test-only fault switch)"
+systemctl stop inplaced
+systemd-run --unit=inplaced-hang --quiet -p Type=notify -p WatchdogSec=4s -p Restart=on-watchdog \
+  -p RestartSec=1s -E INPLACED_TEST_HANG_WORKER=recreate -E KUBECONFIG="$KUBECONFIG_FILE" \
+  "$REPO/target/debug/inplaced" agent --node-name inplaced-vm --cri-endpoint "$CRI" \
+  --state-dir /var/lib/inplaced-hang --admin-socket /run/inplaced-hang/admin.sock \
+  --listen-address 127.0.0.1:10299 --stuck-worker-after 3s
+wait_until 60 active inplaced-hang && ok "the tests' build runs as a notify unit" || fail "inplaced-hang did not become active"
+sb create-crr --name hang-crr --pod demo --container main >/dev/null
+if wait_until 90 bash -c '[ "$(systemctl show -p NRestarts --value inplaced-hang)" -gt 0 ]'; then
+  ok "a hung worker: the watchdog fired and systemd restarted the agent"
+else
+  fail "a hung worker: no watchdog restart in 90 s"
+fi
+journalctl -u inplaced-hang --no-pager > "$OUT/inplaced-hang.journal" 2>&1
+grep "Watchdog timeout" "$OUT/inplaced-hang.journal" >/dev/null && ok "journal: Watchdog timeout of the hung agent" || fail "no watchdog timeout in the hung agent's journal"
+grep "a worker is stuck; not pinging the watchdog" "$OUT/inplaced-hang.journal" >/dev/null && ok "journal: the agent named the stuck worker" || fail "the hung agent did not say a worker was stuck"
+systemctl stop inplaced-hang
 systemctl daemon-reload && systemctl restart inplaced
 wait_until 60 active inplaced || fail "inplaced not active again after the watchdog test"
 
