@@ -19,6 +19,7 @@ use super::plan::{self, Admission, CriOutcome, CriStep, Facts};
 use super::request::{
     self, Actuator, ContainerPhase, ContainerResult, ResizePhase, ResizeRequest, ResizeStatus,
 };
+use super::resources::ZeroCpuRequest;
 use super::through_cri::{self, PodTarget, ResizeError};
 use super::through_kubelet::{self, ActuatorSetting, KubeletResizeApi, Progress};
 use crate::cri::CriClient;
@@ -275,7 +276,8 @@ impl ResizeController {
             self.collect_if_expired(request).await;
         }
         if let Some(pod) = pod {
-            self.reapply(group, pod).await;
+            let zero_cpu = ZeroCpuRequest::of_kubelet(view.kubelet_version.as_deref());
+            self.reapply(group, pod, zero_cpu).await;
         }
         let mut active = group.iter().filter(|r| !r.status.phase.is_final());
         let Some(first) = active.next() else { return };
@@ -714,7 +716,7 @@ impl ResizeController {
 
     /// While a succeeded `cri` request exists, a container the kubelet replaced (started from
     /// the pod spec's resources) gets the resize again.
-    async fn reapply(&mut self, group: &[ResizeRequest], pod: &PodView) {
+    async fn reapply(&mut self, group: &[ResizeRequest], pod: &PodView, zero_cpu: ZeroCpuRequest) {
         let succeeded: Vec<&ResizeRequest> = group
             .iter()
             .filter(|r| plan::applied_through_cri(r))
@@ -758,7 +760,7 @@ impl ResizeController {
         for request in &succeeded {
             plan::overlay(&mut after, request);
         }
-        if let Some(target) = plan::pod_target(pod, &after, &replaced) {
+        if let Some(target) = plan::pod_target(pod, &after, &replaced, zero_cpu) {
             tracing::info!(pod = %pod.name, containers = ?replaced, "the kubelet replaced resized containers; applying the resize again");
             self.spawn_cri(newest.uid.clone(), target, true);
         }

@@ -253,7 +253,8 @@ pub(super) fn cri_step(
         return CriStep::Deferred;
     }
     let named: Vec<String> = request.desired().into_iter().map(|d| d.name).collect();
-    match pod_target(pod, after, &named) {
+    let zero_cpu = resources::ZeroCpuRequest::of_kubelet(view.kubelet_version.as_deref());
+    match pod_target(pod, after, &named, zero_cpu) {
         Some(target) => CriStep::Start(target),
         None => CriStep::WaitForRunning,
     }
@@ -409,6 +410,7 @@ pub(super) fn pod_target(
     pod: &PodView,
     after: &[(String, Resources)],
     named: &[String],
+    zero_cpu: resources::ZeroCpuRequest,
 ) -> Option<PodTarget> {
     let mut containers = Vec::new();
     for name in named {
@@ -422,6 +424,7 @@ pub(super) fn pod_target(
             name: name.clone(),
             container_id: runtime.id.clone(),
             target,
+            zero_cpu,
         });
     }
     let all: Vec<Resources> = after.iter().map(|(_, r)| *r).collect();

@@ -124,15 +124,37 @@ pub(crate) fn quota_to_milli_cpu(quota: i64, period: i64) -> i64 {
     (i128::from(quota) * i128::from(MILLI_PER_CPU) / i128::from(period)) as i64
 }
 
+/// How the kubelet turns an explicit zero cpu request into shares: kubernetes PR 108832, first
+/// released in 1.26, gives it the minimum shares; before, a zero request took the limit's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ZeroCpuRequest {
+    /// Before 1.26: `cpuRequest.IsZero()` falls back to the limit.
+    TakesTheLimit,
+    /// 1.26 and later: only an absent request falls back to the limit; zero is 2 shares.
+    #[default]
+    MinimumShares,
+}
+
+impl ZeroCpuRequest {
+    /// The rule of the kubelet that reports `version` (`v1.30.7`); an unknown version is taken
+    /// for a current kubelet.
+    pub fn of_kubelet(version: Option<&str>) -> Self {
+        match version.and_then(|v| crate::hashing::KubeletVersion::parse(v).ok()) {
+            Some(v) if v.minor() < 26 => ZeroCpuRequest::TakesTheLimit,
+            _ => ZeroCpuRequest::MinimumShares,
+        }
+    }
+}
+
 /// What kubelet passes to CRI for one container (`calculateLinuxResources`): shares from the
-/// request (from the limit when the request is unset or zero, as kubelet checks `IsZero`),
-/// quota from the limit (0 = none), the memory limit in bytes (0 = none).
-pub fn cri_resources(r: &Resources) -> CriResources {
-    let share_basis = r
-        .cpu_request
-        .filter(|&milli| milli != 0)
-        .or(r.cpu_limit)
-        .unwrap_or(0);
+/// request (from the limit when the request is absent — or zero, before 1.26: `rule`), quota
+/// from the limit (0 = none), the memory limit in bytes (0 = none).
+pub fn cri_resources(r: &Resources, rule: ZeroCpuRequest) -> CriResources {
+    let request = match rule {
+        ZeroCpuRequest::TakesTheLimit => r.cpu_request.filter(|&milli| milli != 0),
+        ZeroCpuRequest::MinimumShares => r.cpu_request,
+    };
+    let share_basis = request.or(r.cpu_limit).unwrap_or(0);
     CriResources {
         cpu_shares: milli_cpu_to_shares(share_basis),
         cpu_quota: milli_cpu_to_quota(r.cpu_limit.unwrap_or(0), QUOTA_PERIOD),
@@ -883,8 +905,9 @@ mod tests {
     #[test]
     fn container_cri_resources() {
         let r = req_lim(("100m", "100Mi"), ("200m", "200Mi"));
+        let current = ZeroCpuRequest::MinimumShares;
         assert_eq!(
-            cri_resources(&r),
+            cri_resources(&r, current),
             CriResources {
                 cpu_shares: 102,
                 cpu_quota: 20_000,
@@ -895,7 +918,7 @@ mod tests {
         // No request: shares from the limit.
         let r = req_lim(("", ""), ("500m", ""));
         assert_eq!(
-            cri_resources(&r),
+            cri_resources(&r, current),
             CriResources {
                 cpu_shares: 512,
                 cpu_quota: 50_000,
@@ -905,7 +928,7 @@ mod tests {
         );
         // Nothing set: minimum shares, no quota (0), period still set, no memory limit.
         assert_eq!(
-            cri_resources(&Resources::default()),
+            cri_resources(&Resources::default(), current),
             CriResources {
                 cpu_shares: 2,
                 cpu_quota: 0,
@@ -915,17 +938,32 @@ mod tests {
         );
         // A tiny limit still gets the 1 ms minimum quota.
         assert_eq!(
-            cri_resources(&req_lim(("", ""), ("5m", ""))).cpu_quota,
+            cri_resources(&req_lim(("", ""), ("5m", "")), current).cpu_quota,
             1000
         );
-        // A request of zero counts as none: shares from the limit (kubelet checks
-        // `cpuRequest.IsZero()`, not whether the request is set): 1 cpu → 1024 shares.
+        // An explicit zero request: the minimum shares from 1.26 (kubernetes PR 108832: only
+        // an absent request falls back to the limit); before, it counted as none and took the
+        // limit's (kubelet checked `cpuRequest.IsZero()`): 1 cpu → 1024 shares.
+        let zero_request = req_lim(("0", ""), ("1", ""));
+        assert_eq!(cri_resources(&zero_request, current).cpu_shares, 2);
+        let before_1_26 = ZeroCpuRequest::of_kubelet(Some("v1.25.16"));
+        assert_eq!(before_1_26, ZeroCpuRequest::TakesTheLimit);
+        assert_eq!(cri_resources(&zero_request, before_1_26).cpu_shares, 1024);
         assert_eq!(
-            cri_resources(&req_lim(("0", ""), ("1", ""))).cpu_shares,
-            1024
+            ZeroCpuRequest::of_kubelet(Some("v1.26.0")),
+            ZeroCpuRequest::MinimumShares
         );
-        // Zero both ways: the minimum shares.
-        assert_eq!(cri_resources(&req_lim(("0", ""), ("0", ""))).cpu_shares, 2);
+        assert_eq!(
+            ZeroCpuRequest::of_kubelet(None),
+            ZeroCpuRequest::MinimumShares
+        );
+        // Zero both ways: the minimum shares under either rule.
+        for rule in [current, before_1_26] {
+            assert_eq!(
+                cri_resources(&req_lim(("0", ""), ("0", "")), rule).cpu_shares,
+                2
+            );
+        }
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub(crate) struct ContainerTarget {
     /// The runtime's container ID (no `containerd://` prefix).
     pub container_id: String,
     pub target: Resources,
+    /// The node's kubelet's rule for an explicit zero cpu request.
+    pub zero_cpu: resources::ZeroCpuRequest,
 }
 
 /// What a pod must look like after the resize.
@@ -493,7 +495,7 @@ async fn inspect(cri: &CriClient, target: &ContainerTarget) -> Result<Current, R
         .and_then(|r| r.linux.clone())
         .unwrap_or_default();
     Ok(Current {
-        wanted: resources::cri_resources(&target.target),
+        wanted: resources::cri_resources(&target.target, target.zero_cpu),
         target: target.clone(),
         cgroups_path,
         linux,

@@ -333,9 +333,13 @@ pub fn progress(pod: &Value, targets: &[(String, Resources)]) -> Progress {
     Progress::Done(applied)
 }
 
-/// What survives the trip through the runtime (cpu requests are stored as shares).
+/// What survives the trip through the runtime (cpu requests are stored as shares), with the rule
+/// of every kubelet that resizes (1.27+).
 fn as_runtime_reports(r: &Resources) -> Resources {
-    let mut back = resources::from_cri(&resources::cri_resources(r));
+    let mut back = resources::from_cri(&resources::cri_resources(
+        r,
+        resources::ZeroCpuRequest::MinimumShares,
+    ));
     back.memory_request = r.memory_request;
     if r.cpu_request.is_none() {
         back.cpu_request = None;

@@ -238,7 +238,7 @@ pub fn restart_request_decoder(data: &[u8]) {
 pub fn resize_request_decoder(data: &[u8]) {
     use inplaced::resize::request::ResizeRequest;
     use inplaced::resize::resources::{
-        self, check_resize, cri_resources, pod_cgroup_config, qos_class,
+        self, ZeroCpuRequest, check_resize, cri_resources, pod_cgroup_config, qos_class,
     };
 
     let Some(object) = api_object(data) else {
@@ -275,7 +275,11 @@ pub fn resize_request_decoder(data: &[u8]) {
     let all: Vec<Resources> = after.iter().map(|(_, r)| *r).collect();
     let _ = pod_cgroup_config(&all, &[], qos_class(&all));
     for (_, r) in &after {
-        let cri = cri_resources(r);
+        for rule in [ZeroCpuRequest::TakesTheLimit, ZeroCpuRequest::MinimumShares] {
+            let cri = cri_resources(r, rule);
+            let _ = resources::from_cri(&cri);
+        }
+        let cri = cri_resources(r, ZeroCpuRequest::MinimumShares);
         let _ = resources::from_cri(&cri);
         let _ = r.to_requirements();
         if ok {

@@ -177,11 +177,10 @@ pub fn linux_resources(c: &Value, qos: Qos, node_memory: i64) -> LinuxContainerR
         .and_then(|q| bytes(&q))
         .unwrap_or(0);
     let mem_request = request(c, "memory").and_then(|q| bytes(&q)).unwrap_or(0);
-    let shares_from = if cpu_request > 0 {
-        cpu_request
-    } else {
-        cpu_limit
-    };
+    // Since 1.26 (kubernetes PR 108832) only an absent request falls back to the limit
+    // (`request` above); an explicit zero gives the minimum shares. Every release the stand-in
+    // plays is later.
+    let shares_from = cpu_request;
     let oom_score_adj = match qos {
         Qos::Guaranteed => -997,
         Qos::BestEffort => 1000,
@@ -617,6 +616,11 @@ mod tests {
             (2, 0, 1000)
         );
         assert_eq!(milli_cpu_to_quota(5), 1000);
+        // An explicit zero request: the minimum shares (1.26+); an absent one: the limit's.
+        let zero = json!({"resources": {"requests": {"cpu": "0"}, "limits": {"cpu": "1"}}});
+        assert_eq!(linux_resources(&zero, Qos::Burstable, 1 << 30).cpu_shares, 2);
+        let absent = json!({"resources": {"limits": {"cpu": "1"}}});
+        assert_eq!(linux_resources(&absent, Qos::Burstable, 1 << 30).cpu_shares, 1024);
     }
 
     #[test]
