@@ -618,9 +618,15 @@ mod tests {
         assert_eq!(milli_cpu_to_quota(5), 1000);
         // An explicit zero request: the minimum shares (1.26+); an absent one: the limit's.
         let zero = json!({"resources": {"requests": {"cpu": "0"}, "limits": {"cpu": "1"}}});
-        assert_eq!(linux_resources(&zero, Qos::Burstable, 1 << 30).cpu_shares, 2);
+        assert_eq!(
+            linux_resources(&zero, Qos::Burstable, 1 << 30).cpu_shares,
+            2
+        );
         let absent = json!({"resources": {"limits": {"cpu": "1"}}});
-        assert_eq!(linux_resources(&absent, Qos::Burstable, 1 << 30).cpu_shares, 1024);
+        assert_eq!(
+            linux_resources(&absent, Qos::Burstable, 1 << 30).cpu_shares,
+            1024
+        );
     }
 
     #[test]
