@@ -87,7 +87,11 @@ fn correlate(similar: SimilarKey, message: String) -> (SeriesKey, String) {
         record.messages.clear();
     }
     record.last = now;
-    record.messages.insert(message.clone());
+    // Only whether the threshold is reached matters: the set stays bounded however long a
+    // request keeps failing with new messages (the kubelet pops one key for the same reason).
+    if record.messages.len() < SIMILAR_EVENTS {
+        record.messages.insert(message.clone());
+    }
     if record.messages.len() < SIMILAR_EVENTS {
         let key = SeriesKey {
             similar,
