@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::audit::{AuditEntry, AuditLog, RequestInfo};
+use crate::auth::{self, ClientCa, Presented, Tokens};
 use crate::discovery;
 use crate::error::{ApiError, ApiResult};
 use crate::faults::{Decision, FaultController, WatchSignal};
@@ -43,7 +44,8 @@ pub(crate) struct State {
     pub store: Arc<Store>,
     pub faults: Arc<FaultController>,
     pub audit: Arc<AuditLog>,
-    pub tokens: HashMap<String, String>,
+    pub tokens: Arc<Tokens>,
+    pub client_ca: Option<Arc<ClientCa>>,
     pub bookmark_interval: Duration,
     pub addr: SocketAddr,
 }
@@ -198,15 +200,23 @@ fn header(req: &Request<Incoming>, name: hyper::header::HeaderName) -> &str {
         .unwrap_or("")
 }
 
+/// The client certificates of a request's connection (TLS only), as a request extension.
+pub(crate) struct PeerCertificates(pub Option<Vec<rustls::pki_types::CertificateDer<'static>>>);
+
 fn authenticate(state: &State, req: &Request<Incoming>) -> ApiResult<String> {
-    let auth = header(req, AUTHORIZATION);
-    if auth.is_empty() {
-        return Ok("system:anonymous".into());
-    }
-    auth.strip_prefix("Bearer ")
-        .and_then(|t| state.tokens.get(t.trim()))
-        .cloned()
-        .ok_or_else(|| ApiError::from_code(401, Some("Unauthorized")))
+    let authorization = header(req, AUTHORIZATION);
+    let bearer = match authorization {
+        "" => None,
+        // Another scheme (Basic) is credentials no authenticator here accepts.
+        other => Some(other.strip_prefix("Bearer ").unwrap_or("")),
+    };
+    let peer = req.extensions().get::<Arc<PeerCertificates>>();
+    let presented = Presented {
+        bearer,
+        certificates: peer.and_then(|p| p.0.as_deref()),
+    };
+    auth::authenticate(&state.tokens, state.client_ca.as_deref(), presented)
+        .map_err(|()| ApiError::from_code(401, Some("Unauthorized")))
 }
 
 /// Entry point for one request. An `Err` makes hyper drop the connection (outages).
@@ -884,7 +894,8 @@ mod tests {
             )),
             faults: Arc::new(FaultController::default()),
             audit: Arc::new(AuditLog::default()),
-            tokens: HashMap::new(),
+            tokens: Arc::default(),
+            client_ca: None,
             bookmark_interval: Duration::from_secs(60),
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         }

@@ -20,6 +20,7 @@
 //! ```
 
 pub mod audit;
+pub mod auth;
 pub mod discovery;
 pub mod error;
 pub mod faults;
@@ -29,6 +30,7 @@ pub mod resources;
 pub mod rules;
 pub mod selectors;
 pub mod store;
+pub mod tls;
 mod util;
 
 use std::collections::HashMap;
@@ -44,11 +46,13 @@ use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
 
 pub use audit::{AuditEntry, AuditLog, RequestInfo};
+pub use auth::{ClientCa, Tokens};
 pub use error::{ApiError, ApiResult};
 pub use faults::{Fault, FaultAction, FaultController, FaultId, RequestMatch};
 pub use resources::{CRDS, PodResizeApi, ResourceDef};
 pub use rules::Endpoint;
 pub use store::Store;
+pub use tls::{Credential, ServingTls, TestCa};
 
 /// Server settings. `Default` suits tests: ephemeral port, anonymous access.
 #[derive(Debug, Clone)]
@@ -60,9 +64,12 @@ pub struct ServerConfig {
     pub history_limit: usize,
     /// How often a watch that allows bookmarks gets one.
     pub bookmark_interval: Duration,
-    /// Bearer token to user name. Requests without a token are `system:anonymous`;
-    /// an unknown token gets 401.
+    /// Bearer token to user name, accepted for ever ([`ApiServer::tokens`] adds tokens that
+    /// expire). Requests without credentials are `system:anonymous`; an unknown or expired
+    /// token gets 401.
     pub tokens: HashMap<String, String>,
+    /// Serve HTTPS instead of HTTP (see [`TlsSetup`]).
+    pub tls: Option<TlsSetup>,
     /// Pods on a node are deleted gracefully (deletionTimestamp set, object kept until a
     /// delete with gracePeriodSeconds=0), as the real server does with a kubelet present.
     /// Off by default: without a kubelet such pods would never go away.
@@ -86,6 +93,7 @@ impl Default for ServerConfig {
             history_limit: 1000,
             bookmark_interval: Duration::from_secs(60),
             tokens: HashMap::new(),
+            tls: None,
             graceful_pod_deletion: false,
             extra_resources: vec![],
             pod_resize: PodResizeApi::default(),
@@ -94,12 +102,24 @@ impl Default for ServerConfig {
     }
 }
 
+/// HTTPS: the serving certificate, and the CA that client certificates are checked against
+/// (without one, client certificates authenticate nobody). Both can be replaced while the
+/// server runs ([`ApiServer::serving_tls`], [`ApiServer::client_ca`]).
+#[derive(Debug, Clone)]
+pub struct TlsSetup {
+    pub serving: Credential,
+    pub client_ca_pem: Option<String>,
+}
+
 /// A running server. Dropping it stops the listener and every connection.
 pub struct ApiServer {
     addr: SocketAddr,
     store: Arc<Store>,
     faults: Arc<FaultController>,
     audit: Arc<AuditLog>,
+    tokens: Arc<Tokens>,
+    serving_tls: Option<Arc<ServingTls>>,
+    client_ca: Option<Arc<ClientCa>>,
     task: JoinHandle<()>,
 }
 
@@ -118,20 +138,38 @@ impl ApiServer {
         install_crds(&store, &config.absent_crds);
         let faults = Arc::new(FaultController::default());
         let audit = Arc::new(AuditLog::default());
+        let tokens = Arc::new(Tokens::with(&config.tokens));
+        let (serving_tls, client_ca) = match &config.tls {
+            Some(setup) => {
+                let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+                let provider = tls::provider();
+                let serving = ServingTls::new(provider.clone(), &setup.serving).map_err(invalid)?;
+                let client_ca = ClientCa::new(provider);
+                if let Some(pem) = &setup.client_ca_pem {
+                    client_ca.set(pem).map_err(invalid)?;
+                }
+                (Some(Arc::new(serving)), Some(Arc::new(client_ca)))
+            }
+            None => (None, None),
+        };
         let state = Arc::new(http::State {
             store: store.clone(),
             faults: faults.clone(),
             audit: audit.clone(),
-            tokens: config.tokens.clone(),
+            tokens: tokens.clone(),
+            client_ca: client_ca.clone(),
             bookmark_interval: config.bookmark_interval,
             addr,
         });
-        let task = tokio::spawn(accept_loop(listener, state));
+        let task = tokio::spawn(accept_loop(listener, state, serving_tls.clone()));
         Ok(ApiServer {
             addr,
             store,
             faults,
             audit,
+            tokens,
+            serving_tls,
+            client_ca,
             task,
         })
     }
@@ -140,9 +178,29 @@ impl ApiServer {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT`, or `https://` with TLS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.serving_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The bearer tokens accepted; tests add tokens that expire, and revoke them.
+    pub fn tokens(&self) -> &Tokens {
+        &self.tokens
+    }
+
+    /// The serving certificate, to replace it (with TLS only).
+    pub fn serving_tls(&self) -> Option<&ServingTls> {
+        self.serving_tls.as_deref()
+    }
+
+    /// The CA client certificates are checked against, to replace it (with TLS only).
+    pub fn client_ca(&self) -> Option<&ClientCa> {
+        self.client_ca.as_deref()
     }
 
     /// Direct access to the objects, bypassing HTTP, faults and audit.
@@ -167,6 +225,12 @@ impl ApiServer {
     /// user authenticates with it (see [`ServerConfig::tokens`]).
     pub fn kubeconfig(&self, token: Option<&str>) -> String {
         kubeconfig_for(&self.url(), token)
+    }
+
+    /// A kubeconfig for this server with the given cluster fields (e.g. `certificate-authority`)
+    /// and user fields (e.g. `client-certificate`, `tokenFile`, `exec`).
+    pub fn kubeconfig_with(&self, cluster: Value, user: Value) -> String {
+        kubeconfig_document(&self.url(), cluster, user)
     }
 
     pub fn write_kubeconfig(&self, path: &Path, token: Option<&str>) -> std::io::Result<()> {
@@ -205,10 +269,15 @@ pub fn kubeconfig_for(url: &str, token: Option<&str>) -> String {
         Some(t) => json!({"token": t}),
         None => json!({}),
     };
+    kubeconfig_document(url, json!({}), user)
+}
+
+fn kubeconfig_document(url: &str, mut cluster: Value, user: Value) -> String {
+    cluster["server"] = Value::String(url.to_owned());
     let doc = json!({
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "apiserver-double", "cluster": {"server": url}}],
+        "clusters": [{"name": "apiserver-double", "cluster": cluster}],
         "users": [{"name": "apiserver-double", "user": user}],
         "contexts": [{"name": "apiserver-double",
                       "context": {"cluster": "apiserver-double", "user": "apiserver-double", "namespace": "default"}}],
@@ -218,7 +287,11 @@ pub fn kubeconfig_for(url: &str, token: Option<&str>) -> String {
     serde_json::to_string_pretty(&doc).unwrap_or_default()
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<http::State>) {
+async fn accept_loop(
+    listener: TcpListener,
+    state: Arc<http::State>,
+    serving_tls: Option<Arc<ServingTls>>,
+) {
     // Owned here so aborting this task (server drop) aborts every connection too.
     let mut conns = JoinSet::new();
     loop {
@@ -231,16 +304,43 @@ async fn accept_loop(listener: TcpListener, state: Arc<http::State>) {
                     continue;
                 }
                 let st = state.clone();
+                let acceptor = serving_tls.as_ref().map(|tls| tls.acceptor());
                 conns.spawn(async move {
-                    let svc = service_fn(move |req| http::handle(st.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    match acceptor {
+                        Some(acceptor) => {
+                            // A failed handshake (an untrusted serving certificate) is the
+                            // client's to report.
+                            let Ok(stream) = acceptor.accept(stream).await else { return };
+                            let peer = http::PeerCertificates(
+                                stream.get_ref().1.peer_certificates().map(|chain| {
+                                    chain.iter().map(|c| c.clone().into_owned()).collect()
+                                }),
+                            );
+                            serve_connection(TokioIo::new(stream), st, Arc::new(peer)).await;
+                        }
+                        None => {
+                            let peer = Arc::new(http::PeerCertificates(None));
+                            serve_connection(TokioIo::new(stream), st, peer).await;
+                        }
+                    }
                 });
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
+}
+
+async fn serve_connection<I>(io: I, state: Arc<http::State>, peer: Arc<http::PeerCertificates>)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(peer.clone());
+        http::handle(state.clone(), req)
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(io, svc)
+        .await;
 }
 
 /// Test-side object access by resource name (`pods`, `nodes`, `events`, `limitranges`,

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use apiserver_double::{ApiServer, PodResizeApi, ServerConfig};
+use apiserver_double::{ApiServer, Credential, PodResizeApi, ServerConfig, TlsSetup};
 use clap::Parser;
 
 #[derive(Parser, Debug)]
@@ -40,6 +40,16 @@ struct Args {
     /// its paths answer 404 until a CRD for it is created.
     #[arg(long = "without-crd")]
     without_crds: Vec<String>,
+    /// Serve HTTPS with this certificate (PEM; needs --tls-key).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Authenticate client certificates issued by this CA (PEM; the user is the subject's
+    /// common name). Needs --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    client_ca: Option<PathBuf>,
 }
 
 /// `1.31` or `v1.31.4` → 31.
@@ -60,6 +70,20 @@ fn parse_token(s: &str) -> Result<(String, String), String> {
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let args = Args::parse();
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsSetup {
+            serving: Credential {
+                cert_pem: std::fs::read_to_string(cert)?,
+                key_pem: std::fs::read_to_string(key)?,
+            },
+            client_ca_pem: args
+                .client_ca
+                .as_ref()
+                .map(std::fs::read_to_string)
+                .transpose()?,
+        }),
+        _ => None,
+    };
     let config = ServerConfig {
         listen: args.listen,
         history_limit: args.history_limit,
@@ -74,6 +98,7 @@ async fn main() -> std::io::Result<()> {
                 PodResizeApi::for_release(minor, true)
             }),
         absent_crds: args.without_crds,
+        tls,
     };
     let server = ApiServer::start(config).await?;
     if let Some(path) = &args.kubeconfig_out {
