@@ -30,8 +30,6 @@ use crate::systemd::{self, Heartbeat, Notifier};
 /// How often the main loop turns even when nothing happens (its heartbeat).
 const TICK: Duration = Duration::from_secs(1);
 
-/// How often the kubeconfig's credential files are looked at for a rotation.
-const CREDENTIAL_CHECK: Duration = Duration::from_secs(10);
 /// How far the runtime listing slows down while nothing changes: refresh-interval times this.
 const IDLE_BACKOFF: u32 = 8;
 /// Ticks without any change after which the view is rebuilt anyway (the restart tracker's
@@ -126,13 +124,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut health_changes = health.subscribe();
     let mut failure = None;
     let mut idle_ticks = 0;
-    // Client credentials are read once: when they change on disk, the agent exits so that
-    // systemd starts it again with them (kills under way finish first, as on SIGTERM).
-    let credentials = config
-        .kubeconfig
-        .as_deref()
-        .map(|path| kube::CredentialStamps::of(kube::credential_files(path)));
-    let mut credential_checks = tokio::time::interval(CREDENTIAL_CHECK);
     loop {
         // The view is rebuilt when one of its inputs changed, and now and then regardless (the
         // restart tracker's timeouts); a plain tick only proves the loop is alive.
@@ -164,16 +155,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             }
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
-            _ = credential_checks.tick() => {
-                if let (Some(path), Some(at_start)) = (config.kubeconfig.as_deref(), &credentials) {
-                    let now = kube::CredentialStamps::of(kube::credential_files(path));
-                    if let Some(file) = now.changed_since(at_start) {
-                        tracing::warn!(file = %file.display(), "API credentials changed on disk; exiting to be started again with them");
-                        break;
-                    }
-                }
-                false
-            }
             _ = ticker.tick() => {
                 idle_ticks += 1;
                 idle_ticks >= REBUILD_IDLE_TICKS
@@ -582,9 +563,8 @@ async fn connect_api(
         match kube::client(
             config.kubeconfig.as_deref(),
             metrics.clone(),
-            config.api_qps,
-            config.api_burst,
-            config.api_answer_timeout,
+            health.clone(),
+            config.api_limits(),
         )
         .await
         {

@@ -328,6 +328,15 @@ impl Config {
     pub fn log_filter(&self) -> String {
         quiet_kube_client(&self.log_level)
     }
+
+    /// The bounds on the agent's API traffic.
+    pub fn api_limits(&self) -> crate::kube::ApiLimits {
+        crate::kube::ApiLimits {
+            qps: self.api_qps,
+            burst: self.api_burst,
+            answer_deadline: self.api_answer_timeout,
+        }
+    }
 }
 
 fn quiet_kube_client(filter: &str) -> String {

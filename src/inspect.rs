@@ -37,12 +37,12 @@ pub async fn snapshot(config: &Config) -> anyhow::Result<NodeView> {
 }
 
 async fn api_pods(config: &Config) -> anyhow::Result<(Vec<CachedPod>, Option<String>)> {
+    let health = crate::health::Health::new(crate::systemd::Heartbeat::default());
     let client = crate::kube::client(
         config.kubeconfig.as_deref(),
         Metrics::new(),
-        config.api_qps,
-        config.api_burst,
-        config.api_answer_timeout,
+        health,
+        config.api_limits(),
     )
     .await?;
     let pods: Api<CachedPod> = Api::all(client.clone());

@@ -277,38 +277,6 @@ async fn agent_stays_up_and_unready_while_the_api_is_unreachable() {
     assert!(agent.wait_exit(Duration::from_secs(10)).success());
 }
 
-/// The client's credentials are read once; when the kubeconfig (or a certificate it names, as
-/// kubeadm's kubelet.conf does with the kubelet's rotated client certificate) changes on disk,
-/// the agent exits cleanly, for systemd to start it again with the new credentials.
-#[test]
-fn changed_credentials_on_disk_end_the_agent_cleanly() {
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    let down = support::agent::free_port();
-    let text = apiserver_double::kubeconfig_for(&format!("http://{down}"), None);
-    std::fs::write(&kubeconfig, &text).unwrap();
-    let path = kubeconfig.display().to_string();
-    let node = unique("node");
-    let cri = endpoint().to_string();
-    let mut agent = AgentProcess::start(
-        &[
-            "--node-name",
-            &node,
-            "--kubeconfig",
-            &path,
-            "--cri-endpoint",
-            &cri,
-        ],
-        None,
-    );
-    agent.wait_notification(Duration::from_secs(10), |n| n == "READY=1");
-    std::thread::sleep(Duration::from_secs(1));
-    std::fs::write(&kubeconfig, format!("{text}\n# rotated\n")).unwrap();
-    assert!(agent.wait_exit(Duration::from_secs(30)).success());
-    let log = agent.log();
-    assert!(log.contains("API credentials changed on disk"), "{log}");
-}
-
 #[test]
 fn configuration_precedence_is_flags_then_environment_then_file() {
     let dir = tempfile::tempdir().unwrap();

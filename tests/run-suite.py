@@ -6,7 +6,8 @@ tests/run-all.sh calls this (without arguments of the caller's) after building e
 binary; it reads the artifacts from `cargo test --no-run --message-format=json` on stdin.
 
 - LONG tests (each waits out real kubelet time, ten minutes for the back-off reset) start first,
-  in the background, each in its own process.
+  in the background, each in its own process; so do whole binaries that mostly wait on real
+  time and leave the runtime alone (a test name of None).
 - Then every other binary runs, one after the other, as cargo runs them (their own tests two at
   a time), the LONG tests skipped where they live.
 - Binaries that must have the shared containerd to themselves (SERIAL) run last, after the LONG
@@ -26,8 +27,12 @@ import sys
 import threading
 import time
 
-# (binary, test name): tests that take minutes of real time and use the runtime like any other.
-LONG = [("backoff_e2e", "after_ten_minutes_of_running_the_back_off_starts_over_as_predicted")]
+# (binary, test name): tests that take minutes of real time and use the runtime like any other;
+# (binary, None): a whole binary that waits on certificate and token expiry, without the runtime.
+LONG = [
+    ("backoff_e2e", "after_ten_minutes_of_running_the_back_off_starts_over_as_predicted"),
+    ("credentials_e2e", None),
+]
 # Binaries that must have the shared containerd to themselves: those whose tests stop and start
 # it (tests/support: containerd_script), and cri_listing, which counts its listings and expects
 # no other container to appear meanwhile (docs/testing.md, "Running tests side by side").
@@ -95,19 +100,20 @@ def main():
             print(f"run-suite: {binary} was not built", file=sys.stderr)
             return 2
         exe, directory = by_name[binary]
-        log_path = os.path.join("target", f"long-{test}.log")
+        log_path = os.path.join("target", f"long-{test or binary}.log")
         log = open(log_path, "w")
         outcome = {}
+        label = f"{binary}::{test}" if test else binary
+        filters = ["--exact", test] if test else []
 
-        def background(exe=exe, directory=directory, test=test, log=log, outcome=outcome):
-            outcome["result"] = run(f"{binary} {test} (in the background)", exe, directory,
-                                    ["--exact", test], log)
+        def background(exe=exe, directory=directory, label=label, filters=filters, log=log,
+                       outcome=outcome):
+            outcome["result"] = run(f"{label} (in the background)", exe, directory, filters, log)
             log.close()
-
 
         thread = threading.Thread(target=background)
         thread.start()
-        long_runs.append((f"{binary}::{test}", log_path, thread, outcome))
+        long_runs.append((label, log_path, thread, outcome))
 
     missing = [name for name in SERIAL if name not in by_name]
     if missing:
@@ -115,10 +121,12 @@ def main():
         return 2
 
     skips = {}
+    whole = {binary for binary, test in LONG if test is None}
     for binary, test in LONG:
-        skips.setdefault(binary, []).extend(["--skip", test])
+        if test:
+            skips.setdefault(binary, []).extend(["--skip", test])
     for name, exe, directory in binaries:
-        if name in SERIAL:
+        if name in SERIAL or name in whole:
             continue
         results.append((name, *run(name, exe, directory, skips.get(name, []))))
 

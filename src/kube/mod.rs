@@ -1,6 +1,7 @@
 //! The agent's view of the Kubernetes API: a client built from a kubeconfig or the in-cluster
-//! configuration, with request metrics and a client-side rate limit; the checks of its
-//! credential files are in `credentials`, the watches (pods, node, request objects) in `watches`.
+//! configuration, with request metrics and a client-side rate limit; how its credentials are
+//! read again as they rotate is in `credentials`, the watches (pods, node, request objects) in
+//! `watches`.
 
 mod cached_pod;
 mod credentials;
@@ -16,13 +17,14 @@ use std::time::Duration;
 
 use ::kube::Client;
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
+use tower::Layer;
 
+use crate::health::Health;
 use crate::metrics::Metrics;
 pub use cached_pod::{
     CachedContainer, CachedContainerStatus, CachedPod, CachedPodSpec, CachedPodStatus,
 };
-use credentials::exposed_credentials;
-pub use credentials::{CredentialStamps, credential_files};
+use credentials::{CredentialSource, Credentials, ReloadingService};
 pub use layer::ApiLayer;
 pub(crate) use request_loop::{
     MAX_REQUEUE as REQUEST_LOOP_IDLE, RequestController, run_request_loop,
@@ -56,46 +58,41 @@ pub async fn command_client(kubeconfig: Option<&Path>) -> anyhow::Result<Client>
     })
 }
 
-/// Builds the API client: the kubeconfig at `kubeconfig` when given, else the in-cluster
-/// service account. Every request goes through [`ApiLayer`] (metrics, rate limit, answer
-/// deadline).
+/// Builds the agent's API client: from the kubeconfig at `kubeconfig` when given, else the
+/// in-cluster service account, read again as they rotate (see `credentials`). Every request
+/// goes through [`ApiLayer`] (metrics, rate limit, answer deadline); credentials refused even
+/// after being read again make `health` unready.
 pub async fn client(
     kubeconfig: Option<&Path>,
     metrics: Metrics,
-    qps: u32,
-    burst: u32,
-    answer_deadline: Duration,
+    health: Health,
+    limits: ApiLimits,
 ) -> Result<Client, KubeError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let error = |message: String| KubeError::Kubeconfig {
-                path: path.display().to_string(),
-                message,
-            };
-            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| error(e.to_string()))?;
-            for (file, mode) in exposed_credentials(path, &kubeconfig) {
-                tracing::warn!(
-                    file = %file.display(),
-                    mode = format!("{mode:04o}"),
-                    "a file with API credentials is accessible to group or others; chmod 0600 it"
-                );
-            }
-            ::kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| error(e.to_string()))?
-        }
-        None => ::kube::Config::incluster().map_err(|e| KubeError::InCluster(e.to_string()))?,
+    let source = match kubeconfig {
+        Some(path) => CredentialSource::Kubeconfig(path.to_owned()),
+        None => CredentialSource::InCluster,
     };
-    let mut config = config;
-    // Audit logs and managedFields name the agent (the API server takes the manager's name
-    // from the User-Agent); kube-rs sends none.
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(concat!("inplaced/", env!("CARGO_PKG_VERSION"))),
-    ));
-    let builder = ::kube::client::ClientBuilder::try_from(config)
-        .map_err(|e| KubeError::Client(e.to_string()))?;
-    Ok(builder
-        .with_layer(&ApiLayer::new(metrics, qps, burst, answer_deadline))
-        .build())
+    source.warn_if_exposed();
+    let (credentials, namespace) = Credentials::load(source, health).await?;
+    let layer = ApiLayer::new(metrics, limits.qps, limits.burst, limits.answer_deadline);
+    Ok(Client::new(
+        layer.layer(ReloadingService(credentials)),
+        namespace,
+    ))
+}
+
+/// Whether an API error answer refuses the request itself, so that sending it again unchanged
+/// cannot succeed: a 4xx, but neither 429 (too many requests: come back later) nor 401 (the
+/// agent's credentials, which it reads again; the request is retried with them).
+pub fn refuses_request(status: &::kube::core::Status) -> bool {
+    (400..500).contains(&status.code) && status.code != 429 && status.code != 401
+}
+
+/// The agent's own bounds on its API traffic.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiLimits {
+    pub qps: u32,
+    pub burst: u32,
+    /// How long a request may wait for the head of its answer.
+    pub answer_deadline: Duration,
 }

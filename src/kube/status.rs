@@ -235,9 +235,7 @@ impl<S: Serialize + PartialEq + Clone + Send + 'static> StatusWriter<S> {
             let outcome = match result {
                 Ok(landed) => WriteOutcome::Landed(landed.metadata.resource_version),
                 Err(::kube::Error::Api(status)) if status.code == 409 => WriteOutcome::Outdated,
-                Err(::kube::Error::Api(status))
-                    if (400..500).contains(&status.code) && status.code != 429 =>
-                {
+                Err(::kube::Error::Api(status)) if crate::kube::refuses_request(&status) => {
                     WriteOutcome::Refused
                 }
                 Err(_) => WriteOutcome::Failed,

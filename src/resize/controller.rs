@@ -627,9 +627,7 @@ impl ResizeController {
                         self.tracked(&request.uid).requested = Some(api);
                         api
                     }
-                    Err(::kube::Error::Api(status))
-                        if (400..500).contains(&status.code) && status.code != 429 =>
-                    {
+                    Err(::kube::Error::Api(status)) if crate::kube::refuses_request(&status) => {
                         // The API server may have been upgraded since it was asked: a refusal
                         // of the API it no longer serves the way it did is tried again the new
                         // way on the next pass.
