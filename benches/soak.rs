@@ -1,16 +1,18 @@
-//! The soak of issue 12, against real containerd: PODS real pods (default 50) of two Burstable
-//! containers, and a seeded stream of CRRS ContainerRecreateRequests (default 500) mixed with
-//! env-from-metadata changes and ContainerResizeRequests (a fifth of CRRS each), one every
-//! 100 ms in random order on random pods: concurrent and overlapping on the same pods and
-//! containers. Then it waits for everything to settle and checks what issue 12 asks of it:
+//! The soak of issues 12 and 50, against real containerd: PODS real pods (default 50) of two
+//! Burstable containers, and a seeded stream of CRRS ContainerRecreateRequests (default 500)
+//! mixed with env-from-metadata changes, ContainerResizeRequests and ContainerRestartRequests (a
+//! fifth of CRRS each), one every 100 ms in random order on random pods: concurrent and
+//! overlapping on the same pods and containers. Then it waits for everything to settle and
+//! checks what issue 12 asks of it:
 //! - every CRR completed, every container it names Succeeded (one replaced meanwhile by an
 //!   overlapping restart counts as recreated, as kruise counts it);
-//! - every resize request ended Succeeded;
+//! - every resize request and every restart request ended Succeeded;
 //! - every pod's `app` runs with the env value of the last change;
 //! - no container ever got more than one StopContainer (the CRI proxy counts), and the agent
 //!   never exited.
 //!
-//! Reports throughput, latency percentiles per kind and the agent's peak RSS.
+//! Reports throughput, latency percentiles per kind, and the agent's RSS every 10 s (its curve)
+//! with its peak.
 //!
 //!     cargo bench -p inplaced --bench soak [-- PODS CRRS SEED]
 
@@ -55,7 +57,11 @@ enum Kind {
     Recreate,
     EnvChange,
     Resize,
+    Restart,
 }
+
+/// How often the agent's RSS is written down for its curve.
+const RSS_SAMPLE: Duration = Duration::from_secs(10);
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -67,6 +73,7 @@ async fn main() {
     let mut stream: Vec<Kind> = std::iter::repeat_n(Kind::Recreate, crrs)
         .chain(std::iter::repeat_n(Kind::EnvChange, crrs / 5))
         .chain(std::iter::repeat_n(Kind::Resize, crrs / 5))
+        .chain(std::iter::repeat_n(Kind::Restart, crrs / 5))
         .collect();
     // Fisher-Yates with the seeded generator: the same seed, the same stream.
     for i in (1..stream.len()).rev() {
@@ -76,8 +83,9 @@ async fn main() {
     // kubelet 1.31 with its resize gate off: resizes go through CRI.
     let mut node = Node::start_with(NodeOptions::kubelet("v1.31.12")).await;
     println!(
-        "soak: {pods} pods x 2 containers, {} operations ({crrs} CRRs, {} env changes, {} resizes), one every 100 ms, seed {seed}",
+        "soak: {pods} pods x 2 containers, {} operations ({crrs} CRRs, {} env changes, {} resizes, {} restart requests), one every 100 ms, seed {seed}",
         stream.len(),
+        crrs / 5,
         crrs / 5,
         crrs / 5
     );
@@ -113,6 +121,7 @@ async fn main() {
     let mut resizes_per_pod: HashMap<String, u64> = HashMap::new();
     let mut skipped = 0;
     let mut peak_rss_kb = 0;
+    let mut rss_curve = RssCurve::new(pid);
     for (i, kind) in stream.iter().enumerate() {
         let pod_name = &names[rng.random_range(0..pods)];
         match kind {
@@ -152,9 +161,25 @@ async fn main() {
                     .await;
                 pending.push((*kind, name, Instant::now()));
             }
+            Kind::Restart => {
+                let containers = match rng.random_range(0..3) {
+                    0 => json!([{"name": "app"}]),
+                    1 => json!([{"name": "side"}]),
+                    _ => json!([{"name": "app"}, {"name": "side"}]),
+                };
+                let name = node
+                    .create_request(
+                        "ContainerRestartRequest",
+                        &node.node,
+                        json!({"podName": pod_name, "containers": containers}),
+                    )
+                    .await;
+                pending.push((*kind, name, Instant::now()));
+            }
         }
         take_finished(&node, &mut pending, &mut latency, &mut outcomes);
         peak_rss_kb = peak_rss_kb.max(usage(pid).0);
+        rss_curve.sample();
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let issued = started.elapsed();
@@ -173,14 +198,12 @@ async fn main() {
         );
         take_finished(&node, &mut pending, &mut latency, &mut outcomes);
         peak_rss_kb = peak_rss_kb.max(usage(pid).0);
+        rss_curve.sample();
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let settled = started.elapsed();
     for (kind, name, _) in &pending {
-        let object = match kind {
-            Kind::Recreate => node.crr(name),
-            _ => node.resize_request(name),
-        };
+        let object = request_object(&node, *kind, name);
         println!(
             "never ended: {kind:?} {name}: annotations {} status {}",
             object["metadata"]["annotations"], object["status"]
@@ -207,6 +230,7 @@ async fn main() {
         }
     }
     let env_settled = started.elapsed();
+    rss_curve.sample();
 
     let stops = node.proxy.stop_counts();
     let twice: Vec<_> = stops.iter().filter(|(_, n)| **n > 1).collect();
@@ -231,7 +255,7 @@ async fn main() {
     for line in &outcome_lines {
         println!("outcome {line}");
     }
-    for kind in [Kind::Recreate, Kind::Resize] {
+    for kind in [Kind::Recreate, Kind::Resize, Kind::Restart] {
         println!(
             "{kind:?} created -> final: {}",
             summary(latency.remove(&kind).unwrap_or_default())
@@ -250,6 +274,10 @@ async fn main() {
         "agent peak RSS {:.1} MiB, now {:.1} MiB",
         peak_rss_kb as f64 / 1024.0,
         usage(pid).0 as f64 / 1024.0
+    );
+    println!(
+        "agent RSS every {RSS_SAMPLE:?} (MiB): {}",
+        rss_curve.describe()
     );
     assert!(pending.is_empty(), "{} requests never ended", pending.len());
     assert!(twice.is_empty(), "stopped more than once: {twice:?}");
@@ -271,10 +299,7 @@ fn take_finished(
     outcomes: &mut HashMap<(Kind, String), usize>,
 ) {
     pending.retain(|(kind, name, created)| {
-        let object = match kind {
-            Kind::Recreate => node.crr(name),
-            _ => node.resize_request(name),
-        };
+        let object = request_object(node, *kind, name);
         let outcome = match (kind, phase(&object)) {
             (Kind::Recreate, Some("Completed")) => {
                 let states = object
@@ -296,6 +321,8 @@ fn take_finished(
             (Kind::Resize, Some(p @ ("Succeeded" | "Failed" | "Infeasible"))) => {
                 format!("{p} {}", object["status"]["message"])
             }
+            (Kind::Restart, Some("Succeeded")) => "Succeeded".to_string(),
+            (Kind::Restart, Some("Failed")) => format!("Failed {}", object["status"]["message"]),
             _ => return true,
         };
         latency
@@ -305,4 +332,51 @@ fn take_finished(
         *outcomes.entry((*kind, outcome)).or_default() += 1;
         false
     });
+}
+
+/// The request object behind a pending operation.
+fn request_object(node: &Node, kind: Kind, name: &str) -> Value {
+    match kind {
+        Kind::Recreate => node.crr(name),
+        Kind::Resize => node.resize_request(name),
+        Kind::Restart => node
+            .server
+            .store()
+            .get("containerrestartrequests", NS, name)
+            .unwrap_or_default(),
+        Kind::EnvChange => Value::Null,
+    }
+}
+
+/// The agent's RSS, written down every [`RSS_SAMPLE`].
+struct RssCurve {
+    pid: u32,
+    last: Option<Instant>,
+    kib: Vec<u64>,
+}
+
+impl RssCurve {
+    fn new(pid: u32) -> RssCurve {
+        RssCurve {
+            pid,
+            last: None,
+            kib: Vec::new(),
+        }
+    }
+
+    fn sample(&mut self) {
+        if self.last.is_none_or(|at| at.elapsed() >= RSS_SAMPLE) {
+            self.last = Some(Instant::now());
+            self.kib.push(usage(self.pid).0);
+        }
+    }
+
+    fn describe(&self) -> String {
+        let mib: Vec<String> = self
+            .kib
+            .iter()
+            .map(|kib| format!("{:.1}", *kib as f64 / 1024.0))
+            .collect();
+        mib.join(" ")
+    }
 }

@@ -815,6 +815,45 @@ async fn kubelet_actuator_follows_the_api_server_in_every_skew_pair() {
     }
 }
 
+/// An API server with the gate off (1.33, where it is on by default) beside a kubelet with it
+/// on: the kubelet reports applied resources, the server drops them from the pod status, and
+/// serves no resize API. The agent sees no kubelet that resizes and resizes through CRI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn an_api_server_without_the_gate_hides_the_kubelet_and_the_agent_resizes_through_cri() {
+    let node = Node::start_with(
+        NodeOptions::kubelet("v1.33.5")
+            .gate(true)
+            .api_server_with_gate(33, false),
+    )
+    .await;
+    let pod_name = unique("gate-off-api");
+    let pod = node
+        .run_pod(
+            &pod_name,
+            json!({"containers": [busybox("app", POLITE, resources("100m", "32Mi", "200m", "64Mi"))]}),
+        )
+        .await;
+    let reported = node.pod(&pod_name).unwrap();
+    assert!(
+        reported["status"]["containerStatuses"][0]
+            .get("resources")
+            .is_none(),
+        "the server keeps what the kubelet reports: {reported:#}"
+    );
+    let name = create_resize(
+        &node,
+        &pod_name,
+        json!([{"name": "app", "resources": {"limits": {"cpu": "300m"}}}]),
+    )
+    .await;
+    let done = wait_final(&node, &name).await;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
+    assert_eq!(done["status"]["actuator"], "cri", "{done:#}");
+    assert_eq!(cgroup(&pod, Some("app")).quota, 30_000);
+    node.stop().await;
+}
+
 /// A kubelet with the gate off reports no applied resources: `auto` resizes through CRI even
 /// when its config file claims the gate is on, and the API server is left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

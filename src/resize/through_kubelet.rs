@@ -326,8 +326,23 @@ pub fn progress(pod: &Value, targets: &[(String, Resources)]) -> Progress {
                     "the pod's status does not show {name} resized yet"
                 ));
             }
-            // Kubelets before 1.29 report no `resources`: done once nothing is pending.
-            None | Some(Err(_)) => applied.push((name.clone(), *target)),
+            // A kubelet that resizes reports `resources` of every running container (1.27+;
+            // of every container from 1.32): not there yet is not done. A non-running
+            // container gets its new resources when it starts, and reports them then.
+            None => {
+                let running = status.and_then(|s| s.pointer("/state/running")).is_some();
+                let why = if running {
+                    "the pod's status does not report the applied resources of {name} yet"
+                } else {
+                    "{name} is not running; the kubelet reports its applied resources once it runs"
+                };
+                return Progress::Waiting(why.replace("{name}", name));
+            }
+            Some(Err(err)) => {
+                return Progress::Waiting(format!(
+                    "the pod's status reports resources of {name} that cannot be read: {err}"
+                ));
+            }
         }
     }
     Progress::Done(applied)
@@ -580,13 +595,27 @@ mod tests {
             progress(&pod("500m", done), &target),
             Progress::Done(target.clone())
         );
-        // No `resources` in the status (kubelet before 1.29): done once nothing is pending.
+        // No `resources` in the status: the kubelet has not reported yet (of a running
+        // container), or will once the container runs; never done.
+        let unreported = json!({"containerStatuses": [{"name": "main", "state": {"running": {}}}]});
         assert_eq!(
-            progress(
-                &pod("500m", json!({"containerStatuses": [{"name": "main"}]})),
-                &target
-            ),
-            Progress::Done(target.clone())
+            progress(&pod("500m", unreported), &target),
+            Progress::Waiting(
+                "the pod's status does not report the applied resources of main yet".into()
+            )
         );
+        let waiting = json!({"containerStatuses": [{"name": "main", "state": {"waiting": {}}}]});
+        assert_eq!(
+            progress(&pod("500m", waiting), &target),
+            Progress::Waiting(
+                "main is not running; the kubelet reports its applied resources once it runs"
+                    .into()
+            )
+        );
+        let malformed = json!({"containerStatuses": [{"name": "main", "resources": {"limits": {"cpu": "lots"}}}]});
+        assert!(matches!(
+            progress(&pod("500m", malformed), &target),
+            Progress::Waiting(message) if message.contains("cannot be read")
+        ));
     }
 }

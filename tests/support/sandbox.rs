@@ -122,8 +122,13 @@ impl NodeOptions {
 
     /// An API server of release 1.`minor` with the InPlacePodVerticalScaling gate on, beside
     /// the kubelet of the options (a version skew: the kubelet may be up to three minors older).
-    pub fn api_server(mut self, minor: u32) -> NodeOptions {
-        self.pod_resize = PodResizeApi::for_release(minor, true);
+    pub fn api_server(self, minor: u32) -> NodeOptions {
+        self.api_server_with_gate(minor, true)
+    }
+
+    /// An API server of release 1.`minor` with the InPlacePodVerticalScaling gate as given.
+    pub fn api_server_with_gate(mut self, minor: u32, gate: bool) -> NodeOptions {
+        self.pod_resize = PodResizeApi::for_release(minor, gate);
         self
     }
 

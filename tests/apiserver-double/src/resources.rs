@@ -28,7 +28,9 @@ pub enum PodResizeApi {
     /// or patch of the pod may change containers' cpu/memory under the same validation, and
     /// the server marks `status.resize: Proposed`.
     SpecUpdate,
-    /// Before 1.27, or the gate off: container resources are immutable.
+    /// Before 1.27, or the gate off: container resources are immutable, and a status write
+    /// loses the containers' `resources` and `allocatedResources` unless the pod's spec has a
+    /// `resizePolicy` (what a kubelet reports of a resize does not reach the API).
     Off,
 }
 

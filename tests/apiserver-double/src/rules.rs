@@ -5,7 +5,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::error::{ApiError, ApiResult};
-use crate::resources::{ResourceDef, SmpSchema};
+use crate::resources::{PodResizeApi, ResourceDef, SmpSchema};
 use crate::util::{self, finalizers, get_path, name_of};
 
 /// The endpoint a write goes through.
@@ -122,6 +122,9 @@ pub fn prepare_update(
             // (labels, annotations) may change, as with pods/status on the real server.
             let mut out = new;
             set_or_remove(&mut out, "spec", old.get("spec"));
+            if def.smp == SmpSchema::Pod && def.pod_resize == PodResizeApi::Off {
+                drop_resize_status_fields(old, &mut out);
+            }
             let owners = get_path(old, "metadata.ownerReferences").cloned();
             if let Some(m) = out.get_mut("metadata").and_then(Value::as_object_mut) {
                 match owners {
@@ -136,6 +139,44 @@ pub fn prepare_update(
             let mut out = with_new_resources(def, old, &new, Endpoint::Resize)?;
             mark_resize_proposed(def, old, &mut out);
             Ok(out)
+        }
+    }
+}
+
+/// Without the InPlacePodVerticalScaling gate the server drops the containers' `resources` and
+/// `allocatedResources` from a status write, unless the stored pod's spec already uses the
+/// feature (a container or init container with a `resizePolicy`), as `dropDisabledPodStatusFields`
+/// does. So a kubelet that resizes and reports them is not seen to, through such a server.
+fn drop_resize_status_fields(old: &Value, new: &mut Value) {
+    let in_use = ["spec.containers", "spec.initContainers"]
+        .iter()
+        .any(|list| {
+            get_path(old, list)
+                .and_then(Value::as_array)
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.get("resizePolicy")
+                            .is_some_and(|p| p.as_array().is_some_and(|p| !p.is_empty()))
+                    })
+                })
+        });
+    if in_use {
+        return;
+    }
+    let Some(status) = new.get_mut("status") else {
+        return;
+    };
+    for list in [
+        "containerStatuses",
+        "initContainerStatuses",
+        "ephemeralContainerStatuses",
+    ] {
+        let Some(statuses) = status.get_mut(list).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for container in statuses.iter_mut().filter_map(Value::as_object_mut) {
+            container.remove("resources");
+            container.remove("allocatedResources");
         }
     }
 }

@@ -436,6 +436,49 @@ async fn resize_off_keeps_resources_immutable() {
     );
 }
 
+/// Without the gate the server drops what a kubelet reports of resizes from container
+/// statuses, unless the pod's spec has a `resizePolicy`; with the gate it keeps them.
+#[tokio::test]
+async fn resize_status_fields_are_dropped_without_the_gate() {
+    let status = json!({"status": {"containerStatuses": [{
+        "name": "app", "ready": true, "restartCount": 0, "image": "busybox:1", "imageID": "",
+        "allocatedResources": {"cpu": "100m"},
+        "resources": {"limits": {"cpu": "200m"}}}]}});
+    let kept = |stored: &serde_json::Value| {
+        let reported = &stored["status"]["containerStatuses"][0];
+        (
+            reported.get("resources").is_some(),
+            reported.get("allocatedResources").is_some(),
+        )
+    };
+    for (api_kind, expected) in [
+        (PodResizeApi::Off, (false, false)),
+        (PodResizeApi::Subresource, (true, true)),
+    ] {
+        let (server, api) = setup_with(api_kind).await;
+        api.patch_status("p", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+        let stored = server.store().get("pods", "default", "p").unwrap();
+        assert_eq!(kept(&stored), expected, "{api_kind:?}: {stored}");
+        assert_eq!(stored["status"]["containerStatuses"][0]["ready"], true);
+    }
+
+    // A pod that uses the feature keeps them, gate or not.
+    let (server, api) = setup_with(PodResizeApi::Off).await;
+    let mut with_policy = pod("q", "node-1");
+    with_policy["spec"]["containers"][0]["resizePolicy"] =
+        json!([{"resourceName": "cpu", "restartPolicy": "NotRequired"}]);
+    api.create(&PostParams::default(), &typed(with_policy))
+        .await
+        .unwrap();
+    api.patch_status("q", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let stored = server.store().get("pods", "default", "q").unwrap();
+    assert_eq!(kept(&stored), (true, true), "{stored}");
+}
+
 #[test]
 fn resize_api_by_release() {
     assert_eq!(PodResizeApi::for_release(26, true), PodResizeApi::Off);
