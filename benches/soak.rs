@@ -212,16 +212,15 @@ async fn main() {
     // Env changes: every pod's app runs with its last value.
     let mut env_wrong = Vec::new();
     for (pod_name, value) in &env_values {
-        let pod = node
-            .wait_pod(pod_name, Duration::from_secs(120), all_running)
-            .await;
+        // Not `wait_pod`: a pod still in crash back-off is reported with the rest, not a panic.
         let mut last = None;
         let until = Instant::now() + Duration::from_secs(120);
         while Instant::now() < until {
-            let id = container_id(&node.pod(pod_name).unwrap_or(pod.clone()), "app");
-            last = support::env_of(&id, "V").await;
-            if last.as_deref() == Some(value.to_string().as_str()) {
-                break;
+            if let Some(pod) = node.pod(pod_name).filter(all_running) {
+                last = support::env_of(&container_id(&pod, "app"), "V").await;
+                if last.as_deref() == Some(value.to_string().as_str()) {
+                    break;
+                }
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }

@@ -815,6 +815,108 @@ async fn kubelet_actuator_follows_the_api_server_in_every_skew_pair() {
     }
 }
 
+/// 1.33's API validation refuses a memory limit decrease unless the container's memory resize
+/// policy restarts it: the request fails with the API server's words and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn a_memory_limit_decrease_is_refused_by_a_1_33_api_server() {
+    let node = Node::start_with(NodeOptions::kubelet("v1.33.5")).await;
+    let pod_name = unique("shrink-133");
+    let pod = node
+        .run_pod(
+            &pod_name,
+            json!({"containers": [busybox("app", POLITE, resources("100m", "32Mi", "200m", "64Mi"))]}),
+        )
+        .await;
+    let name = create_resize(
+        &node,
+        &pod_name,
+        json!([{"name": "app", "resources": {"limits": {"memory": "48Mi"}}}]),
+    )
+    .await;
+    let done = wait_final(&node, &name).await;
+    assert_eq!(done["status"]["phase"], "Failed", "{done:#}");
+    assert!(
+        message(&done)
+            .contains("memory limits cannot be decreased unless resizePolicy is RestartContainer"),
+        "{done:#}"
+    );
+    assert_eq!(cgroup(&pod, Some("app")).memory, 64 * MI);
+    node.stop().await;
+}
+
+/// From 1.34 the API lets a memory limit decrease through and the kubelet decides: below the
+/// memory in use it does not apply it, says why in `PodResizeInProgress` (reason Error) and
+/// tries again; the request waits with the kubelet's words, and the limit stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn a_1_34_kubelet_keeps_a_memory_limit_above_the_memory_in_use() {
+    let node = Node::start_with(NodeOptions::kubelet("v1.34.2")).await;
+    let pod_name = unique("shrink-134");
+    // 20 MiB held by the shell (which needs about twice that while it reads them), charged
+    // to the container's memory cgroup.
+    let hog = format!(
+        "fill=$(head -c {} /dev/zero | tr '\\0' x); {POLITE}",
+        20 * MI
+    );
+    let pod = node
+        .run_pod(
+            &pod_name,
+            json!({"containers": [busybox("app", &hog, resources("100m", "32Mi", "200m", "64Mi"))]}),
+        )
+        .await;
+    // The shell fills its variable after the container started: wait for the memory in use.
+    let usage_file = if cgroup_v2() {
+        format!(
+            "/sys/fs/cgroup/{}/memory.current",
+            cgroup_dir(&pod, Some("app"))
+        )
+    } else {
+        format!(
+            "/sys/fs/cgroup/memory/{}/memory.usage_in_bytes",
+            cgroup_dir(&pod, Some("app"))
+        )
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let usage: i64 = std::fs::read_to_string(&usage_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        if usage >= 20 * MI {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{usage_file}: {usage} bytes in use"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let name = create_resize(
+        &node,
+        &pod_name,
+        json!([{"name": "app", "resources": {"requests": {"memory": "8Mi"}, "limits": {"memory": "12Mi"}}}]),
+    )
+    .await;
+    let waiting = wait_resize(&node, &name, |r| {
+        message(r).contains("the kubelet could not apply the resize and retries")
+    })
+    .await;
+    assert!(
+        message(&waiting).contains("at or below its current usage"),
+        "{waiting:#}"
+    );
+    assert_ne!(waiting["status"]["phase"], "Succeeded", "{waiting:#}");
+    let now = node.pod(&pod_name).expect("pod");
+    assert_eq!(
+        container_id(&now, "app"),
+        container_id(&pod, "app"),
+        "the container was not restarted"
+    );
+    assert_eq!(cgroup(&pod, Some("app")).memory, 64 * MI);
+    node.stop().await;
+}
+
 /// An API server with the gate off (1.33, where it is on by default) beside a kubelet with it
 /// on: the kubelet reports applied resources, the server drops them from the pod status, and
 /// serves no resize API. The agent sees no kubelet that resizes and resizes through CRI.

@@ -294,8 +294,16 @@ pub fn progress(pod: &Value, targets: &[(String, Resources)]) -> Progress {
             _ => Progress::Deferred(message),
         };
     }
-    if condition("PodResizeInProgress").is_some() {
-        return Progress::Waiting("the kubelet is resizing".into());
+    if let Some(in_progress) = condition("PodResizeInProgress") {
+        // 1.34+: a memory limit below the container's usage is not applied; the kubelet says
+        // why with reason Error and tries again at each sync.
+        return Progress::Waiting(match text(in_progress, "reason").as_str() {
+            "Error" => format!(
+                "the kubelet could not apply the resize and retries: {}",
+                text(in_progress, "message")
+            ),
+            _ => "the kubelet is resizing".into(),
+        });
     }
     // 1.27–1.32: status.resize.
     match pod.pointer("/status/resize").and_then(Value::as_str) {
@@ -575,6 +583,15 @@ mod tests {
             progress(&pod("500m", busy), &target),
             Progress::Waiting(_)
         ));
+        let failing = json!({"conditions": [{"type": "PodResizeInProgress", "status": "True",
+            "reason": "Error", "message": "memory usage above the new limit"}]});
+        assert_eq!(
+            progress(&pod("500m", failing), &target),
+            Progress::Waiting(
+                "the kubelet could not apply the resize and retries: memory usage above the new limit"
+                    .into()
+            )
+        );
         assert!(matches!(
             progress(&pod("500m", json!({"resize": "InProgress"})), &target),
             Progress::Waiting(_)

@@ -10,6 +10,10 @@ use serde_json::Value;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RequestInfo {
     pub user: String,
+    /// The user's groups, `system:authenticated` (or, anonymous, `system:unauthenticated`)
+    /// included, as kube-apiserver's authenticators give them.
+    #[serde(default)]
+    pub groups: Vec<String>,
     /// get, list, watch, create, update, patch, delete, deletecollection.
     pub verb: String,
     pub api_group: String,

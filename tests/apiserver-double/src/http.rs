@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::audit::{AuditEntry, AuditLog, RequestInfo};
-use crate::auth::{self, ClientCa, Presented, Tokens};
+use crate::auth::{self, ClientCa, Presented, Tokens, UserInfo};
 use crate::discovery;
 use crate::error::{ApiError, ApiResult};
 use crate::faults::{Decision, FaultController, WatchSignal};
@@ -203,7 +203,7 @@ fn header(req: &Request<Incoming>, name: hyper::header::HeaderName) -> &str {
 /// The client certificates of a request's connection (TLS only), as a request extension.
 pub(crate) struct PeerCertificates(pub Option<Vec<rustls::pki_types::CertificateDer<'static>>>);
 
-fn authenticate(state: &State, req: &Request<Incoming>) -> ApiResult<String> {
+fn authenticate(state: &State, req: &Request<Incoming>) -> ApiResult<UserInfo> {
     let authorization = header(req, AUTHORIZATION);
     let bearer = match authorization {
         "" => None,
@@ -244,7 +244,10 @@ pub(crate) async fn handle(
         return Err(dropped_by_outage(&state, entry, "outage".into()));
     }
     let user = authenticate(&state, &req);
-    info.user = user.as_ref().cloned().unwrap_or_default();
+    if let Ok(user) = &user {
+        info.user = user.username.clone();
+        info.groups = user.groups.clone();
+    }
 
     let outcome = classify(&state, &req, &mut info);
     if req.method() == Method::PATCH {
@@ -328,6 +331,7 @@ fn classify(state: &State, req: &Request<Incoming>, info: &mut RequestInfo) -> A
         .to_owned();
         *info = RequestInfo {
             user: std::mem::take(&mut info.user),
+            groups: std::mem::take(&mut info.groups),
             verb: std::mem::take(&mut info.verb),
             path: std::mem::take(&mut info.path),
             ..path.clone()
@@ -547,7 +551,7 @@ async fn resource(
         "watch" => watch(state, def, &q, filter()?, decision),
         "create" => {
             let body = read_json(req).await?;
-            let obj = store.create(def, ns, body, false)?;
+            let obj = store.create_by(def, ns, body, info)?;
             Ok(ok_json(201, &obj))
         }
         "update" => {
@@ -557,7 +561,7 @@ async fn resource(
                 is_patch: false,
                 privileged: false,
             };
-            let obj = store.update(def, ns, name, mode, |_| Ok(body))?;
+            let obj = store.update_by(def, ns, name, mode, info, |_| Ok(body))?;
             Ok(ok_json(200, &obj))
         }
         "patch" => {
@@ -568,14 +572,14 @@ async fn resource(
                 is_patch: true,
                 privileged: false,
             };
-            let obj = store.update(def, ns, name, mode, |cur| {
+            let obj = store.update_by(def, ns, name, mode, info, |cur| {
                 patch::apply(def, kind, cur, &body)
             })?;
             Ok(ok_json(200, &obj))
         }
         "delete" => {
             let opts = delete_options(&q, read_json(req).await?)?;
-            let obj = store.delete(def, ns, name, &opts)?;
+            let obj = store.delete_by(def, ns, name, &opts, info)?;
             Ok(ok_json(200, &delete_answer(def, obj)))
         }
         "deletecollection" => {
@@ -584,7 +588,8 @@ async fn resource(
             let items = store.list(def, &f, &ListOptions::default())?.items;
             let mut deleted = vec![];
             for it in items {
-                match store.delete(def, util::namespace_of(&it), util::name_of(&it), &opts) {
+                let (item_ns, item_name) = (util::namespace_of(&it), util::name_of(&it));
+                match store.delete_by(def, item_ns, item_name, &opts, info) {
                     Ok(o) => deleted.push(o),
                     Err(e) if e.code == 404 => {}
                     Err(e) => return Err(e),

@@ -18,7 +18,47 @@
 //! assert!(server.audit().entries().is_empty());
 //! # Ok(()) }
 //! ```
+//!
+//! # Users and groups
+//!
+//! A request's user has groups, as on kube-apiserver: a client certificate's subject
+//! organizations, or those given to a token with [`Tokens::add_with_groups`]
+//! (`TOKEN=USER,GROUP,...` for the standalone binary); every authenticated user is also in
+//! `system:authenticated`, and a request without credentials is `system:anonymous` in
+//! `system:unauthenticated`. The audit log records them ([`RequestInfo::groups`]).
+//!
+//! # Admission policies
+//!
+//! ValidatingAdmissionPolicies and their bindings (`admissionregistration.k8s.io/v1`,
+//! [`VALIDATING_ADMISSION_POLICIES`] and [`VALIDATING_ADMISSION_POLICY_BINDINGS`] in
+//! [`ApiServer::store`]) are served, and enforced on every write made over HTTP: create,
+//! update and patch (the `status` and `resize` subresources included), delete and each
+//! object of a deletecollection. Writes through [`ApiServer::store`] are privileged and
+//! bypass admission, as writes to etcd would.
+//!
+//! Enforced as kube-apiserver does ([`admission`] says what was checked upstream and where):
+//! `matchConstraints` (`resourceRules` with `res/sub` and `*` forms, operations, scope,
+//! `resourceNames`, `excludeResourceRules`, `namespaceSelector`, `objectSelector`), a
+//! binding's `matchResources`, `matchConditions`, lazily evaluated `variables`, and
+//! `validations` with `message`, `messageExpression` and `reason`, for bindings whose
+//! `validationActions` hold `Deny`. CEL sees `object` (null on delete), `oldObject` (null on
+//! create), `request`, `namespaceObject`, `variables` and a null `params`; the object is the
+//! one the write would store, after the patch and the endpoint's rules. A denial is the
+//! Status kube-apiserver answers (`<resource> "<name>" is forbidden: ValidatingAdmissionPolicy
+//! '<policy>' with binding '<binding>' denied request: <message>`; 403 for reason
+//! `Forbidden`, 422 `Invalid` by default) and writes nothing: no new resourceVersion, no
+//! watch event. An expression that does not compile or fails as it runs denies under
+//! `failurePolicy: Fail` and is ignored under `Ignore`; the server never panics on one.
+//!
+//! Not enforced: params (`paramKind`/`paramRef`: a policy with a `paramKind` fails to
+//! configure), `auditAnnotations`, the `Warn` and `Audit` actions, `matchPolicy: Equivalent`
+//! (matching is exact), the `authorizer` variable, CEL cost limits and type checking (an
+//! uncompilable policy is accepted, where kube-apiserver would refuse it), and the status
+//! kube-apiserver writes to a policy. CEL is the `cel` crate's with its strings extension and
+//! Kubernetes' list functions; Kubernetes' other libraries (quantity, URL, IP/CIDR, semver,
+//! regex find, sets, timestamps and durations) are missing ([`admission`]).
 
+pub mod admission;
 pub mod audit;
 pub mod auth;
 pub mod discovery;
@@ -46,10 +86,13 @@ use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
 
 pub use audit::{AuditEntry, AuditLog, RequestInfo};
-pub use auth::{ClientCa, Tokens};
+pub use auth::{ClientCa, Tokens, UserInfo};
 pub use error::{ApiError, ApiResult};
 pub use faults::{Fault, FaultAction, FaultController, FaultId, RequestMatch};
-pub use resources::{CRDS, PodResizeApi, ResourceDef};
+pub use resources::{
+    CRDS, PodResizeApi, ResourceDef, VALIDATING_ADMISSION_POLICIES,
+    VALIDATING_ADMISSION_POLICY_BINDINGS,
+};
 pub use rules::Endpoint;
 pub use store::Store;
 pub use tls::{Credential, ServingTls, TestCa};
@@ -345,9 +388,9 @@ where
 
 /// Test-side object access by resource name (`pods`, `nodes`, `events`, `limitranges`,
 /// `events.events.k8s.io`, `containerrecreaterequests.apps.kruise.io`,
-/// `containerresizerequests.inplaced.io`). Writes here are privileged: no subresource
-/// rules, status kept on create, but resourceVersion, uid, generation, history and watch
-/// events behave as for HTTP writes.
+/// `containerresizerequests.inplaced.io`, [`VALIDATING_ADMISSION_POLICIES`], ...). Writes
+/// here are privileged: no subresource rules, status kept on create, no admission policies,
+/// but resourceVersion, uid, generation, history and watch events behave as for HTTP writes.
 pub struct Objects<'a>(&'a Store);
 
 impl Objects<'_> {

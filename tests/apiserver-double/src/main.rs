@@ -17,7 +17,8 @@ struct Args {
     /// Write a kubeconfig for this server here.
     #[arg(long)]
     kubeconfig_out: Option<PathBuf>,
-    /// TOKEN=USER pairs accepted as bearer tokens (repeatable).
+    /// TOKEN=USER pairs accepted as bearer tokens (repeatable); TOKEN=USER,GROUP,... gives
+    /// the user groups too (e.g. `t=system:node:n1,system:nodes`).
     #[arg(long = "token", value_parser = parse_token)]
     tokens: Vec<(String, String)>,
     /// Token to put in the written kubeconfig.
@@ -88,7 +89,7 @@ async fn main() -> std::io::Result<()> {
         listen: args.listen,
         history_limit: args.history_limit,
         bookmark_interval: Duration::from_secs(args.bookmark_interval.max(1)),
-        tokens: args.tokens.into_iter().collect::<HashMap<_, _>>(),
+        tokens: HashMap::new(),
         graceful_pod_deletion: args.graceful_pod_deletion,
         extra_resources: vec![],
         // The gate is on: a cluster without it is what `1.26` gives.
@@ -101,6 +102,12 @@ async fn main() -> std::io::Result<()> {
         tls,
     };
     let server = ApiServer::start(config).await?;
+    for (token, spec) in &args.tokens {
+        let mut parts = spec.split(',');
+        let user = parts.next().unwrap_or_default();
+        let groups: Vec<&str> = parts.filter(|g| !g.is_empty()).collect();
+        server.tokens().add_with_groups(token, user, &groups, None);
+    }
     if let Some(path) = &args.kubeconfig_out {
         server.write_kubeconfig(path, args.kubeconfig_token.as_deref())?;
     }

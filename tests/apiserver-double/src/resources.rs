@@ -17,10 +17,13 @@ pub enum SmpSchema {
 /// (KEP 1287; `docs/kubelet-resize.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PodResizeApi {
-    /// 1.33+: the `pods/resize` subresource; the kubelet reports progress in the
+    /// 1.34+: the `pods/resize` subresource; the kubelet reports progress in the
     /// `PodResizePending`/`PodResizeInProgress` conditions, the server sets no `status.resize`.
     #[default]
     Subresource,
+    /// 1.33: as `Subresource`, but validation refuses to decrease a memory limit unless the
+    /// container's memory `resizePolicy` is `RestartContainer` (lifted in 1.34).
+    SubresourceKeepingMemoryLimits,
     /// 1.32: the `pods/resize` subresource, and the server marks `status.resize: Proposed`
     /// when a resize changes a container's resources.
     SubresourceWithResizeStatus,
@@ -42,6 +45,7 @@ impl PodResizeApi {
             _ if !gate || minor < 27 => PodResizeApi::Off,
             27..=31 => PodResizeApi::SpecUpdate,
             32 => PodResizeApi::SubresourceWithResizeStatus,
+            33 => PodResizeApi::SubresourceKeepingMemoryLimits,
             _ => PodResizeApi::Subresource,
         }
     }
@@ -49,8 +53,16 @@ impl PodResizeApi {
     pub fn has_subresource(self) -> bool {
         matches!(
             self,
-            PodResizeApi::Subresource | PodResizeApi::SubresourceWithResizeStatus
+            PodResizeApi::Subresource
+                | PodResizeApi::SubresourceKeepingMemoryLimits
+                | PodResizeApi::SubresourceWithResizeStatus
         )
+    }
+
+    /// A memory limit may decrease only with the container's memory `resizePolicy`
+    /// `RestartContainer` (1.33).
+    pub fn keeps_memory_limits(self) -> bool {
+        self == PodResizeApi::SubresourceKeepingMemoryLimits
     }
 
     /// An update of the pod itself may change container resources.
@@ -225,6 +237,17 @@ pub const CRD_GROUP: &str = "apiextensions.k8s.io";
 /// The qualified name (`store()` and error messages) of CustomResourceDefinitions.
 pub const CRDS: &str = "customresourcedefinitions.apiextensions.k8s.io";
 
+/// The group of admission policies and their bindings.
+pub const ADMISSION_GROUP: &str = "admissionregistration.k8s.io";
+
+/// The qualified name (`store()` and error messages) of ValidatingAdmissionPolicies.
+pub const VALIDATING_ADMISSION_POLICIES: &str =
+    "validatingadmissionpolicies.admissionregistration.k8s.io";
+
+/// The qualified name of ValidatingAdmissionPolicyBindings.
+pub const VALIDATING_ADMISSION_POLICY_BINDINGS: &str =
+    "validatingadmissionpolicybindings.admissionregistration.k8s.io";
+
 /// The built-in set: what inplaced and its tests touch, with the newest resize API.
 pub fn default_resources() -> Vec<ResourceDef> {
     resources_with(PodResizeApi::default())
@@ -328,6 +351,23 @@ pub fn resources_with(pod_resize: PodResizeApi) -> Vec<ResourceDef> {
     crds.status_subresource = true;
     crds.generation = true;
 
+    // admissionregistration.k8s.io/v1 (1.30+): enforced on writes by `crate::admission`.
+    let mut policies = ResourceDef::core(
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        false,
+    );
+    policies.group = ADMISSION_GROUP.into();
+    policies.status_subresource = true;
+    policies.generation = true;
+    let mut bindings = ResourceDef::core(
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        false,
+    );
+    bindings.group = ADMISSION_GROUP.into();
+    bindings.generation = true;
+
     vec![
         pods,
         nodes,
@@ -340,5 +380,7 @@ pub fn resources_with(pod_resize: PodResizeApi) -> Vec<ResourceDef> {
         restart,
         pdbs,
         crds,
+        policies,
+        bindings,
     ]
 }

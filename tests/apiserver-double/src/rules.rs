@@ -441,6 +441,9 @@ fn check_resize_resources(
             .and_then(|cs| cs.iter().find(|c| c.get("name") == name))
     });
     let Some(orig) = orig else { return Ok(()) };
+    if def.pod_resize.keeps_memory_limits() {
+        check_memory_limit_kept(def, pod, orig, new_c)?;
+    }
     for which in ["requests", "limits"] {
         if strip(orig, which) != strip(new_c, which) {
             return Err(ApiError::invalid(
@@ -452,6 +455,52 @@ fn check_resize_resources(
         }
     }
     Ok(())
+}
+
+/// 1.33's rule: a memory limit that decreases needs the container's memory resize policy to be
+/// `RestartContainer` (the message as users report it from 1.33 clusters; the validation code
+/// itself was not read here).
+fn check_memory_limit_kept(
+    def: &ResourceDef,
+    pod: &Value,
+    orig: &Value,
+    new_c: &Value,
+) -> ApiResult<()> {
+    let limit = |c: &Value| {
+        get_path(c, "resources.limits.memory")
+            .and_then(Value::as_str)
+            .and_then(parse_quantity)
+    };
+    let decreased = matches!((limit(orig), limit(new_c)), (Some(old), Some(new)) if new < old);
+    let restarts = new_c
+        .get("resizePolicy")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|p| {
+            p.get("resourceName") == Some(&json!("memory"))
+                && p.get("restartPolicy") == Some(&json!("RestartContainer"))
+        });
+    if !decreased || restarts {
+        return Ok(());
+    }
+    let name = orig.get("name");
+    let (list, index) = ["containers", "initContainers"]
+        .iter()
+        .find_map(|l| {
+            let i = get_path(pod, &format!("spec.{l}"))
+                .and_then(Value::as_array)?
+                .iter()
+                .position(|c| c.get("name") == name)?;
+            Some((*l, i))
+        })
+        .unwrap_or(("containers", 0));
+    Err(ApiError::invalid(
+        def,
+        name_of(pod),
+        &format!("spec.{list}[{index}].resources.limits[memory]"),
+        "Forbidden: memory limits cannot be decreased unless resizePolicy is RestartContainer",
+    ))
 }
 
 /// Parse a resource quantity into nano-units so `1` and `1000m` compare equal.

@@ -7,8 +7,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
+use crate::admission::{self, Admission};
+use crate::audit::RequestInfo;
 use crate::error::{ApiError, ApiResult};
-use crate::resources::{CRDS, ResourceDef, SmpSchema};
+use crate::resources::{
+    CRDS, ResourceDef, SmpSchema, VALIDATING_ADMISSION_POLICIES,
+    VALIDATING_ADMISSION_POLICY_BINDINGS,
+};
 use crate::rules::{self, Endpoint};
 use crate::selectors::Filter;
 use crate::util::{self, finalizers, get_path, meta_mut, name_of, namespace_of, rv_of};
@@ -124,6 +129,7 @@ pub struct WriteMode {
 /// The shared store. Cheap to clone via `Arc` inside [`crate::ApiServer`].
 pub struct Store {
     defs: Vec<Arc<ResourceDef>>,
+    admission: Admission,
     inner: Mutex<Inner>,
     history_limit: usize,
     graceful_pod_deletion: bool,
@@ -156,6 +162,7 @@ impl Store {
     pub fn new(defs: Vec<ResourceDef>, history_limit: usize, graceful_pod_deletion: bool) -> Self {
         Store {
             defs: defs.into_iter().map(Arc::new).collect(),
+            admission: Admission::default(),
             inner: Mutex::new(Inner {
                 rv: 1,
                 next_sub: 0,
@@ -278,6 +285,32 @@ impl Store {
         }
     }
 
+    /// The admission policies and bindings stored now, and the request's namespace, decide
+    /// on a write.
+    fn admit(&self, inner: &Inner, attrs: &admission::Attributes<'_>) -> ApiResult<()> {
+        let objects = |qualified: &str| -> Vec<&Value> {
+            inner
+                .collections
+                .get(qualified)
+                .map(|c| c.objects.values().collect())
+                .unwrap_or_default()
+        };
+        let policies = objects(VALIDATING_ADMISSION_POLICIES);
+        if policies.is_empty() {
+            return Ok(());
+        }
+        let namespace = inner
+            .collections
+            .get("namespaces")
+            .and_then(|c| c.objects.get(&(String::new(), attrs.namespace.to_owned())));
+        let config = admission::Configuration {
+            policies,
+            bindings: objects(VALIDATING_ADMISSION_POLICY_BINDINGS),
+            namespace,
+        };
+        self.admission.validate(attrs, &config)
+    }
+
     /// The current global resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.lock().rv
@@ -344,8 +377,31 @@ impl Store {
         &self,
         def: &ResourceDef,
         ns: &str,
+        obj: Value,
+        privileged: bool,
+    ) -> ApiResult<Value> {
+        self.create_admitted(def, ns, obj, privileged, None)
+    }
+
+    /// Create over HTTP as `requester`: the admission policies in force decide (see
+    /// [`crate::admission`]) on the object as it would be stored.
+    pub fn create_by(
+        &self,
+        def: &ResourceDef,
+        ns: &str,
+        obj: Value,
+        requester: &RequestInfo,
+    ) -> ApiResult<Value> {
+        self.create_admitted(def, ns, obj, false, Some(requester))
+    }
+
+    fn create_admitted(
+        &self,
+        def: &ResourceDef,
+        ns: &str,
         mut obj: Value,
         privileged: bool,
+        requester: Option<&RequestInfo>,
     ) -> ApiResult<Value> {
         if !obj.is_object() {
             return Err(ApiError::bad_request(
@@ -402,6 +458,8 @@ impl Store {
         if !Self::served_in(&inner, def) {
             return Err(ApiError::path_not_found());
         }
+        // The name in the request, as admission sees it: empty for a create by generateName.
+        let requested_name = name_of(&obj).to_owned();
         let meta = meta_mut(&mut obj).ok_or_else(|| ApiError::bad_request("invalid object"))?;
         let mut name = meta
             .get("name")
@@ -454,8 +512,6 @@ impl Store {
         {
             return Err(ApiError::already_exists(def, &name));
         }
-        inner.rv += 1;
-        let rv = inner.rv;
         meta.insert("name".into(), json!(name));
         if def.namespaced {
             meta.insert("namespace".into(), json!(ns));
@@ -463,13 +519,13 @@ impl Store {
             meta.remove("namespace");
         }
         meta.insert("uid".into(), json!(util::new_uid()));
-        meta.insert("resourceVersion".into(), json!(rv.to_string()));
         meta.insert("creationTimestamp".into(), json!(util::now_rfc3339()));
         for k in [
             "deletionTimestamp",
             "deletionGracePeriodSeconds",
             "managedFields",
             "selfLink",
+            "resourceVersion",
         ] {
             meta.remove(k);
         }
@@ -477,6 +533,24 @@ impl Store {
             meta.insert("generation".into(), json!(1));
         } else {
             meta.remove("generation");
+        }
+        if let Some(requester) = requester {
+            let attrs = admission::Attributes {
+                requester,
+                def,
+                operation: admission::Operation::Create,
+                subresource: "",
+                namespace: admission_namespace(def, ns, &name),
+                name: &requested_name,
+                object: Some(&obj),
+                old_object: None,
+            };
+            self.admit(&inner, &attrs)?;
+        }
+        inner.rv += 1;
+        let rv = inner.rv;
+        if let Some(m) = meta_mut(&mut obj) {
+            m.insert("resourceVersion".into(), json!(rv.to_string()));
         }
         self.commit(
             &mut inner,
@@ -498,6 +572,38 @@ impl Store {
         ns: &str,
         name: &str,
         mode: WriteMode,
+        f: F,
+    ) -> ApiResult<Value>
+    where
+        F: FnOnce(&Value) -> ApiResult<Value>,
+    {
+        self.update_admitted(def, ns, name, mode, None, f)
+    }
+
+    /// Update over HTTP as `requester`: the admission policies in force decide on the old
+    /// object and the new one as it would be stored (after the patch and the endpoint's rules).
+    pub fn update_by<F>(
+        &self,
+        def: &ResourceDef,
+        ns: &str,
+        name: &str,
+        mode: WriteMode,
+        requester: &RequestInfo,
+        f: F,
+    ) -> ApiResult<Value>
+    where
+        F: FnOnce(&Value) -> ApiResult<Value>,
+    {
+        self.update_admitted(def, ns, name, mode, Some(requester), f)
+    }
+
+    fn update_admitted<F>(
+        &self,
+        def: &ResourceDef,
+        ns: &str,
+        name: &str,
+        mode: WriteMode,
+        requester: Option<&RequestInfo>,
         f: F,
     ) -> ApiResult<Value>
     where
@@ -596,6 +702,26 @@ impl Store {
                 m.insert("generation".into(), json!(g + 1));
             }
         }
+        if let Some(requester) = requester {
+            // Validating admission runs inside the storage update, on the object to store,
+            // no-op writes included.
+            let subresource = match mode.endpoint {
+                Endpoint::Main => "",
+                Endpoint::Status => "status",
+                Endpoint::Resize => "resize",
+            };
+            let attrs = admission::Attributes {
+                requester,
+                def,
+                operation: admission::Operation::Update,
+                subresource,
+                namespace: admission_namespace(def, ns, name),
+                name,
+                object: Some(&new),
+                old_object: Some(&old),
+            };
+            self.admit(&inner, &attrs)?;
+        }
         if new == old {
             // A no-op write keeps the resourceVersion and emits no event, like the real server.
             return Ok(old);
@@ -633,6 +759,30 @@ impl Store {
         name: &str,
         opts: &DeleteOptions,
     ) -> ApiResult<Value> {
+        self.delete_admitted(def, ns, name, opts, None)
+    }
+
+    /// Delete over HTTP as `requester`: the admission policies in force decide on the stored
+    /// object (`oldObject`). `requester.name` is the request's (empty in a deletecollection).
+    pub fn delete_by(
+        &self,
+        def: &ResourceDef,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+        requester: &RequestInfo,
+    ) -> ApiResult<Value> {
+        self.delete_admitted(def, ns, name, opts, Some(requester))
+    }
+
+    fn delete_admitted(
+        &self,
+        def: &ResourceDef,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+        requester: Option<&RequestInfo>,
+    ) -> ApiResult<Value> {
         let mut inner = self.lock();
         let key = Self::key(def, ns, name);
         let old = inner
@@ -641,6 +791,19 @@ impl Store {
             .and_then(|c| c.objects.get(&key))
             .cloned()
             .ok_or_else(|| ApiError::not_found(def, name))?;
+        if let Some(requester) = requester {
+            let attrs = admission::Attributes {
+                requester,
+                def,
+                operation: admission::Operation::Delete,
+                subresource: "",
+                namespace: admission_namespace(def, ns, name),
+                name: &requester.name,
+                object: None,
+                old_object: Some(&old),
+            };
+            self.admit(&inner, &attrs)?;
+        }
         let uid = get_path(&old, "metadata.uid")
             .and_then(Value::as_str)
             .unwrap_or("");
@@ -955,6 +1118,18 @@ impl Store {
         {
             let _ = tx.send(WatchItem::Bookmark(rv));
         }
+    }
+}
+
+/// The namespace admission sees: a namespace object's own name, as kube-apiserver's request
+/// attributes carry it.
+fn admission_namespace<'a>(def: &ResourceDef, ns: &'a str, name: &'a str) -> &'a str {
+    if def.group.is_empty() && def.plural == "namespaces" {
+        name
+    } else if def.namespaced {
+        ns
+    } else {
+        ""
     }
 }
 

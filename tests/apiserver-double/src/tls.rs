@@ -118,6 +118,23 @@ impl TestCa {
         self.issue(params, not_before, not_after)
     }
 
+    /// A client certificate for `user` in the group `group` (the subject's organization, as
+    /// kubelet certificates are `O=system:nodes`), valid from a minute ago for `valid_for`.
+    /// One group only: rcgen keeps one value per subject attribute type.
+    pub fn client_in_group(&self, user: &str, group: &str, valid_for: Duration) -> Credential {
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, user);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, group);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(
+            params,
+            SystemTime::now() - Duration::from_secs(60),
+            SystemTime::now() + valid_for,
+        )
+    }
+
     fn issue(
         &self,
         mut params: CertificateParams,

@@ -497,9 +497,71 @@ fn resize_api_by_release() {
     );
     assert_eq!(
         PodResizeApi::for_release(33, true),
+        PodResizeApi::SubresourceKeepingMemoryLimits
+    );
+    assert_eq!(
+        PodResizeApi::for_release(34, true),
         PodResizeApi::Subresource
     );
     assert_eq!(PodResizeApi::for_release(35, false), PodResizeApi::Off);
+}
+
+/// 1.33 refuses a memory limit decrease unless the container's memory resize policy restarts
+/// it; 1.34 lets it through (the kubelet then decides, best effort).
+#[tokio::test]
+async fn a_memory_limit_decrease_is_refused_by_1_33_only() {
+    let shrink = |memory: &str| {
+        json!({"spec": {"containers": [{"name": "app",
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                          "limits": {"cpu": "200m", "memory": memory}}}]}})
+    };
+    let (server, api) = setup_with(PodResizeApi::for_release(33, true)).await;
+    let (code, reason) = api_code(
+        api.patch_resize(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(&shrink("96Mi")),
+        )
+        .await,
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    let stored = server.store().get("pods", "default", "p").unwrap();
+    assert_eq!(
+        stored["spec"]["containers"][0]["resources"]["limits"]["memory"],
+        "128Mi"
+    );
+    // An increase, or a decrease of the request alone, is fine on 1.33.
+    api.patch_resize(
+        "p",
+        &PatchParams::default(),
+        &Patch::Strategic(&shrink("160Mi")),
+    )
+    .await
+    .unwrap();
+
+    // With RestartContainer for memory, 1.33 lets the decrease through.
+    let mut restarting = pod("q", "node-1");
+    restarting["spec"]["containers"][0]["resizePolicy"] =
+        json!([{"resourceName": "memory", "restartPolicy": "RestartContainer"}]);
+    api.create(&PostParams::default(), &typed(restarting))
+        .await
+        .unwrap();
+    api.patch_resize(
+        "q",
+        &PatchParams::default(),
+        &Patch::Strategic(&shrink("96Mi")),
+    )
+    .await
+    .unwrap();
+
+    let (_server, api) = setup_with(PodResizeApi::for_release(34, true)).await;
+    api.patch_resize(
+        "p",
+        &PatchParams::default(),
+        &Patch::Strategic(&shrink("96Mi")),
+    )
+    .await
+    .unwrap();
 }
 
 /// From 1.32 `pods/resize` is refused for a pod whose first running container reports no

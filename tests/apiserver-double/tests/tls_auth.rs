@@ -197,3 +197,34 @@ async fn a_replaced_serving_certificate_needs_the_new_ca_and_a_replaced_client_c
     assert_eq!(code_of_get(new_issue).await, Some(200));
     assert_eq!(last_user(&server), "system:node:n1");
 }
+
+#[tokio::test]
+async fn a_client_certificates_organization_is_the_users_group() {
+    let pki = Pki::new();
+    let server = pki.server().await;
+    let kubelet =
+        pki.client_ca
+            .client_in_group("system:node:n1", "system:nodes", Duration::from_secs(60));
+    let cluster = pki.cluster(&pki.server_ca.pem());
+    let client = client(&server, cluster.clone(), pki.certificate_user(&kubelet)).await;
+    assert_eq!(code_of_get(client).await, Some(200));
+    let last = server.audit().entries().pop().expect("audited");
+    assert_eq!(
+        (last.request.user.as_str(), last.request.groups.clone()),
+        (
+            "system:node:n1",
+            vec!["system:nodes".to_owned(), "system:authenticated".to_owned()]
+        )
+    );
+    let anonymous = client_anonymous(&server, cluster).await;
+    assert_eq!(code_of_get(anonymous).await, Some(200));
+    let last = server.audit().entries().pop().expect("audited");
+    assert_eq!(
+        last.request.groups,
+        vec!["system:unauthenticated".to_owned()]
+    );
+}
+
+async fn client_anonymous(server: &ApiServer, cluster: Value) -> kube::Client {
+    client(server, cluster, json!({})).await
+}

@@ -57,6 +57,13 @@ impl ResizeRelease {
     pub fn edge_triggered(self) -> bool {
         self.minor >= 33
     }
+
+    /// Before lowering a container's memory limit, 1.34+ checks the container's own usage;
+    /// earlier releases check the pod's only (KEP 1287, "Memory Limit Decreases", version skew
+    /// note).
+    pub fn checks_container_memory_usage(self) -> bool {
+        self.minor >= 34
+    }
 }
 
 /// kubelet's allocation checkpoint for one pod: container name → the `resources` admitted
@@ -346,7 +353,9 @@ impl Shared {
             });
             for c in memory {
                 let limit = ordered(c.desired.memory_limit_in_bytes);
-                if limit < ordered(c.current.memory_limit) {
+                if limit < ordered(c.current.memory_limit)
+                    && self.resize.checks_container_memory_usage()
+                {
                     let usage = cgroups::memory_usage(&format!("{parent}/{}", c.id))
                         .map_err(|e| e.to_string())?;
                     if usage >= limit {

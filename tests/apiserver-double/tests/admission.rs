@@ -1,0 +1,435 @@
+//! ValidatingAdmissionPolicies enforced as kube-apiserver enforces them, with the policy
+//! inplaced ships (`packaging/kubernetes/admission-policy.yaml`) applied as it is: each node's
+//! identity may write only its own node's requests and pods, checked on the object as it was
+//! and as it would be stored, and a denial writes nothing.
+
+mod common;
+
+use apiserver_double::{ApiServer, VALIDATING_ADMISSION_POLICIES};
+use common::*;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use serde::Deserialize as _;
+use serde_json::{Value, json};
+
+const POLICY: &str = "inplaced-own-node-only";
+const CRR: &str = "containerrecreaterequests.apps.kruise.io";
+const RESIZE: &str = "containerresizerequests.inplaced.io";
+const RESTART: &str = "containerrestartrequests.inplaced.io";
+const KRUISE_LABEL: &str = "crr.apps.kruise.io/node-name";
+const INPLACED_LABEL: &str = "inplaced.io/node-name";
+
+/// The shipped policy's documents, as `kubectl apply -f` reads them.
+fn shipped_documents() -> Vec<Value> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../packaging/kubernetes/admission-policy.yaml"
+    );
+    let text = std::fs::read_to_string(path).expect("the shipped policy");
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).expect("a YAML document"))
+        .filter(|doc| !doc.is_null())
+        .collect()
+}
+
+/// Creates the shipped policy and binding over HTTP, typed as kube-rs knows them (so the
+/// YAML is valid against the v1 schema too).
+async fn apply_shipped_policy(server: &ApiServer) {
+    let admin = client(server).await;
+    let documents = shipped_documents();
+    assert_eq!(documents.len(), 2, "a policy and its binding");
+    for doc in documents {
+        match doc["kind"].as_str() {
+            Some("ValidatingAdmissionPolicy") => {
+                let policy: ValidatingAdmissionPolicy = typed(doc);
+                Api::all(admin.clone())
+                    .create(&PostParams::default(), &policy)
+                    .await
+                    .expect("the policy is created");
+            }
+            Some("ValidatingAdmissionPolicyBinding") => {
+                let binding: ValidatingAdmissionPolicyBinding = typed(doc);
+                Api::all(admin.clone())
+                    .create(&PostParams::default(), &binding)
+                    .await
+                    .expect("the binding is created");
+            }
+            other => panic!("unexpected document {other:?}"),
+        }
+    }
+}
+
+/// A server with the shipped policy, and tokens for a kubelet-like node identity, a dedicated
+/// agent identity, and a user outside both groups.
+async fn cluster() -> ApiServer {
+    let server = server().await;
+    let tokens = server.tokens();
+    tokens.add_with_groups("node-n1", "system:node:n1", &["system:nodes"], None);
+    tokens.add_with_groups("agent-n1", "inplaced:node:n1", &["inplaced:agents"], None);
+    tokens.add("alice", "alice", None);
+    // The node's name without the node group: not the node authorizer's user.
+    tokens.add("ungrouped-n1", "system:node:n1", None);
+    apply_shipped_policy(&server).await;
+    server
+}
+
+fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1alpha1", kind), plural)
+}
+
+fn request_resource(qualified: &str) -> ApiResource {
+    match qualified {
+        CRR => resource(
+            "apps.kruise.io",
+            "ContainerRecreateRequest",
+            "containerrecreaterequests",
+        ),
+        RESIZE => resource(
+            "inplaced.io",
+            "ContainerResizeRequest",
+            "containerresizerequests",
+        ),
+        RESTART => resource(
+            "inplaced.io",
+            "ContainerRestartRequest",
+            "containerrestartrequests",
+        ),
+        other => panic!("no such request resource {other}"),
+    }
+}
+
+fn request_object(qualified: &str, name: &str, label: &str, node: &str) -> Value {
+    let ar = request_resource(qualified);
+    json!({
+        "apiVersion": ar.api_version,
+        "kind": ar.kind,
+        "metadata": {"name": name, "namespace": "default", "labels": {label: node}},
+        "spec": {"podName": "web", "containers": [{"name": "app"}]},
+    })
+}
+
+async fn requests(server: &ApiServer, token: &str, qualified: &str) -> Api<DynamicObject> {
+    let client = client_for(server, Some(token)).await;
+    Api::namespaced_with(client, "default", &request_resource(qualified))
+}
+
+/// The denial the shipped policy gives a write to another node's request.
+fn denial(qualified: &str, name: &str, label: &str) -> String {
+    format!(
+        "{qualified} \"{name}\" is forbidden: ValidatingAdmissionPolicy '{POLICY}' with binding \
+         '{POLICY}' denied request: node n1 may only modify requests labelled {label}=n1"
+    )
+}
+
+/// The answer's code, reason and message, or panic.
+fn refused<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> (u16, String, String) {
+    match r {
+        Err(kube::Error::Api(s)) => (s.code, s.reason.clone(), s.message.clone()),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+fn relabel(label: &str, node: &str) -> Patch<Value> {
+    Patch::Merge(json!({"metadata": {"labels": {label: node}}}))
+}
+
+/// One identity's rights over one request resource: its own node's requests yes (create,
+/// update, status, delete), another node's no, and moving a request between nodes neither way.
+async fn own_requests_only(server: &ApiServer, token: &str, qualified: &str, label: &str) {
+    let api = requests(server, token, qualified).await;
+    let pp = PatchParams::default();
+    let store = server.store();
+
+    // Its own node's request: every write goes through.
+    let mine: DynamicObject = typed(request_object(qualified, "mine", label, "n1"));
+    api.create(&PostParams::default(), &mine)
+        .await
+        .expect("creates its own node's request");
+    let spec = Patch::Merge(json!({"spec": {"containers": [{"name": "sidecar"}]}}));
+    api.patch("mine", &pp, &spec)
+        .await
+        .expect("updates its own node's request");
+    let status = Patch::Merge(json!({"status": {"phase": "Completed"}}));
+    api.patch_status("mine", &pp, &status)
+        .await
+        .expect("updates its own node's request's status");
+    api.delete("mine", &DeleteParams::default())
+        .await
+        .expect("deletes its own node's request");
+    assert!(store.get(qualified, "default", "mine").is_none());
+
+    // Another node's: refused, and nothing is written.
+    let rv = store.resource_version();
+    let theirs: DynamicObject = typed(request_object(qualified, "theirs", label, "n2"));
+    let (code, reason, message) = refused(api.create(&PostParams::default(), &theirs).await);
+    assert_eq!((code, reason.as_str()), (403, "Forbidden"), "{message}");
+    assert_eq!(message, denial(qualified, "theirs", label));
+    assert!(store.get(qualified, "default", "theirs").is_none());
+    assert_eq!(
+        store.resource_version(),
+        rv,
+        "a denied create writes nothing"
+    );
+
+    store
+        .create(qualified, request_object(qualified, "theirs", label, "n2"))
+        .expect("another node's request");
+    store
+        .create(qualified, request_object(qualified, "moving", label, "n1"))
+        .expect("its own node's request");
+    let before_theirs = store.get(qualified, "default", "theirs");
+    let before_moving = store.get(qualified, "default", "moving");
+    let rv = store.resource_version();
+    for (name, write) in [
+        // The old object is another node's: relabelling it onto n1 is no way in.
+        (
+            "theirs",
+            api.patch("theirs", &pp, &relabel(label, "n1")).await,
+        ),
+        ("theirs", api.patch("theirs", &pp, &spec).await),
+        ("theirs", api.patch_status("theirs", &pp, &status).await),
+        // The new object would be another node's: no giving a request away.
+        (
+            "moving",
+            api.patch("moving", &pp, &relabel(label, "n2")).await,
+        ),
+    ] {
+        let (code, _, message) = refused(write);
+        assert_eq!(code, 403, "{message}");
+        assert_eq!(message, denial(qualified, name, label));
+    }
+    let (code, _, message) = refused(api.delete("theirs", &DeleteParams::default()).await);
+    assert_eq!(code, 403, "{message}");
+    assert_eq!(message, denial(qualified, "theirs", label));
+    assert_eq!(store.get(qualified, "default", "theirs"), before_theirs);
+    assert_eq!(store.get(qualified, "default", "moving"), before_moving);
+    assert_eq!(
+        store.resource_version(),
+        rv,
+        "denied writes write nothing, so no watch event"
+    );
+}
+
+#[tokio::test]
+async fn the_shipped_policy_and_binding_are_served_as_applied() {
+    let server = cluster().await;
+    let policies = Api::<ValidatingAdmissionPolicy>::all(client(&server).await);
+    let policy = policies.get(POLICY).await.expect("the policy is served");
+    let spec = policy.spec.expect("a spec");
+    assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+    assert_eq!(spec.validations.map(|v| v.len()), Some(2));
+    assert_eq!(
+        server.store().list(VALIDATING_ADMISSION_POLICIES, "").len(),
+        1
+    );
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client(&server).await);
+    let binding = bindings.get(POLICY).await.expect("the binding is served");
+    assert_eq!(
+        binding.spec.and_then(|s| s.validation_actions),
+        Some(vec!["Deny".to_owned()])
+    );
+}
+
+#[tokio::test]
+async fn a_node_writes_only_its_own_nodes_recreate_requests() {
+    let server = cluster().await;
+    own_requests_only(&server, "node-n1", CRR, KRUISE_LABEL).await;
+}
+
+#[tokio::test]
+async fn a_dedicated_agent_writes_only_its_own_nodes_resize_and_restart_requests() {
+    let server = cluster().await;
+    own_requests_only(&server, "agent-n1", RESIZE, INPLACED_LABEL).await;
+    own_requests_only(&server, "agent-n1", RESTART, INPLACED_LABEL).await;
+    // The kruise label does not count on inplaced's requests.
+    let api = requests(&server, "agent-n1", RESIZE).await;
+    let wrong: DynamicObject = typed(request_object(RESIZE, "wrong-label", KRUISE_LABEL, "n1"));
+    let (code, _, message) = refused(api.create(&PostParams::default(), &wrong).await);
+    assert_eq!(code, 403, "{message}");
+}
+
+#[tokio::test]
+async fn a_node_updates_only_its_own_pods() {
+    let server = cluster().await;
+    let store = server.store();
+    store.create("pods", pod("mine", "n1")).expect("pod on n1");
+    store
+        .create("pods", pod("theirs", "n2"))
+        .expect("pod on n2");
+    for token in ["node-n1", "agent-n1"] {
+        let pods: Api<Pod> = Api::namespaced(client_for(&server, Some(token)).await, "default");
+        let pp = PatchParams::default();
+        let status = Patch::Merge(json!({"status": {"message": token}}));
+        pods.patch_status("mine", &pp, &status)
+            .await
+            .expect("its own node's pod status");
+        let labelled = Patch::Merge(json!({"metadata": {"labels": {"seen": "yes"}}}));
+        pods.patch("mine", &pp, &labelled)
+            .await
+            .expect("its own node's pod");
+
+        let before = store.get("pods", "default", "theirs");
+        let rv = store.resource_version();
+        let resize = Patch::Strategic(json!({"spec": {"containers": [{"name": "app",
+            "resources": {"requests": {"cpu": "150m"}}}]}}));
+        for write in [
+            pods.patch_status("theirs", &pp, &status).await,
+            pods.patch("theirs", &pp, &labelled).await,
+            pods.patch_subresource("resize", "theirs", &pp, &resize)
+                .await,
+        ] {
+            let (code, reason, message) = refused(write);
+            assert_eq!((code, reason.as_str()), (403, "Forbidden"), "{message}");
+            assert_eq!(
+                message,
+                format!(
+                    "pods \"theirs\" is forbidden: ValidatingAdmissionPolicy '{POLICY}' with binding \
+                     '{POLICY}' denied request: node n1 may only modify pods bound to it"
+                )
+            );
+        }
+        assert_eq!(store.get("pods", "default", "theirs"), before);
+        assert_eq!(store.resource_version(), rv);
+    }
+    // Only updates are checked: creating and deleting pods is the kubelet's and NodeRestriction's.
+    let pods: Api<Pod> = Api::namespaced(client_for(&server, Some("node-n1")).await, "default");
+    pods.create(&PostParams::default(), &typed(pod("mirror", "n2")))
+        .await
+        .expect("create is not checked");
+    pods.delete("theirs", &DeleteParams::default())
+        .await
+        .expect("delete is not checked");
+}
+
+#[tokio::test]
+async fn users_outside_the_agent_groups_are_not_restricted() {
+    let server = cluster().await;
+    let store = server.store();
+    store
+        .create(CRR, request_object(CRR, "theirs", KRUISE_LABEL, "n2"))
+        .expect("n2's request");
+    store
+        .create("pods", pod("theirs", "n2"))
+        .expect("pod on n2");
+    for token in ["alice", "ungrouped-n1"] {
+        let api = requests(&server, token, CRR).await;
+        let pp = PatchParams::default();
+        let name = format!("new-{token}");
+        let obj: DynamicObject = typed(request_object(CRR, &name, KRUISE_LABEL, "n2"));
+        api.create(&PostParams::default(), &obj)
+            .await
+            .expect("creates any node's request");
+        api.patch("theirs", &pp, &relabel(KRUISE_LABEL, "n3"))
+            .await
+            .expect("relabels any request");
+        api.patch("theirs", &pp, &relabel(KRUISE_LABEL, "n2"))
+            .await
+            .expect("and back");
+        api.delete(&name, &DeleteParams::default())
+            .await
+            .expect("deletes any request");
+        let pods: Api<Pod> = Api::namespaced(client_for(&server, Some(token)).await, "default");
+        pods.patch_status(
+            "theirs",
+            &pp,
+            &Patch::Merge(json!({"status": {"message": token}})),
+        )
+        .await
+        .expect("updates any pod's status");
+    }
+    // The audit log shows the groups the policy saw.
+    let entry = server
+        .audit()
+        .entries()
+        .into_iter()
+        .rfind(|e| e.request.user == "alice")
+        .expect("alice's requests are audited");
+    assert_eq!(
+        entry.request.groups,
+        vec!["system:authenticated".to_owned()]
+    );
+}
+
+/// A policy of the test's own, over HTTP: its failure policy decides what an expression that
+/// does not compile or fails at run time does, and the server goes on serving.
+async fn own_policy(server: &ApiServer, name: &str, failure: &str, expression: &str) {
+    let admin = client(server).await;
+    let policy: ValidatingAdmissionPolicy = typed(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": failure,
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "resources": ["nodes"], "operations": ["CREATE"]}]},
+            "validations": [{"expression": expression}],
+        },
+    }));
+    let binding: ValidatingAdmissionPolicyBinding = typed(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }));
+    Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("policy");
+    Api::<ValidatingAdmissionPolicyBinding>::all(admin)
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding");
+}
+
+#[tokio::test]
+async fn failing_expressions_follow_the_failure_policy() {
+    use k8s_openapi::api::core::v1::Node;
+    let node = |name: &str| -> Node { typed(json!({"metadata": {"name": name}})) };
+    let cases = [
+        (
+            "Fail",
+            "object.metadata.name.(",
+            Some("compilation error: "),
+        ),
+        ("Ignore", "object.metadata.name.(", None),
+        (
+            "Fail",
+            "object.spec.nope == 'x'",
+            Some("resulted in error: "),
+        ),
+        ("Ignore", "object.spec.nope == 'x'", None),
+        (
+            "Fail",
+            "authorizer.group('').check('x').allowed()",
+            Some("resulted in error: "),
+        ),
+    ];
+    for (failure, expression, denied) in cases {
+        let server = server().await;
+        own_policy(&server, "checked", failure, expression).await;
+        let nodes: Api<Node> = Api::all(client(&server).await);
+        let created = nodes.create(&PostParams::default(), &node("n9")).await;
+        match denied {
+            None => {
+                created.expect("ignored");
+            }
+            Some(part) => {
+                let (code, reason, message) = refused(created);
+                assert_eq!((code, reason.as_str()), (422, "Invalid"), "{message}");
+                assert!(
+                    message.starts_with(
+                        "nodes \"n9\" is forbidden: ValidatingAdmissionPolicy 'checked' with \
+                         binding 'checked' denied request: "
+                    ) && message.contains(part),
+                    "{failure} {expression}: {message}"
+                );
+            }
+        }
+        // Still serving.
+        nodes.list(&Default::default()).await.expect("lists");
+    }
+}
