@@ -26,6 +26,7 @@ use crate::resize::{self, ResizeConfig};
 use crate::restart::{KillLedger, RestartTracker, StopGate};
 use crate::restartrequest::{self, RestartRequestConfig};
 use crate::systemd::{self, Heartbeat, Notifier};
+use crate::upgrade;
 
 /// How often the main loop turns even when nothing happens (its heartbeat).
 const TICK: Duration = Duration::from_secs(1);
@@ -96,6 +97,27 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         health.clone(),
         api_tx,
     ));
+
+    // What a kubelet upgrade would do here: metrics, and the node's NodeUpgradeCheck once the
+    // API client exists.
+    let (mut upgrade_watch, upgrade_answers) = upgrade::UpgradeWatch::new(
+        config.upgrade_targets.clone(),
+        config.kubelet_root_dir.clone(),
+        metrics.clone(),
+    );
+    tasks.spawn({
+        let mut api = api.clone();
+        let node = config.node_name.clone();
+        async move {
+            let client = match api.wait_for(Option::is_some).await {
+                Ok(sources) => sources.as_ref().map(|s| s.client.clone()),
+                Err(_) => None,
+            };
+            if let Some(client) = client {
+                upgrade::run_publisher(client, node, upgrade_answers).await;
+            }
+        }
+    });
 
     // The workers that change containers; on shutdown they finish what they started.
     let (shutdown_tx, shutdown) = watch::channel(false);
@@ -189,6 +211,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let mut joined = build_view(&config.node_name, sources.as_ref(), &snapshot, &health);
         nodeview::annotate(&mut joined, &mut hash_cache);
         restarts.observe(&mut joined, &snapshot);
+        upgrade_watch.observe(&joined);
         let status = status_line(&joined, &health);
         views_tx.send_replace(Arc::new(joined));
         if status != last_status {

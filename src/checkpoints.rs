@@ -214,6 +214,18 @@ fn allocation_verdict(
     )
 }
 
+/// When each checkpoint file in `root_dir` last changed, and its size (absent files left out):
+/// what tells that [`check`] would answer differently now.
+pub fn stamps(root_dir: &Path) -> Vec<(&'static str, std::time::SystemTime, u64)> {
+    [STATUS_MANAGER_FILE, ALLOCATED_FILE, ACTUATED_FILE]
+        .into_iter()
+        .filter_map(|name| {
+            let meta = std::fs::metadata(root_dir.join(name)).ok()?;
+            Some((name, meta.modified().ok()?, meta.len()))
+        })
+        .collect()
+}
+
 /// Every checkpoint file in `root_dir` (the kubelet's `--root-dir`) and what kubelet `to` will
 /// do with it. A file that cannot be read is reported as such, never skipped.
 pub fn check(root_dir: &Path, to: &KubeletVersion) -> Vec<Finding> {

@@ -107,6 +107,11 @@ pub struct Settings {
     /// 1s) [default: 60s]
     #[arg(long, env = "INPLACED_STUCK_WORKER_AFTER")]
     pub stuck_worker_after: Option<String>,
+    /// Kubelet releases whose upgrade this node's answer is computed for (metrics and its
+    /// NodeUpgradeCheck), comma-separated, e.g. 1.34,1.35 (at most 8) [default: the next two
+    /// minor releases after the node's kubelet]
+    #[arg(long, env = "INPLACED_UPGRADE_TARGETS")]
+    pub upgrade_targets: Option<String>,
     /// Log format on stderr [default: human]
     #[arg(long, env = "INPLACED_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -140,6 +145,7 @@ impl Settings {
                 .env_restarts_per_minute
                 .or(lower.env_restarts_per_minute),
             stuck_worker_after: self.stuck_worker_after.or(lower.stuck_worker_after),
+            upgrade_targets: self.upgrade_targets.or(lower.upgrade_targets),
             log_format: self.log_format.or(lower.log_format),
             log_level: self.log_level.or(lower.log_level),
         }
@@ -169,6 +175,8 @@ pub struct Config {
     pub env_restart_settle: Duration,
     pub env_restarts_per_minute: u32,
     pub stuck_worker_after: Duration,
+    /// Empty: the next two minors after the node's kubelet.
+    pub upgrade_targets: Vec<crate::hashing::KubeletVersion>,
     pub log_format: LogFormat,
     /// The log filter as given; [`Config::log_filter`] is what is applied.
     pub log_level: String,
@@ -290,6 +298,22 @@ impl Config {
                 "must be at least 1s",
             ));
         }
+        let upgrade_targets = match &s.upgrade_targets {
+            None => Vec::new(),
+            Some(text) => {
+                let targets = text
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(crate::hashing::KubeletVersion::parse)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| invalid("upgrade-targets", text, &e.to_string()))?;
+                if targets.len() > 8 {
+                    return Err(invalid("upgrade-targets", text, "at most 8 releases"));
+                }
+                targets
+            }
+        };
         Ok(Config {
             node_name,
             kubeconfig,
@@ -316,6 +340,7 @@ impl Config {
             env_restart_settle,
             env_restarts_per_minute,
             stuck_worker_after,
+            upgrade_targets,
             log_format: s.log_format.unwrap_or_default(),
             log_level,
         })

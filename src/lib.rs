@@ -24,3 +24,4 @@ pub mod resources;
 pub mod restart;
 pub mod restartrequest;
 pub mod systemd;
+pub mod upgrade;

@@ -11,6 +11,7 @@ use inplaced::cri::{CriClient, CriConfig, CriEndpoint};
 use inplaced::hashing::KubeletVersion;
 use inplaced::nodeview::{self, NodeView, UpgradeReport};
 use inplaced::resize::through_kubelet;
+use inplaced::upgrade::fleet::{self, FleetOutput};
 use inplaced::{agent, inspect};
 
 #[derive(Parser)]
@@ -61,6 +62,8 @@ struct AgentArgs {
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 enum Output {
     Table,
+    /// The table with more columns (`upgrade-check --fleet`: the workloads restarted).
+    Wide,
     Json,
 }
 
@@ -78,6 +81,13 @@ struct UpgradeCheckArgs {
     /// The kubelet release to check against, X.Y or X.Y.Z.
     #[arg(long)]
     to: String,
+    /// Every node's answer, from the NodeUpgradeChecks the agents write (a workstation's
+    /// kubeconfig), instead of this node's.
+    #[arg(long)]
+    fleet: bool,
+    /// With --fleet: only the nodes matching this label selector (implies --fleet).
+    #[arg(long, value_name = "SELECTOR")]
+    nodes: Option<String>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     output: Output,
@@ -121,6 +131,25 @@ fn main() -> ExitCode {
                 Ok(config) => run_async(pods_command(config, output)),
                 Err(code) => return code,
             }
+        }
+        Command::UpgradeCheck(args) if args.fleet || args.nodes.is_some() => {
+            inplaced::logging::init(LogFormat::Human, "warn");
+            let output = match args.output {
+                Output::Table => FleetOutput::Table,
+                Output::Wide => FleetOutput::Wide,
+                Output::Json => FleetOutput::Json,
+            };
+            let kubeconfig = args.agent.settings.kubeconfig.clone();
+            run_async(async move {
+                fleet::run(
+                    kubeconfig.as_deref(),
+                    &args.to,
+                    args.nodes.as_deref(),
+                    output,
+                )
+                .await
+                .map(|()| ExitCode::SUCCESS)
+            })
         }
         Command::UpgradeCheck(args) => {
             inplaced::logging::init(LogFormat::Human, "warn");
@@ -222,7 +251,7 @@ async fn pods_command(config: Config, output: Output) -> anyhow::Result<ExitCode
     };
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&view)?),
-        Output::Table => {
+        Output::Table | Output::Wide => {
             print!("{}", inspect::table(&view));
             let gate = through_kubelet::resize_gate_from_kubelet_config(&config.kubelet_config);
             println!(
@@ -257,7 +286,7 @@ async fn upgrade_check_command(
     };
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Output::Table => print!("{}", inspect::upgrade_table(&report)),
+        Output::Table | Output::Wide => print!("{}", inspect::upgrade_table(&report)),
     }
     Ok(ExitCode::SUCCESS)
 }

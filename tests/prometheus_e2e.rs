@@ -2,7 +2,9 @@
 //! ContainerRecreateRequests. What Prometheus stored — counts, sums, buckets, and what
 //! `increase()` and `histogram_quantile()` make of them — must match each restart as containerd's
 //! own timestamps and the pod's Ready condition tell it, and every query of the Grafana dashboard
-//! must evaluate. Needs Debian's `prometheus` (`tests/node/prometheus.sh install`; run-all.sh runs it).
+//! must evaluate. The shipped Prometheus rules pass `promtool check rules` and their unit tests
+//! (`promtool test rules`). Needs Debian's `prometheus` (`tests/node/prometheus.sh install`;
+//! run-all.sh runs it).
 
 mod support;
 
@@ -496,4 +498,34 @@ async fn prometheus_stores_every_restart_phase_as_containerd_timed_it() {
 
     prometheus.stop().await;
     node.stop().await;
+}
+
+/// The shipped rules file is valid for Prometheus and passes its unit tests, both by the package's
+/// promtool: `promtool check rules packaging/prometheus/inplaced-rules.yaml` and `promtool test
+/// rules tests/prometheus/inplaced-rules.test.yaml` (input series of several nodes and targets;
+/// each recording rule's values, each alert firing and not firing).
+#[test]
+#[ignore = "needs Debian's prometheus package (promtool): run tests/run-all.sh"]
+fn shipped_rules_pass_promtool_check_and_their_unit_tests() {
+    // promtool is in the same package as the server, beside it; a missing package fails here
+    // with the install hint.
+    let promtool = std::path::Path::new(&support::prometheus::binary()).with_file_name("promtool");
+    for args in [
+        ["check", "rules", "packaging/prometheus/inplaced-rules.yaml"],
+        ["test", "rules", "tests/prometheus/inplaced-rules.test.yaml"],
+    ] {
+        let output = std::process::Command::new(&promtool)
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap_or_else(|e| panic!("run {}: {e}", promtool.display()));
+        assert!(
+            output.status.success(),
+            "promtool {} failed ({}):\n{}{}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
@@ -89,6 +90,19 @@ pub struct Metrics {
     resizes: Family<ResizeLabels, Counter>,
     resize_reapplies: Counter,
     crr_reactions: Histogram,
+    upgrade_containers: Family<UpgradeLabels, Gauge>,
+    upgrade_checkpoint_hazard: Family<UpgradeTargetLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpgradeLabels {
+    target: String,
+    verdict: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpgradeTargetLabels {
+    target: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -187,6 +201,18 @@ impl Metrics {
             "ContainerRecreateRequests from the agent's watch event to the first kill issued (target confirmed with the runtime, intent journalled)",
             crr_reactions.clone(),
         );
+        let upgrade_containers = Family::<UpgradeLabels, Gauge>::default();
+        registry.register(
+            "upgrade_containers",
+            "This node's containers by what the kubelet of an upgrade target release would do to them: restart (its hash differs), keep, unknown (cannot tell), not_running",
+            upgrade_containers.clone(),
+        );
+        let upgrade_checkpoint_hazard = Family::<UpgradeTargetLabels, Gauge>::default();
+        registry.register(
+            "upgrade_checkpoint_hazard",
+            "1 when a kubelet checkpoint file on this node would stop the kubelet of an upgrade target release from starting, else 0",
+            upgrade_checkpoint_hazard.clone(),
+        );
         // The outcomes are known in advance: their series exist at 0 from the start, so that
         // the first error after an agent restart is an increase that rate() and alerts see.
         for result in ["success", "error"] {
@@ -216,6 +242,8 @@ impl Metrics {
             result: "Failed",
         }));
         Self {
+            upgrade_containers,
+            upgrade_checkpoint_hazard,
             crr_reactions,
             resize_durations,
             resizes,
@@ -238,6 +266,33 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
+    }
+
+    /// The upgrade targets' answers for this node, replacing the previous ones (a target no
+    /// longer checked loses its series).
+    pub(crate) fn set_upgrade_summaries(&self, summaries: &[crate::upgrade::TargetSummary]) {
+        self.upgrade_containers.clear();
+        self.upgrade_checkpoint_hazard.clear();
+        for summary in summaries {
+            for (verdict, count) in [
+                ("restart", summary.restart),
+                ("keep", summary.keep),
+                ("unknown", summary.unknown),
+                ("not_running", summary.not_running),
+            ] {
+                self.upgrade_containers
+                    .get_or_create(&UpgradeLabels {
+                        target: summary.release.clone(),
+                        verdict,
+                    })
+                    .set(i64::try_from(count).unwrap_or(i64::MAX));
+            }
+            self.upgrade_checkpoint_hazard
+                .get_or_create(&UpgradeTargetLabels {
+                    target: summary.release.clone(),
+                })
+                .set(i64::from(summary.checkpoint_hazard));
+        }
     }
 
     pub(crate) fn observe_api_request(
@@ -422,6 +477,17 @@ mod dashboard_tests {
         metrics.count_env_restart(EnvRestartResult::Success);
         metrics.count_runtime_meta_patch(true);
         metrics.observe_resize("cri", "Succeeded", Some(0.1));
+        metrics.set_upgrade_summaries(&[crate::upgrade::TargetSummary {
+            release: "1.34".into(),
+            restart: 1,
+            keep: 2,
+            unknown: 0,
+            not_running: 0,
+            checkpoint_hazard: false,
+            checkpoint_message: None,
+            workloads: vec![],
+            workloads_omitted: 0,
+        }]);
         metrics.count_resize_reapplied();
         let exported: Vec<String> = metrics
             .encode()

@@ -59,7 +59,8 @@ files=$(dpkg -L inplaced)
 for f in /usr/bin/inplaced /usr/bin/kubectl-inplaced /usr/lib/systemd/system/inplaced.service /etc/inplaced/config.toml \
   /etc/default/inplaced /usr/share/doc/inplaced/README.md /usr/share/doc/inplaced/BENCHMARKS.md \
   /usr/share/doc/inplaced/docs/{index.md,install.md,configuration.md} \
-  /usr/share/inplaced/kubernetes/{rbac-node-bound.yaml,rbac-dedicated.yaml,admission-policy.yaml,crd-containerresizerequests.yaml,crd-containerrestartrequests.yaml,kubeconfig.example}; do
+  /usr/share/inplaced/kubernetes/{rbac-node-bound.yaml,rbac-dedicated.yaml,admission-policy.yaml,crd-containerresizerequests.yaml,crd-containerrestartrequests.yaml,crd-nodeupgradechecks.yaml,kubeconfig.example} \
+  /usr/share/inplaced/prometheus/inplaced-rules.yaml; do
   grep -qxF "$f" <<<"$files" || fail "$f is not in the .deb"
   [ -f "$f" ] || fail "$f was not installed"
 done
@@ -69,6 +70,8 @@ for link in $(grep -o '](\(docs/\|BENCHMARKS\)[^)#]*' /usr/share/doc/inplaced/RE
 done
 ok "deb file list"
 expect_eq "mode of /usr/bin/inplaced" "$(stat -c %a /usr/bin/inplaced)" 755
+expect_eq "Prometheus rules are the shipped ones" "$(sha256sum </usr/share/inplaced/prometheus/inplaced-rules.yaml)" \
+  "$(sha256sum <packaging/prometheus/inplaced-rules.yaml)"
 expect_eq "unit is the shipped one" "$(sha256sum </usr/lib/systemd/system/inplaced.service)" "$(sha256sum <systemd/inplaced.service)"
 
 # Exactly the two files under /etc are conffiles, as dpkg records them.
@@ -176,9 +179,11 @@ $(for doc in docs/*.md; do echo "/usr/share/doc/inplaced/$doc"; done)
 /usr/share/inplaced/kubernetes/admission-policy.yaml
 /usr/share/inplaced/kubernetes/crd-containerresizerequests.yaml
 /usr/share/inplaced/kubernetes/crd-containerrestartrequests.yaml
+/usr/share/inplaced/kubernetes/crd-nodeupgradechecks.yaml
 /usr/share/inplaced/kubernetes/kubeconfig.example
 /usr/share/inplaced/kubernetes/rbac-dedicated.yaml
 /usr/share/inplaced/kubernetes/rbac-node-bound.yaml
+/usr/share/inplaced/prometheus/inplaced-rules.yaml
 LIST
 )"
 expect_eq "rpm config files" "$(rpm -qp --configfiles "$rpmfile" 2>/dev/null | sort)" \

@@ -332,6 +332,18 @@ pub fn resources_with(pod_resize: PodResizeApi) -> Vec<ResourceDef> {
         "containerrestartrequests",
     );
 
+    // One per node, named after it: what a kubelet upgrade would do there (cluster-scoped, no
+    // status subresource: the agent writes the whole object).
+    let mut upgrade_checks = ResourceDef::custom(
+        "inplaced.io",
+        "v1alpha1",
+        "NodeUpgradeCheck",
+        "nodeupgradechecks",
+    );
+    upgrade_checks.namespaced = false;
+    upgrade_checks.status_subresource = false;
+    upgrade_checks.generation = false;
+
     // policy/v1: read by `inplaced restart --selector`; no disruption controller fills its status.
     let mut pdbs = ResourceDef::core("PodDisruptionBudget", "poddisruptionbudgets", true);
     pdbs.group = "policy".into();
@@ -378,6 +390,7 @@ pub fn resources_with(pod_resize: PodResizeApi) -> Vec<ResourceDef> {
         crr,
         resize,
         restart,
+        upgrade_checks,
         pdbs,
         crds,
         policies,

@@ -221,7 +221,7 @@ async fn the_shipped_policy_and_binding_are_served_as_applied() {
     let policy = policies.get(POLICY).await.expect("the policy is served");
     let spec = policy.spec.expect("a spec");
     assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
-    assert_eq!(spec.validations.map(|v| v.len()), Some(2));
+    assert_eq!(spec.validations.map(|v| v.len()), Some(3));
     assert_eq!(
         server.store().list(VALIDATING_ADMISSION_POLICIES, "").len(),
         1
@@ -431,5 +431,64 @@ async fn failing_expressions_follow_the_failure_policy() {
         }
         // Still serving.
         nodes.list(&Default::default()).await.expect("lists");
+    }
+}
+
+fn upgrade_check(name: &str, labelled: &str) -> Value {
+    json!({
+        "apiVersion": "inplaced.io/v1alpha1",
+        "kind": "NodeUpgradeCheck",
+        "metadata": {"name": name, "labels": {INPLACED_LABEL: labelled}},
+        "status": {"kubeletVersion": "v1.32.4", "targets": []},
+    })
+}
+
+/// A node's agent writes only the NodeUpgradeCheck named after its node and labelled with it:
+/// not another node's, not one named after another node, not one relabelled.
+#[tokio::test]
+async fn a_node_writes_only_its_own_nodes_upgrade_check() {
+    let server = cluster().await;
+    let kind = resource("inplaced.io", "NodeUpgradeCheck", "nodeupgradechecks");
+    for token in ["node-n1", "agent-n1"] {
+        let api: Api<DynamicObject> = Api::all_with(client_for(&server, Some(token)).await, &kind);
+        let mine: DynamicObject = typed(upgrade_check("n1", "n1"));
+        let created = api
+            .create(&PostParams::default(), &mine)
+            .await
+            .expect("its own node's NodeUpgradeCheck");
+        let mut replaced = created.clone();
+        replaced.data["status"]["kubeletVersion"] = json!("v1.33.0");
+        api.replace("n1", &PostParams::default(), &replaced)
+            .await
+            .expect("updates its own");
+        for (name, labelled) in [("n2", "n2"), ("n2", "n1"), ("n1-copy", "n1")] {
+            let theirs: DynamicObject = typed(upgrade_check(name, labelled));
+            let (code, _, message) = refused(api.create(&PostParams::default(), &theirs).await);
+            assert_eq!(code, 403, "{name} labelled {labelled}: {message}");
+        }
+        server
+            .store()
+            .create("nodeupgradechecks.inplaced.io", upgrade_check("n2", "n2"))
+            .expect("another node's");
+        let theirs = server
+            .store()
+            .get("nodeupgradechecks.inplaced.io", "", "n2")
+            .expect("stored");
+        let before = theirs.clone();
+        let mut changed: DynamicObject = typed(theirs);
+        changed.data["status"]["kubeletVersion"] = json!("v1.20.0");
+        let (code, _, _) = refused(api.replace("n2", &PostParams::default(), &changed).await);
+        assert_eq!(code, 403);
+        assert_eq!(
+            server
+                .store()
+                .get("nodeupgradechecks.inplaced.io", "", "n2"),
+            Some(before)
+        );
+        for name in ["n1", "n2"] {
+            let _ = server
+                .store()
+                .delete("nodeupgradechecks.inplaced.io", "", name);
+        }
     }
 }
