@@ -18,7 +18,9 @@ use crate::hashing::KubeletVersion;
 use crate::metrics::Metrics;
 use crate::nodeview::NodeView;
 pub use publish::{MIN_WRITE_INTERVAL, resource, run as run_publisher};
-pub use summary::{MAX_WORKLOADS, TargetSummary, Workload, default_targets, summarize};
+pub use summary::{
+    MAX_WORKLOADS, TargetSummary, Workload, default_targets, fingerprint, summarize,
+};
 
 /// This node's answer: the kubelet it runs and each target's summary.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,7 +88,7 @@ impl UpgradeWatch {
         } else {
             self.configured.clone()
         };
-        let fingerprint = summary::fingerprint(view, &targets, &self.kubelet_root_dir);
+        let fingerprint = fingerprint(view, &targets, &self.kubelet_root_dir);
         if self.fingerprint == Some(fingerprint) {
             return;
         }
