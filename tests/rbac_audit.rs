@@ -312,7 +312,10 @@ fn shipped_roles_have_no_wildcards_and_only_narrow_writes() {
                     let verb = verb.as_str().unwrap();
                     let ok = match verb {
                         "list" | "watch" => true,
-                        "create" => resources == ["events"],
+                        // The node's own NodeUpgradeCheck (the admission policy limits it to
+                        // the one named after the node).
+                        "get" | "update" => resources == ["nodeupgradechecks"],
+                        "create" => resources == ["events"] || resources == ["nodeupgradechecks"],
                         // Finished ContainerResizeRequests and ContainerRestartRequests, after
                         // ttlSecondsAfterFinished.
                         "delete" => {
