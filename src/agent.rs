@@ -31,6 +31,8 @@ use crate::upgrade;
 /// How often the main loop turns even when nothing happens (its heartbeat).
 const TICK: Duration = Duration::from_secs(1);
 
+/// How often, at most, the kubelet's process start time is read.
+const KUBELET_PROCESS_READ: Duration = Duration::from_secs(10);
 /// How far the runtime listing slows down while nothing changes: refresh-interval times this.
 const IDLE_BACKOFF: u32 = 8;
 /// Ticks without any change after which the view is rebuilt anyway (the restart tracker's
@@ -143,6 +145,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut last_status = String::new();
     let mut api_changes: Option<(watch::Receiver<u64>, watch::Receiver<u64>)> = None;
     let mut hash_cache = HashCache::default();
+    // Its restarts make the back-off predictions uncertain; /proc is read at most every 10 s.
+    let kubelet_process =
+        crate::restart::KubeletProcess::new("/proc", &config.kubelet_process_name);
+    let mut kubelet_read: Option<std::time::Instant> = None;
     let mut health_changes = health.subscribe();
     let mut failure = None;
     let mut idle_ticks = 0;
@@ -210,6 +216,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let snapshot = snapshots.borrow().clone();
         let mut joined = build_view(&config.node_name, sources.as_ref(), &snapshot, &health);
         nodeview::annotate(&mut joined, &mut hash_cache);
+        if kubelet_read.is_none_or(|at| at.elapsed() >= KUBELET_PROCESS_READ) {
+            kubelet_read = Some(std::time::Instant::now());
+            restarts.kubelet_started(kubelet_process.started_at());
+        }
         restarts.observe(&mut joined, &snapshot);
         upgrade_watch.observe(&joined);
         let status = status_line(&joined, &health);

@@ -112,6 +112,10 @@ pub struct Settings {
     /// minor releases after the node's kubelet]
     #[arg(long, env = "INPLACED_UPGRADE_TARGETS")]
     pub upgrade_targets: Option<String>,
+    /// The kubelet's process name (as /proc/<pid>/comm shows it), to notice its restarts
+    /// [default: kubelet]
+    #[arg(long, env = "INPLACED_KUBELET_PROCESS_NAME")]
+    pub kubelet_process_name: Option<String>,
     /// Log format on stderr [default: human]
     #[arg(long, env = "INPLACED_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -146,6 +150,7 @@ impl Settings {
                 .or(lower.env_restarts_per_minute),
             stuck_worker_after: self.stuck_worker_after.or(lower.stuck_worker_after),
             upgrade_targets: self.upgrade_targets.or(lower.upgrade_targets),
+            kubelet_process_name: self.kubelet_process_name.or(lower.kubelet_process_name),
             log_format: self.log_format.or(lower.log_format),
             log_level: self.log_level.or(lower.log_level),
         }
@@ -177,6 +182,7 @@ pub struct Config {
     pub stuck_worker_after: Duration,
     /// Empty: the next two minors after the node's kubelet.
     pub upgrade_targets: Vec<crate::hashing::KubeletVersion>,
+    pub kubelet_process_name: String,
     pub log_format: LogFormat,
     /// The log filter as given; [`Config::log_filter`] is what is applied.
     pub log_level: String,
@@ -341,6 +347,9 @@ impl Config {
             env_restarts_per_minute,
             stuck_worker_after,
             upgrade_targets,
+            kubelet_process_name: s
+                .kubelet_process_name
+                .unwrap_or_else(|| "kubelet".to_owned()),
             log_format: s.log_format.unwrap_or_default(),
             log_level,
         })

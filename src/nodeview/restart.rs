@@ -42,6 +42,10 @@ pub struct CrashBackoffView {
     /// With `late_by_seconds`: when it starts it again at the latest.
     #[serde(default)]
     pub until_latest: Option<String>,
+    /// Why the kubelet may not do as predicted: it restarted since (and forgot its back-off),
+    /// or restarts before the agent started are not known. No time is given then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncertain: Option<String>,
 }
 
 impl CrashBackoffView {
@@ -49,6 +53,10 @@ impl CrashBackoffView {
     /// the kubelet restarts it at once.
     pub(crate) fn after_a_stop(backoff: Option<&CrashBackoffView>) -> String {
         match backoff {
+            Some(b) if b.uncertain.is_some() => format!(
+                "; the kubelet's crash back-off is not known ({})",
+                b.uncertain.as_deref().unwrap_or_default()
+            ),
             Some(b) if b.next_wait_seconds > 0 && b.late_by_seconds > 0 => format!(
                 "; the kubelet will start it again after its crash back-off, in {} to {} s",
                 b.next_wait_seconds,
@@ -64,6 +72,9 @@ impl CrashBackoffView {
 
     /// For an exited container still held: when the kubelet starts it again.
     pub(crate) fn restart_window(&self) -> Option<crate::restart::RestartWindow> {
+        if self.uncertain.is_some() {
+            return None;
+        }
         let earliest = self.until.as_deref()?.parse().ok()?;
         let latest = match self.until_latest.as_deref() {
             Some(t) => t.parse().ok()?,

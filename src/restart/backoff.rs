@@ -234,6 +234,11 @@ impl BackoffBook {
         rule.forgotten_from(entry).filter(|at| *at >= now)
     }
 
+    /// Whether the agent saw a restart that made an entry for `key`.
+    pub(crate) fn knows(&self, key: &BackoffKey) -> bool {
+        self.entries.contains_key(key)
+    }
+
     /// Forgets containers whose pod is gone (`live` holds pod UIDs).
     pub(crate) fn retain_pods(&mut self, live: &std::collections::HashSet<String>) {
         self.entries.retain(|(uid, _, _), _| live.contains(uid));

@@ -14,6 +14,7 @@ mod gate;
 mod hook;
 mod journal;
 mod kill;
+mod kubelet_process;
 mod ledger;
 mod prepare;
 mod tracker;
@@ -27,6 +28,7 @@ pub use hook::{
 pub use journal::{JournalError, KillIntent, KillJournal, Unsynced};
 pub(crate) use kill::{KillDone, RequestKills, kill_and_report};
 pub use kill::{KillError, KillOrder, KillOutcome, kill};
+pub use kubelet_process::KubeletProcess;
 pub use ledger::KillLedger;
 pub use prepare::{NotPrepared, Prepared, prepare_kill};
 pub use tracker::RestartTracker;

@@ -47,6 +47,12 @@ pub struct RestartTracker {
     /// The next time a prediction shown in the view changes by the clock alone (a running
     /// container's entry is forgotten): the view is rebuilt then.
     prediction_changes_at: Option<Timestamp>,
+    /// When the tracker began to see restarts (the agent's start).
+    watching_since: Timestamp,
+    /// When the node's kubelet process started, as last read (`None`: not found).
+    kubelet_start: Option<Timestamp>,
+    /// When the kubelet was seen to restart while the agent ran (it forgot its back-off then).
+    kubelet_restarted_at: Option<Timestamp>,
 }
 
 fn nanos_to_timestamp(nanos: i64) -> Option<Timestamp> {
@@ -88,7 +94,55 @@ impl RestartTracker {
             backoff: BackoffBook::default(),
             backoff_settings,
             prediction_changes_at: None,
+            watching_since: Timestamp::now(),
+            kubelet_start: None,
+            kubelet_restarted_at: None,
         }
+    }
+
+    /// The kubelet process's start time, as read now (`KubeletProcess::started_at`). A later
+    /// start than the one seen before is a kubelet restart: its back-off entries are gone, so
+    /// the book is cleared, and what was predicted before it is uncertain.
+    pub fn kubelet_started(&mut self, at: Option<Timestamp>) {
+        let Some(at) = at else {
+            return;
+        };
+        if let Some(before) = self.kubelet_start
+            && at.as_second() > before.as_second()
+        {
+            tracing::info!(started = %at, "the kubelet restarted: it forgot its crash back-off; predictions made before are uncertain");
+            self.backoff = BackoffBook::default();
+            self.kubelet_restarted_at = Some(at);
+        }
+        self.kubelet_start = Some(at);
+    }
+
+    /// Why a prediction for this container cannot be trusted, if it cannot.
+    fn uncertainty(
+        &self,
+        key: &super::backoff::BackoffKey,
+        runtime: &crate::nodeview::RuntimeContainer,
+    ) -> Option<String> {
+        let finished = nanos_to_timestamp(runtime.times.finished_at);
+        if let Some(restarted) = self.kubelet_restarted_at
+            && runtime.state == RuntimeState::Exited
+            && finished.is_some_and(|f| f < restarted)
+        {
+            return Some(format!(
+                "the kubelet restarted at {restarted}, after this container exited, and forgot its back-off: it starts it at its next sync of the pod"
+            ));
+        }
+        // Restarted before the agent watched, by a kubelet that was already running: the
+        // kubelet may hold a back-off entry the agent never saw made.
+        let created = nanos_to_timestamp(runtime.times.created_at)?;
+        let kubelet_older = self.kubelet_start.is_none_or(|k| k < created);
+        (runtime.attempt > 0
+            && created < self.watching_since
+            && kubelet_older
+            && !self.backoff.knows(key))
+        .then(|| {
+            "restarted before the agent started: the kubelet may hold a back-off the agent did not see".to_owned()
+        })
     }
 
     /// When a prediction in the last view changes with no other change (a running container's
@@ -108,6 +162,12 @@ impl RestartTracker {
         now: Timestamp,
     ) -> Option<CrashBackoffView> {
         let key = backoff_key(uid, name, runtime);
+        if let Some(reason) = self.uncertainty(&key, runtime) {
+            return Some(CrashBackoffView {
+                uncertain: Some(reason),
+                ..Default::default()
+            });
+        }
         let next_wait_seconds = self.backoff.wait(rule, &key, now).as_secs();
         if next_wait_seconds > 0
             && runtime.state == RuntimeState::Running
@@ -131,6 +191,7 @@ impl RestartTracker {
             late_by_seconds: rule.late_by.as_secs(),
             until: window.map(|w| w.earliest.to_string()),
             until_latest: window.filter(|_| late).map(|w| w.latest.to_string()),
+            uncertain: None,
         })
     }
 
@@ -450,6 +511,108 @@ mod tests {
         runtime.times.finished_at = finished;
         tracker.observe(&mut exited, &RuntimeSnapshot::default());
         (metrics.encode(), last.expect("a view"), exited)
+    }
+
+    /// A kubelet restart forgets its back-off: a container that exited before it is no longer
+    /// predicted to wait, and says why; restarts the agent saw before it no longer count.
+    #[test]
+    fn a_kubelet_restart_makes_earlier_predictions_uncertain() {
+        let (_, _, exited) = stopped_three_times(Some("v1.35.1"), 0);
+        assert!(
+            exited.pods[0].containers[0]
+                .crash_backoff
+                .as_ref()
+                .is_some_and(|b| b.until.is_some())
+        );
+
+        let mut tracker = RestartTracker::new(
+            Metrics::new(),
+            KillLedger::default(),
+            BackoffSettings::default(),
+        );
+        let exited_view = || {
+            let mut v = view("c9");
+            let runtime = v.pods[0].containers[0].runtime.as_mut().expect("runtime");
+            runtime.state = RuntimeState::Exited;
+            let now = Timestamp::now().as_nanosecond() as i64;
+            runtime.times.created_at = now - 5_000_000_000;
+            runtime.times.started_at = now - 4_000_000_000;
+            runtime.times.finished_at = now - 1_000_000_000;
+            v
+        };
+        let first_start = Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(3600);
+        tracker.kubelet_started(Some(first_start));
+        let mut before = exited_view();
+        tracker.observe(&mut before, &RuntimeSnapshot::default());
+        assert_eq!(
+            before.pods[0].containers[0].crash_backoff, None,
+            "no entry, no wait"
+        );
+
+        // The same start read again is no restart; a later one is.
+        tracker.kubelet_started(Some(first_start));
+        assert_eq!(tracker.kubelet_restarted_at, None);
+        let restarted = Timestamp::now();
+        tracker.kubelet_started(Some(restarted));
+        let mut after = exited_view();
+        tracker.observe(&mut after, &RuntimeSnapshot::default());
+        let shown = after.pods[0].containers[0]
+            .crash_backoff
+            .clone()
+            .expect("said");
+        let reason = shown.uncertain.expect("uncertain");
+        assert!(reason.contains("the kubelet restarted at"), "{reason}");
+        assert_eq!(shown.until, None);
+        assert!(
+            CrashBackoffView::after_a_stop(Some(&CrashBackoffView {
+                uncertain: Some(reason),
+                ..Default::default()
+            }))
+            .contains("not known")
+        );
+    }
+
+    /// A container that restarted before the agent started, under a kubelet that was running
+    /// then: the kubelet may hold an entry the agent never saw made. Under a kubelet started
+    /// after that container was made, it cannot.
+    #[test]
+    fn restarts_before_the_agent_started_are_uncertain_unless_the_kubelet_is_younger() {
+        let container_made = Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(600);
+        let running_view = || {
+            let mut v = view("c7");
+            let runtime = v.pods[0].containers[0].runtime.as_mut().expect("runtime");
+            runtime.attempt = 3;
+            runtime.times.created_at = container_made.as_nanosecond() as i64;
+            runtime.times.started_at = container_made.as_nanosecond() as i64;
+            v
+        };
+        let new_tracker = || {
+            RestartTracker::new(
+                Metrics::new(),
+                KillLedger::default(),
+                BackoffSettings::default(),
+            )
+        };
+        let mut tracker = new_tracker();
+        tracker.kubelet_started(Some(
+            container_made - k8s_openapi::jiff::SignedDuration::from_secs(3600),
+        ));
+        let mut v = running_view();
+        tracker.observe(&mut v, &RuntimeSnapshot::default());
+        let reason = v.pods[0].containers[0]
+            .crash_backoff
+            .as_ref()
+            .and_then(|b| b.uncertain.clone())
+            .expect("uncertain");
+        assert!(reason.contains("before the agent started"), "{reason}");
+
+        let mut tracker = new_tracker();
+        tracker.kubelet_started(Some(
+            container_made + k8s_openapi::jiff::SignedDuration::from_secs(60),
+        ));
+        let mut v = running_view();
+        tracker.observe(&mut v, &RuntimeSnapshot::default());
+        assert_eq!(v.pods[0].containers[0].crash_backoff, None);
     }
 
     /// The last restart's back-off phase and the prediction for the container now.
