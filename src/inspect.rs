@@ -130,6 +130,9 @@ pub fn table(view: &NodeView) -> String {
             pod.containers.iter().filter_map(move |c| {
                 let b = c.crash_backoff.as_ref()?;
                 let what = match (b.restart_window(), b.late_by_seconds) {
+                    _ if b.uncertain.is_some() => {
+                        format!("not known: {}", b.uncertain.as_deref().unwrap_or_default())
+                    }
                     (Some(window), _) => {
                         format!("in back-off: the kubelet starts it again {window}")
                     }
