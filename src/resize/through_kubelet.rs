@@ -104,10 +104,13 @@ pub(crate) fn kubelet_support(view: &NodeView, config_gate: Option<bool>) -> Kub
                 .runtime
                 .as_ref()
                 .filter(|r| r.state == RuntimeState::Running);
-            // Only a status that describes the running instance counts; one that the runtime
-            // or the kubelet shows running without the other yet will count soon.
+            // Only a status that shows the running instance running counts (the kubelet
+            // reports `resources` of running containers only); one that the runtime or the
+            // kubelet shows running without the other yet will count soon.
             match (runtime, &c.status) {
-                (Some(runtime), Some(status)) if status.container_id == runtime.container_id => {
+                (Some(runtime), Some(status))
+                    if status.container_id == runtime.container_id && status.running =>
+                {
                     running += 1;
                     reporting += usize::from(status.reports_resources);
                 }
@@ -414,7 +417,7 @@ mod tests {
                         "image": "busybox", "times": times},
                     "hash_check": null,
                     "status": {"container_id": format!("containerd://{i}"), "ready": true,
-                        "restart_count": 0, "reports_resources": reports},
+                        "restart_count": 0, "running": true, "reports_resources": reports},
                 })
             })
             .collect();
@@ -471,6 +474,14 @@ mod tests {
         one_reported.pods[0].containers[0].status = None;
         let support = kubelet_support(&one_reported, None);
         assert!(support.resizes && !support.pending, "{support:?}");
+        // The runtime runs it, the status still shows the same instance being created (the
+        // kubelet has not written that it runs): not "reports nothing", but not yet.
+        let mut starting = view(Some("v1.30.14"), &[false]);
+        if let Some(status) = starting.pods[0].containers[0].status.as_mut() {
+            status.running = false;
+        }
+        let support = kubelet_support(&starting, None);
+        assert!(support.pending && !support.resizes, "{support:?}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use serde_json::json;
 
 const RESIZE: &str = "containerresizerequests.inplaced.io";
 const RESTART: &str = "containerrestartrequests.inplaced.io";
+const UPGRADE_CHECKS: &str = "nodeupgradechecks.inplaced.io";
 
 fn resize_requests() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -45,6 +46,7 @@ async fn a_resource_without_its_crd_is_404_and_absent_from_discovery() {
         absent_crds: vec![
             RESIZE.into(),
             RESTART.into(),
+            UPGRADE_CHECKS.into(),
             "containerrecreaterequests.apps.kruise.io".into(),
         ],
         ..Default::default()
@@ -105,7 +107,7 @@ async fn a_resource_without_its_crd_is_404_and_absent_from_discovery() {
 #[tokio::test]
 async fn a_group_lists_only_the_resources_whose_crds_exist() {
     let server = server_with(ServerConfig {
-        absent_crds: vec![RESIZE.into()],
+        absent_crds: vec![RESIZE.into(), UPGRADE_CHECKS.into()],
         ..Default::default()
     })
     .await;
@@ -136,7 +138,7 @@ async fn a_group_lists_only_the_resources_whose_crds_exist() {
 #[tokio::test]
 async fn creating_the_shipped_crd_serves_the_resource_and_establishes_it() {
     let server = server_with(ServerConfig {
-        absent_crds: vec![RESIZE.into(), RESTART.into()],
+        absent_crds: vec![RESIZE.into(), RESTART.into(), UPGRADE_CHECKS.into()],
         ..Default::default()
     })
     .await;
