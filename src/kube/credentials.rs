@@ -391,7 +391,12 @@ async fn build(
     let stamps = CredentialStamps::of(source.files());
     let config = source.config().await?;
     let namespace = config.default_namespace.clone();
-    let client = ::kube::Client::try_from(config).map_err(|e| KubeError::Client(e.to_string()))?;
+    // Building runs an exec plugin, if any, as a blocking command: off the runtime thread,
+    // which every other worker of the agent shares.
+    let client = tokio::task::spawn_blocking(move || ::kube::Client::try_from(config))
+        .await
+        .map_err(|e| KubeError::Client(e.to_string()))?
+        .map_err(|e| KubeError::Client(e.to_string()))?;
     let built = Built {
         client,
         stamps,
