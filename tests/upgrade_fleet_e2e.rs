@@ -349,6 +349,54 @@ async fn every_node_answers_and_the_fleet_command_adds_them_up() {
     tokio::time::sleep(Duration::from_secs(15)).await;
     assert_eq!(writes(&server), before, "writes at rest");
 
+    // Churn on node A: a pod that would restart comes and goes every 2 s for 30 s. The answer
+    // changes each time; the object is written at most once per MIN_WRITE_INTERVAL (10 s).
+    let cri = client();
+    let churn_started = Instant::now();
+    let before = writes(&server);
+    let row = support::golden::row("1.30.7", TAGS[0]);
+    let container: Value = serde_json::from_str(row["input_text"].as_str().unwrap()).unwrap();
+    let container_name = container["name"].as_str().unwrap().to_string();
+    let mut changes = 0;
+    while churn_started.elapsed() < Duration::from_secs(30) {
+        let pod_name = unique("churn");
+        let pod = server
+            .store()
+            .create(
+                "pods",
+                json!({"metadata": {"name": pod_name, "namespace": NAMESPACE},
+                       "spec": {"nodeName": a, "containers": [container.clone()]}}),
+            )
+            .unwrap();
+        let uid = pod["metadata"]["uid"].as_str().unwrap();
+        let runtime_pod = TestPod::run_for(&cri, &pod_name, NAMESPACE, uid, "churn").await;
+        runtime_pod
+            .start_container(
+                &cri,
+                &container_name,
+                "exec sleep 600",
+                row["hash"].as_str().unwrap(),
+            )
+            .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        runtime_pod.remove(&cri).await;
+        server.store().delete("pods", NAMESPACE, &pod_name).unwrap();
+        changes += 2;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let churn_seconds = churn_started.elapsed().as_secs_f64();
+    let churn_writes = writes(&server) - before;
+    eprintln!(
+        "churn: {changes} changes of node A's answer in {churn_seconds:.0} s, {churn_writes} writes of its NodeUpgradeCheck ({:.2} per minute)",
+        churn_writes as f64 * 60.0 / churn_seconds
+    );
+    let bound =
+        (churn_seconds / inplaced::upgrade::MIN_WRITE_INTERVAL.as_secs_f64()).ceil() as usize + 1;
+    assert!(
+        (1..=bound).contains(&churn_writes),
+        "{churn_writes} writes in {churn_seconds:.0} s (at most {bound})"
+    );
+
     let cri = client();
     for node in &mut nodes {
         drop(node.agent.take());
