@@ -59,6 +59,28 @@ async fn api_pods(config: &Config) -> anyhow::Result<(Vec<CachedPod>, Option<Str
     Ok((list.items, kubelet_version))
 }
 
+/// Rows as columns padded to their widest cell, two spaces apart, one line each.
+pub(crate) fn aligned<R: AsRef<[String]>>(rows: &[R]) -> String {
+    let columns = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
+    let mut widths = vec![0usize; columns];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row.as_ref()) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .as_ref()
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    out
+}
+
 /// A `crictl ps`-like table: one row per spec container, with the runtime's view of it.
 pub fn table(view: &NodeView) -> String {
     let mut rows = vec![[
@@ -108,21 +130,7 @@ pub fn table(view: &NodeView) -> String {
             ]);
         }
     }
-    let mut widths = [0usize; 8];
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in &rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        let _ = writeln!(out, "{}", line.join("  ").trim_end());
-    }
+    let mut out = aligned(&rows);
     let backoffs: Vec<String> = view
         .pods
         .iter()

@@ -168,7 +168,7 @@ pub fn table(answer: &FleetAnswer, wide: bool) -> String {
     }
     rows.push(totals);
     let mut out = format!("kubelet {}:\n", answer.target);
-    out.push_str(&aligned(&rows));
+    out.push_str(&crate::inspect::aligned(&rows));
     if answer.nodes_without_answer > 0 {
         out.push_str(&format!(
             "{} node(s) without an answer for {} (-o wide says why)\n",
@@ -186,37 +186,6 @@ pub fn table(answer: &FleetAnswer, wide: bool) -> String {
                     .unwrap_or("a checkpoint file")
             ));
         }
-    }
-    out
-}
-
-/// Rows as columns padded to their widest cell (the last column is not padded).
-fn aligned(rows: &[Vec<String>]) -> String {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| c.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(i, cell)| {
-                if i + 1 == row.len() {
-                    cell.clone()
-                } else {
-                    format!("{cell:<width$}", width = widths[i])
-                }
-            })
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
     }
     out
 }

@@ -82,7 +82,7 @@ pub fn fingerprint(view: &NodeView, targets: &[KubeletVersion], root_dir: &Path)
             container.name.hash(&mut hasher);
             if let Some(runtime) = &container.runtime {
                 runtime.container_id.hash(&mut hasher);
-                format!("{:?}", runtime.state).hash(&mut hasher);
+                runtime.state.hash(&mut hasher);
                 runtime.stored_hash.hash(&mut hasher);
             }
             if let Some(spec) = pod.spec_of(container) {
@@ -118,12 +118,16 @@ fn summary_of(
     findings: &[Finding],
 ) -> TargetSummary {
     let refused = findings.iter().find(|f| f.verdict == Verdict::Refused);
+    let pods: std::collections::HashMap<(&str, &str), &nodeview::PodView> = view
+        .pods
+        .iter()
+        .map(|p| ((p.namespace.as_str(), p.name.as_str()), p))
+        .collect();
     let mut per_workload: BTreeMap<(String, String, String), usize> = BTreeMap::new();
     for verdict in report.containers.iter().filter(|c| c.verdict == "restart") {
-        let pod = view
-            .pods
-            .iter()
-            .find(|p| p.namespace == verdict.namespace && p.name == verdict.pod);
+        let pod = pods
+            .get(&(verdict.namespace.as_str(), verdict.pod.as_str()))
+            .copied();
         let (kind, name) = pod
             .map(owner_of)
             .unwrap_or_else(|| ("Pod".to_owned(), verdict.pod.clone()));
