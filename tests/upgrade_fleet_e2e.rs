@@ -62,6 +62,43 @@ async fn apply_shipped_policy(server: &ApiServer) {
     }
 }
 
+/// The golden `row`'s container in a pod on `node`: the API pod (owned by a ReplicaSet when
+/// `owned`) and a running runtime container under it with the row's stored hash.
+async fn golden_pod(
+    server: &ApiServer,
+    cri: &inplaced::cri::CriClient,
+    node: &str,
+    row: &Value,
+    owned: bool,
+) -> (String, TestPod) {
+    let container: Value = serde_json::from_str(row["input_text"].as_str().unwrap()).unwrap();
+    let container_name = container["name"].as_str().unwrap().to_string();
+    let pod_name = unique(&container_name);
+    let mut metadata = json!({"name": pod_name, "namespace": NAMESPACE});
+    if owned {
+        metadata["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "name": format!("{container_name}-rs"), "uid": "u", "controller": true}]);
+    }
+    let pod = server
+        .store()
+        .create(
+            "pods",
+            json!({"metadata": metadata, "spec": {"nodeName": node, "containers": [container]}}),
+        )
+        .expect("pod");
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let runtime_pod = TestPod::run_for(cri, &pod_name, NAMESPACE, uid, "fleet").await;
+    runtime_pod
+        .start_container(
+            cri,
+            &container_name,
+            "exec sleep 600",
+            row["hash"].as_str().unwrap(),
+        )
+        .await;
+    (pod_name, runtime_pod)
+}
+
 /// A node `name` with kubelet `kubelet` (golden release `golden`) running the golden
 /// containers with that release's hashes, and its agent with the node's own identity.
 async fn node(
@@ -83,30 +120,7 @@ async fn node(
     let mut pods = Vec::new();
     for tag in TAGS {
         let row = support::golden::row(golden, tag);
-        let container: Value = serde_json::from_str(row["input_text"].as_str().unwrap()).unwrap();
-        let container_name = container["name"].as_str().unwrap().to_string();
-        let pod_name = unique(&container_name);
-        let pod = server
-            .store()
-            .create(
-                "pods",
-                json!({"metadata": {"name": pod_name, "namespace": NAMESPACE,
-                                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                        "name": format!("{container_name}-rs"), "uid": "u", "controller": true}]},
-                       "spec": {"nodeName": name, "containers": [container]}}),
-            )
-            .expect("pod");
-        let uid = pod["metadata"]["uid"].as_str().unwrap();
-        let runtime_pod = TestPod::run_for(&cri, &pod_name, NAMESPACE, uid, "fleet").await;
-        runtime_pod
-            .start_container(
-                &cri,
-                &container_name,
-                "exec sleep 600",
-                row["hash"].as_str().unwrap(),
-            )
-            .await;
-        pods.push(runtime_pod);
+        pods.push(golden_pod(server, &cri, name, &row, true).await.1);
     }
     let token = format!("token-{name}");
     server.tokens().add_with_groups(
@@ -355,29 +369,9 @@ async fn every_node_answers_and_the_fleet_command_adds_them_up() {
     let churn_started = Instant::now();
     let before = writes(&server);
     let row = support::golden::row("1.30.7", TAGS[0]);
-    let container: Value = serde_json::from_str(row["input_text"].as_str().unwrap()).unwrap();
-    let container_name = container["name"].as_str().unwrap().to_string();
     let mut changes = 0;
     while churn_started.elapsed() < Duration::from_secs(30) {
-        let pod_name = unique("churn");
-        let pod = server
-            .store()
-            .create(
-                "pods",
-                json!({"metadata": {"name": pod_name, "namespace": NAMESPACE},
-                       "spec": {"nodeName": a, "containers": [container.clone()]}}),
-            )
-            .unwrap();
-        let uid = pod["metadata"]["uid"].as_str().unwrap();
-        let runtime_pod = TestPod::run_for(&cri, &pod_name, NAMESPACE, uid, "churn").await;
-        runtime_pod
-            .start_container(
-                &cri,
-                &container_name,
-                "exec sleep 600",
-                row["hash"].as_str().unwrap(),
-            )
-            .await;
+        let (pod_name, runtime_pod) = golden_pod(&server, &cri, &a, &row, false).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         runtime_pod.remove(&cri).await;
         server.store().delete("pods", NAMESPACE, &pod_name).unwrap();
