@@ -121,6 +121,16 @@ impl Cluster {
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
 
+    /// After the connections end, the agent's user opens a watch again within `within`, and
+    /// the agent still runs.
+    async fn assert_served_again(&self, agent: &mut AgentProcess, within: Duration, what: &str) {
+        let mark = self.last_seq();
+        self.end_connections().await;
+        let served = self.watch_served_after(mark, within).await;
+        assert!(served.is_some(), "{what}:\n{}", agent.log());
+        assert_running(agent);
+    }
+
     fn refusals_after(&self, seq: u64) -> usize {
         self.server
             .audit()
@@ -197,15 +207,13 @@ async fn a_client_certificate_rotated_on_disk_is_used_before_the_old_one_expires
         .client(&cluster.user(), Duration::from_secs(3600));
     write_kubelet_pem(&pki, "kubelet-client-2.pem", &second);
     sleep_until(past_expiry(valid_for, issued)).await;
-    let mark = cluster.last_seq();
-    cluster.end_connections().await;
-    let served = cluster.watch_served_after(mark, RECOVERY).await;
-    assert!(
-        served.is_some(),
-        "no watch served after the first certificate expired:\n{}",
-        agent.log()
-    );
-    assert_running(&mut agent);
+    cluster
+        .assert_served_again(
+            &mut agent,
+            RECOVERY,
+            "no watch served after the first certificate expired",
+        )
+        .await;
     assert!(!unready_reasons(&agent).contains("api-credentials"));
     assert!(
         agent.log().contains("API credentials read again"),
@@ -237,19 +245,15 @@ async fn a_token_file_rewritten_before_expiry_is_read_again() {
         .add("token-2", &cluster.user(), None);
     cluster.write("token", "token-2");
     sleep_until(expires + Duration::from_secs(1)).await;
-    let mark = cluster.last_seq();
-    cluster.end_connections().await;
     // kube-rs alone keeps a token file's content for a minute; the agent reads it again on
     // the first 401.
-    let served = cluster
-        .watch_served_after(mark, Duration::from_secs(20))
+    cluster
+        .assert_served_again(
+            &mut agent,
+            Duration::from_secs(20),
+            "no watch served with the new token",
+        )
         .await;
-    assert!(
-        served.is_some(),
-        "no watch served with the new token:\n{}",
-        agent.log()
-    );
-    assert_running(&mut agent);
 }
 
 #[tokio::test]
@@ -271,15 +275,13 @@ async fn a_kubeconfig_rewritten_with_a_new_inline_token_is_read_again() {
         .kubeconfig_with(cluster_fields, json!({"token": "inline-2"}));
     cluster.write("kubeconfig", &rewritten);
     sleep_until(expires + Duration::from_secs(1)).await;
-    let mark = cluster.last_seq();
-    cluster.end_connections().await;
-    let served = cluster.watch_served_after(mark, RECOVERY).await;
-    assert!(
-        served.is_some(),
-        "no watch served with the new kubeconfig:\n{}",
-        agent.log()
-    );
-    assert_running(&mut agent);
+    cluster
+        .assert_served_again(
+            &mut agent,
+            RECOVERY,
+            "no watch served with the new kubeconfig",
+        )
+        .await;
 }
 
 #[tokio::test]
@@ -316,17 +318,13 @@ async fn an_exec_plugin_runs_again_when_its_token_is_refused() {
     cluster.server.tokens().add("exec-2", &cluster.user(), None);
     cluster.write("exec-answer.json", &credential("exec-2"));
     sleep_until(expires + Duration::from_secs(1)).await;
-    let mark = cluster.last_seq();
-    cluster.end_connections().await;
-    let served = cluster
-        .watch_served_after(mark, Duration::from_secs(20))
+    cluster
+        .assert_served_again(
+            &mut agent,
+            Duration::from_secs(20),
+            "no watch served with the plugin's new token",
+        )
         .await;
-    assert!(
-        served.is_some(),
-        "no watch served with the plugin's new token:\n{}",
-        agent.log()
-    );
-    assert_running(&mut agent);
 }
 
 #[tokio::test]
@@ -353,15 +351,9 @@ async fn a_replaced_ca_bundle_is_trusted_on_new_connections() {
         .expect("tls")
         .set_serving(&new_ca.serving(Duration::from_secs(3600)))
         .expect("serving certificate");
-    let mark = cluster.last_seq();
-    cluster.end_connections().await;
-    let served = cluster.watch_served_after(mark, RECOVERY).await;
-    assert!(
-        served.is_some(),
-        "no watch served over the new CA:\n{}",
-        agent.log()
-    );
-    assert_running(&mut agent);
+    cluster
+        .assert_served_again(&mut agent, RECOVERY, "no watch served over the new CA")
+        .await;
 }
 
 #[tokio::test]
