@@ -313,6 +313,14 @@ async fn run_workers(
         metrics.clone(),
         shutdown.clone(),
     );
+    let rollouts = crate::rollout::run(
+        config.node_name.clone(),
+        api.client.clone(),
+        views.clone(),
+        health.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    );
     let restart_requests = restartrequest::run(
         RestartRequestConfig {
             node_name: config.node_name.clone(),
@@ -342,7 +350,7 @@ async fn run_workers(
         metrics,
         shutdown,
     );
-    tokio::join!(recreate, meta, resize, restart_requests);
+    tokio::join!(recreate, meta, resize, restart_requests, rollouts);
 }
 
 fn build_view(

@@ -23,5 +23,6 @@ pub mod resize;
 pub mod resources;
 pub mod restart;
 pub mod restartrequest;
+pub mod rollout;
 pub mod systemd;
 pub mod upgrade;

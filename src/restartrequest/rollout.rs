@@ -5,14 +5,14 @@
 //! from the budget's spec and the pods' Ready conditions, as the disruption controller computes
 //! it for pods without a scalable owner); the first failed request stops the rollout.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use ::kube::api::{Api, DynamicObject, ListParams, PostParams};
-use ::kube::core::{Selector, SelectorExt};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::rollout::budget::{Budget, PodState};
 
 use super::cli::{Ask, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TIMEOUT, POLL, Shown};
 use super::request::{RestartPhase, RestartRequest};
@@ -52,91 +52,6 @@ impl MaxUnavailable {
             MaxUnavailable::Count(n) => n as usize,
             MaxUnavailable::Percent(p) => (total * p as usize / 100).max(1),
         }
-    }
-}
-
-/// One pod as a batch decision sees it.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) struct PodState {
-    pub name: String,
-    pub uid: String,
-    pub labels: BTreeMap<String, String>,
-    pub ready: bool,
-}
-
-impl PodState {
-    fn of(pod: &Pod) -> PodState {
-        PodState {
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            uid: pod.metadata.uid.clone().unwrap_or_default(),
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
-            ready: pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Ready" && c.status == "True"),
-        }
-    }
-}
-
-/// A PodDisruptionBudget, read for what it allows.
-#[derive(Clone, Debug)]
-pub(super) struct Budget {
-    pub name: String,
-    selector: Selector,
-    min_available: Option<IntOrString>,
-    max_unavailable: Option<IntOrString>,
-}
-
-impl Budget {
-    pub fn of(pdb: &PodDisruptionBudget) -> Result<Budget, String> {
-        let name = pdb.metadata.name.clone().unwrap_or_default();
-        let spec = pdb.spec.clone().unwrap_or_default();
-        // policy/v1: an empty or absent selector selects every pod of the namespace.
-        let selector = Selector::try_from(spec.selector.unwrap_or_default())
-            .map_err(|e| format!("PodDisruptionBudget {name}: its selector: {e}"))?;
-        Ok(Budget {
-            name,
-            selector,
-            min_available: spec.min_available,
-            max_unavailable: spec.max_unavailable,
-        })
-    }
-
-    fn covers(&self, pod: &PodState) -> bool {
-        self.selector.matches(&pod.labels)
-    }
-
-    /// (healthy, required) among the namespace's `pods`; a pod being restarted is not healthy.
-    fn healthy_and_required(
-        &self,
-        pods: &[PodState],
-        busy: &HashSet<&str>,
-    ) -> Result<(usize, usize), String> {
-        let covered: Vec<&PodState> = pods.iter().filter(|p| self.covers(p)).collect();
-        let expected = covered.len();
-        let healthy = covered
-            .iter()
-            .filter(|p| p.ready && !busy.contains(p.uid.as_str()))
-            .count();
-        let scaled = |value: &IntOrString| match value {
-            IntOrString::Int(n) => usize::try_from(*n).map_err(|_| "negative".to_string()),
-            IntOrString::String(text) => text
-                .strip_suffix('%')
-                .and_then(|p| p.parse::<usize>().ok())
-                // Rounded up, as the disruption controller scales both fields.
-                .map(|p| (p * expected).div_ceil(100))
-                .ok_or_else(|| format!("{text:?} is not a number or a percentage")),
-        };
-        let required = match (&self.min_available, &self.max_unavailable) {
-            (Some(min), _) => scaled(min),
-            (None, Some(max)) => scaled(max).map(|max| expected.saturating_sub(max)),
-            (None, None) => Ok(0),
-        }
-        .map_err(|e| format!("PodDisruptionBudget {}: {e}", self.name))?;
-        Ok((healthy, required))
     }
 }
 

@@ -332,6 +332,19 @@ pub fn resources_with(pod_resize: PodResizeApi) -> Vec<ResourceDef> {
         "containerrestartrequests",
     );
 
+    // Restarted pod by pod by the agents together; they write only its status.
+    let mut rollouts = ResourceDef::custom(
+        "inplaced.io",
+        "v1alpha1",
+        "ContainerRestartRollout",
+        "containerrestartrollouts",
+    );
+    rollouts.short_names = vec!["ctro".into()];
+
+    // coordination.k8s.io/v1: the agents' Leases (how they see each other alive).
+    let mut leases = ResourceDef::core("Lease", "leases", true);
+    leases.group = "coordination.k8s.io".into();
+
     // One per node, named after it: what a kubelet upgrade would do there (cluster-scoped, no
     // status subresource: the agent writes the whole object).
     let mut upgrade_checks = ResourceDef::custom(
@@ -390,6 +403,8 @@ pub fn resources_with(pod_resize: PodResizeApi) -> Vec<ResourceDef> {
         crr,
         resize,
         restart,
+        rollouts,
+        leases,
         upgrade_checks,
         pdbs,
         crds,

@@ -1,0 +1,596 @@
+//! The rollout loop: one watch of every ContainerRestartRollout; for each unfinished one with
+//! pods on this node, the facts (the node view, the requests of this node's claims, and, when a
+//! claim or the end is to be decided, a census of the namespace), one [`plan::step`], and its
+//! result written with the resourceVersion it was decided from. The restarts themselves are
+//! ContainerRestartRequests, named after the rollout and the pod so that a pod is asked once per
+//! rollout whatever happens to the agent; this node's restart-request loop carries them out.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use ::kube::core::{Selector, SelectorExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+
+use super::budget::{Budget, PodState};
+use super::object::{self, LABEL_ROLLOUT, Rollout, RolloutPhase};
+use super::plan::{self, Census, Facts, LEASE_DURATION, RequestOutcome, RolloutPod};
+use crate::health::Health;
+use crate::kube::{RequestController, Watched, run_request_loop};
+use crate::metrics::Metrics;
+use crate::nodeview::{NodeView, PodView};
+use crate::restartrequest::request::{
+    self as restart, RestartContainer, RestartPhase, RestartRequest, RestartSpec,
+};
+use crate::restartrequest::restart_request_resource;
+
+/// On each agent's Lease (one per namespace it has rollout work in), for the census to list.
+pub const LABEL_AGENT_LEASE: &str = "inplaced.io/agent-lease";
+/// How often an agent with rollout work renews its Lease.
+const LEASE_RENEWAL: Duration = Duration::from_secs(10);
+/// The least time between two censuses of one rollout by one agent while nothing changed.
+const CENSUS_PERIOD: Duration = Duration::from_secs(5);
+/// The least time between two reads of one claimed pod's request.
+const REQUEST_READ_PERIOD: Duration = Duration::from_secs(1);
+
+const WORKER: &str = "restart rollouts";
+
+const WATCHED: Watched = Watched {
+    resource: "containerrestartrollouts",
+    health_key: "ContainerRestartRollouts watch",
+    when_not_served: Some(
+        "the API server does not serve ContainerRestartRollouts (apply crd-containerrestartrollouts.yaml): none will be carried out until it is",
+    ),
+};
+
+pub fn rollout_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(object::GROUP, object::VERSION, object::KIND),
+        object::PLURAL,
+    )
+}
+
+/// The request a rollout makes for one pod: the same name whoever makes it and however often.
+pub fn request_name(rollout: &str, pod_uid: &str) -> String {
+    let mut name: String = rollout.chars().take(253 - pod_uid.len() - 1).collect();
+    name.push('-');
+    name.push_str(pod_uid);
+    name
+}
+
+/// Runs until `shutdown` turns true.
+pub async fn run(
+    node_name: String,
+    client: ::kube::Client,
+    views: watch::Receiver<Arc<NodeView>>,
+    health: Health,
+    metrics: Metrics,
+    shutdown: watch::Receiver<bool>,
+) {
+    let progress = health.worker(WORKER, crate::kube::REQUEST_LOOP_IDLE);
+    let (rollouts, watch_task) = crate::kube::watch_requests(
+        client.clone(),
+        &rollout_resource(),
+        "",
+        WATCHED,
+        metrics,
+        health,
+        |_| {},
+    );
+    // No background work: every write is awaited in the pass.
+    let (_done_tx, done_rx) = mpsc::channel::<()>(1);
+    let controller = Controller {
+        node: node_name,
+        client,
+        tracked: HashMap::new(),
+        leases: HashMap::new(),
+    };
+    let watch_task = tokio::spawn(watch_task);
+    run_request_loop(
+        controller, done_rx, rollouts, watch_task, views, shutdown, progress,
+    )
+    .await;
+}
+
+struct Controller {
+    node: String,
+    client: ::kube::Client,
+    /// Rollout UID → what this agent keeps of it between passes.
+    tracked: HashMap<String, Tracked>,
+    /// Namespace → when this agent's Lease there was last renewed.
+    leases: HashMap<String, Instant>,
+}
+
+#[derive(Default)]
+struct Tracked {
+    census: Option<(Instant, Option<String>, Census)>,
+    outcomes: HashMap<String, (Instant, RequestOutcome)>,
+    /// A write refused for this resourceVersion: nothing is decided from it again.
+    conflicted_at: Option<String>,
+    /// What was last said of why this node waits, so that it is logged once.
+    waiting: Option<String>,
+}
+
+impl RequestController for Controller {
+    type Done = ();
+
+    async fn sync(&mut self, objects: &[Arc<DynamicObject>], view: &NodeView) -> Option<Duration> {
+        if !view.synced {
+            return Some(Duration::from_millis(200));
+        }
+        let mut namespaces_with_work = HashSet::new();
+        for object in objects {
+            match object::decode(object) {
+                Ok(rollout) => {
+                    if self.sync_one(object, &rollout, view).await {
+                        namespaces_with_work.insert(rollout.meta.namespace.clone());
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "ignoring a ContainerRestartRollout without identity")
+                }
+            }
+        }
+        for namespace in namespaces_with_work {
+            self.renew_lease(&namespace).await;
+        }
+        let live: HashSet<&str> = objects
+            .iter()
+            .filter_map(|o| o.metadata.uid.as_deref())
+            .collect();
+        self.tracked.retain(|uid, _| live.contains(uid.as_str()));
+        None
+    }
+
+    fn finish(&mut self, _: ()) {}
+
+    async fn status_written(&mut self) {
+        std::future::pending::<()>().await;
+    }
+
+    fn busy(&self) -> bool {
+        false
+    }
+}
+
+impl Controller {
+    /// One rollout; true when this node has work in it (its agent keeps its Lease).
+    async fn sync_one(
+        &mut self,
+        object: &DynamicObject,
+        rollout: &Rollout,
+        view: &NodeView,
+    ) -> bool {
+        if rollout.meta.deleting || rollout.status.phase.is_final() {
+            return false;
+        }
+        let spec = match &rollout.spec {
+            Ok(spec) => spec,
+            Err(message) => {
+                self.refuse(object, rollout, message).await;
+                return false;
+            }
+        };
+        let Ok(selector) = Selector::try_from(spec.selector.clone()) else {
+            return false;
+        };
+        let my_pods: Vec<RolloutPod> = view
+            .pods
+            .iter()
+            .filter(|p| p.namespace == rollout.meta.namespace && !p.static_pod)
+            .filter_map(|p| rollout_pod(p, &self.node))
+            .filter(|p| selector.matches(&p.state.labels))
+            .collect();
+        let mine = rollout.status.part(&self.node);
+        if my_pods.is_empty() && mine.is_none_or(|p| p.claims.is_empty()) {
+            return false;
+        }
+        let rv = rollout.meta.resource_version.clone();
+        let uid = rollout.meta.uid.clone();
+        if self
+            .tracked
+            .get(&uid)
+            .is_some_and(|t| t.conflicted_at.is_some() && t.conflicted_at == rv)
+        {
+            // The watch has not brought the newer version yet.
+            return true;
+        }
+        // Requests of this node's claims: made if missing, read for their outcome.
+        if let Some(part) = mine {
+            for claim in &part.claims {
+                self.follow(rollout, spec, &claim.pod, &claim.pod_uid, view)
+                    .await;
+            }
+        }
+        let tracked = self.tracked.entry(uid.clone()).or_default();
+        let outcomes: HashMap<String, RequestOutcome> = tracked
+            .outcomes
+            .iter()
+            .map(|(uid, (_, o))| (uid.clone(), o.clone()))
+            .collect();
+        let fresh_census = tracked.census.as_ref().filter(|(at, census_rv, _)| {
+            at.elapsed() < CENSUS_PERIOD
+                && (census_rv == &rv || at.elapsed() < Duration::from_millis(500))
+        });
+        let mut census = fresh_census.map(|(_, _, c)| c.clone());
+        let decide = |census: Option<&Census>| {
+            plan::step(&Facts {
+                node: &self.node,
+                now: Timestamp::now(),
+                generation: rollout.meta.generation,
+                spec,
+                status: &rollout.status,
+                my_pods: &my_pods,
+                outcomes: &outcomes,
+                census,
+            })
+        };
+        let mut step = decide(census.as_ref());
+        if step.wants_census && census.is_none() {
+            match take_census(&self.client, &rollout.meta.namespace, &selector.to_string()).await {
+                Ok(taken) => {
+                    census = Some(taken.clone());
+                    if let Some(t) = self.tracked.get_mut(&uid) {
+                        t.census = Some((Instant::now(), rv.clone(), taken));
+                    }
+                    step = decide(census.as_ref());
+                }
+                Err(err) => {
+                    tracing::warn!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
+                        error = %err, "cannot count the rollout's pods; no claim is made until it can");
+                }
+            }
+        }
+        if let Some(t) = self.tracked.get_mut(&uid)
+            && t.waiting != step.waiting
+        {
+            if let Some(reason) = &step.waiting {
+                tracing::info!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
+                    reason = %reason, "rollout: waiting before restarting more pods here");
+            }
+            t.waiting = step.waiting.clone();
+        }
+        if step.status != rollout.status {
+            let mut written = object.clone();
+            written.data["status"] = match serde_json::to_value(&step.status) {
+                Ok(value) => value,
+                Err(err) => {
+                    tracing::error!(error = %err, "cannot encode a rollout's status");
+                    return step.has_work;
+                }
+            };
+            match self.replace_status(rollout, &written).await {
+                Ok(()) => {
+                    if let Some(t) = self.tracked.get_mut(&uid) {
+                        // A census decided a claim once: the next one is counted afresh.
+                        if !step.claimed.is_empty() {
+                            t.census = None;
+                        }
+                        t.conflicted_at = None;
+                    }
+                    if step.status.phase != rollout.status.phase {
+                        tracing::info!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
+                            phase = ?step.status.phase, message = ?step.status.message, "rollout phase");
+                    }
+                    for claim in &step.claimed {
+                        tracing::info!(rollout = %rollout.meta.name, pod = %claim.pod,
+                            namespace = %rollout.meta.namespace, "rollout: restarting a pod here");
+                        self.follow(rollout, spec, &claim.pod, &claim.pod_uid, view)
+                            .await;
+                    }
+                }
+                Err(Conflict) => {
+                    if let Some(t) = self.tracked.get_mut(&uid) {
+                        t.conflicted_at = rv;
+                        t.census = None;
+                    }
+                }
+            }
+        }
+        step.has_work
+    }
+
+    async fn replace_status(
+        &self,
+        rollout: &Rollout,
+        written: &DynamicObject,
+    ) -> Result<(), Conflict> {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &rollout.meta.namespace,
+            &rollout_resource(),
+        );
+        match api
+            .replace_status(&rollout.meta.name, &PostParams::default(), written)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(::kube::Error::Api(status)) if status.code == 409 => Err(Conflict),
+            Err(err) => {
+                tracing::warn!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
+                    error = %err, "cannot write the rollout's status; tried again on the next pass");
+                Err(Conflict)
+            }
+        }
+    }
+
+    /// A rollout whose spec cannot be carried out: said on its status, once.
+    async fn refuse(&mut self, object: &DynamicObject, rollout: &Rollout, message: &str) {
+        let message = format!("cannot be carried out: {message}");
+        if rollout.status.phase == RolloutPhase::Failed
+            && rollout.status.message.as_deref() == Some(&message)
+        {
+            return;
+        }
+        let mut status = rollout.status.clone();
+        status.phase = RolloutPhase::Failed;
+        status.message = Some(message.clone());
+        let mut written = object.clone();
+        written.data["status"] = serde_json::to_value(&status).unwrap_or(json!({}));
+        if self.replace_status(rollout, &written).await.is_ok() {
+            tracing::warn!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
+                message = %message, "refused a ContainerRestartRollout");
+        }
+    }
+
+    /// Makes the request of a claimed pod if it does not exist, and reads how it stands (at
+    /// most every second).
+    async fn follow(
+        &mut self,
+        rollout: &Rollout,
+        spec: &object::RolloutSpec,
+        pod: &str,
+        pod_uid: &str,
+        view: &NodeView,
+    ) {
+        let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
+        if tracked.outcomes.get(pod_uid).is_some_and(|(at, o)| {
+            at.elapsed() < REQUEST_READ_PERIOD
+                || matches!(o, RequestOutcome::Succeeded | RequestOutcome::Failed(_))
+        }) {
+            return;
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &rollout.meta.namespace,
+            &restart_request_resource(),
+        );
+        let name = request_name(&rollout.meta.name, pod_uid);
+        let outcome = match api.get_opt(&name).await {
+            Ok(Some(object)) => match RestartRequest::from_object(&object) {
+                Ok(request) => match request.status.phase {
+                    RestartPhase::Succeeded => RequestOutcome::Succeeded,
+                    RestartPhase::Failed => RequestOutcome::Failed(
+                        request
+                            .status
+                            .message
+                            .unwrap_or_else(|| "its request failed".into()),
+                    ),
+                    _ => RequestOutcome::Underway,
+                },
+                Err(err) => RequestOutcome::Failed(format!("its request cannot be read: {err}")),
+            },
+            Ok(None) => {
+                let still_here = view.pods.iter().any(|p| p.uid == pod_uid);
+                if still_here {
+                    match make_request(&api, rollout, spec, &name, pod, pod_uid, &self.node).await {
+                        Ok(()) => RequestOutcome::Underway,
+                        Err(err) => {
+                            tracing::warn!(rollout = %rollout.meta.name, pod = %pod, error = %err,
+                                "cannot make the pod's ContainerRestartRequest; tried again on the next pass");
+                            RequestOutcome::Unknown
+                        }
+                    }
+                } else {
+                    RequestOutcome::Unknown
+                }
+            }
+            Err(err) => {
+                tracing::debug!(error = %err, "cannot read a rollout's request");
+                RequestOutcome::Unknown
+            }
+        };
+        if let Some(t) = self.tracked.get_mut(&rollout.meta.uid) {
+            t.outcomes
+                .insert(pod_uid.to_string(), (Instant::now(), outcome));
+        }
+    }
+
+    /// Creates or renews this agent's Lease in `namespace` (at most every ten seconds).
+    async fn renew_lease(&mut self, namespace: &str) {
+        if self
+            .leases
+            .get(namespace)
+            .is_some_and(|at| at.elapsed() < LEASE_RENEWAL)
+        {
+            return;
+        }
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
+        let name = lease_name(&self.node);
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(Timestamp::now());
+        let result = match api.get_opt(&name).await {
+            Ok(Some(mut lease)) => {
+                let spec = lease.spec.get_or_insert_with(Default::default);
+                spec.holder_identity = Some(self.node.clone());
+                spec.lease_duration_seconds = Some(LEASE_DURATION.as_secs() as i32);
+                spec.renew_time = Some(now);
+                api.replace(&name, &PostParams::default(), &lease)
+                    .await
+                    .map(|_| ())
+            }
+            Ok(None) => {
+                let lease: Lease = match serde_json::from_value(json!({
+                    "metadata": {
+                        "name": name,
+                        "labels": {
+                            LABEL_AGENT_LEASE: "true",
+                            restart::LABEL_NODE_NAME: self.node,
+                        },
+                    },
+                    "spec": {
+                        "holderIdentity": self.node,
+                        "leaseDurationSeconds": LEASE_DURATION.as_secs(),
+                    },
+                })) {
+                    Ok(lease) => lease,
+                    Err(_) => return,
+                };
+                let mut lease = lease;
+                if let Some(spec) = lease.spec.as_mut() {
+                    spec.acquire_time = Some(now.clone());
+                    spec.renew_time = Some(now);
+                }
+                api.create(&PostParams::default(), &lease).await.map(|_| ())
+            }
+            Err(err) => Err(err),
+        };
+        match result {
+            Ok(()) => {
+                self.leases.insert(namespace.to_string(), Instant::now());
+            }
+            Err(err) => tracing::warn!(namespace = %namespace, error = %err,
+                "cannot renew this agent's Lease; other agents may take it for gone"),
+        }
+    }
+}
+
+/// A write refused or failed: decided again from a newer version.
+struct Conflict;
+
+pub fn lease_name(node: &str) -> String {
+    format!("inplaced-agent-{node}")
+}
+
+fn rollout_pod(pod: &PodView, node: &str) -> Option<RolloutPod> {
+    let api = pod.api_pod.as_ref()?;
+    Some(RolloutPod {
+        state: PodState {
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            labels: api.metadata.labels.clone().unwrap_or_default(),
+            ready: pod.ready_since.is_some(),
+        },
+        node: node.to_string(),
+        created: api.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        terminating: pod.terminating,
+    })
+}
+
+async fn make_request(
+    api: &Api<DynamicObject>,
+    rollout: &Rollout,
+    spec: &object::RolloutSpec,
+    name: &str,
+    pod: &str,
+    pod_uid: &str,
+    node: &str,
+) -> Result<(), ::kube::Error> {
+    let request_spec = RestartSpec {
+        pod_name: pod.to_string(),
+        pod_uid: Some(pod_uid.to_string()),
+        containers: spec
+            .containers
+            .iter()
+            .map(|c| RestartContainer { name: c.clone() })
+            .collect(),
+        strategy: spec.strategy.clone(),
+        ..Default::default()
+    };
+    let object = json!({
+        "apiVersion": format!("{}/{}", restart::GROUP, restart::VERSION),
+        "kind": restart::KIND,
+        "metadata": {
+            "name": name,
+            "namespace": rollout.meta.namespace,
+            "labels": { restart::LABEL_NODE_NAME: node, LABEL_ROLLOUT: rollout.meta.name },
+            // Deleted with the rollout.
+            "ownerReferences": [{
+                "apiVersion": format!("{}/{}", object::GROUP, object::VERSION),
+                "kind": object::KIND,
+                "name": rollout.meta.name,
+                "uid": rollout.meta.uid,
+            }],
+        },
+        "spec": request_spec,
+    });
+    let object: DynamicObject =
+        serde_json::from_value(object).map_err(::kube::Error::SerdeError)?;
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => Ok(()),
+        // Made already (by this agent before it restarted): followed as it is.
+        Err(::kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+/// The rollout's namespace over every node: the matching pods, the agents' Leases, the
+/// PodDisruptionBudgets and, when there are any, every pod they may cover.
+async fn take_census(
+    client: &::kube::Client,
+    namespace: &str,
+    selector: &str,
+) -> Result<Census, ::kube::Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let matching = pods
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items
+        .iter()
+        .map(|pod| RolloutPod {
+            state: PodState::of(pod),
+            node: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default(),
+            created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+        })
+        .collect();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let now = Timestamp::now();
+    let live_agents = leases
+        .list(&ListParams::default().labels(LABEL_AGENT_LEASE))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|lease| {
+            let spec = lease.spec?;
+            let renewed = spec.renew_time?.0;
+            let duration = i64::from(spec.lease_duration_seconds?);
+            (renewed.as_second() + duration > now.as_second()).then_some(spec.holder_identity?)
+        })
+        .collect();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), namespace);
+    let mut budgets = Vec::new();
+    for pdb in pdbs.list(&ListParams::default()).await?.items {
+        match Budget::of(&pdb) {
+            Ok(budget) => budgets.push(budget),
+            Err(message) => {
+                tracing::warn!(%message, "ignoring a PodDisruptionBudget that cannot be read")
+            }
+        }
+    }
+    let namespace_pods = if budgets.is_empty() {
+        Vec::new()
+    } else {
+        pods.list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(PodState::of)
+            .collect()
+    };
+    Ok(Census {
+        matching,
+        budgets,
+        namespace_pods,
+        live_agents,
+    })
+}

@@ -1,0 +1,1136 @@
+//! One agent's pass over one rollout, decided from facts alone (no I/O): what its node's part
+//! becomes (claims followed to their end, new claims within the budget), which claims of agents
+//! that are gone it releases, and the summary. The controller writes the result with the
+//! resourceVersion it was decided from, so that every claim of every node is decided from the
+//! claims before it: the API server orders them.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::budget::{Budget, PodState};
+use super::object::{
+    Claim, Condition, Failure, NodePart, RolloutPhase, RolloutSpec, RolloutStatus,
+};
+
+/// How long an agent's Lease lasts without renewal; an agent is gone once it has lapsed.
+pub const LEASE_DURATION: Duration = Duration::from_secs(40);
+/// Nodes named in the `WaitingForNodes` condition's message (the count says the rest).
+const NODES_NAMED: usize = 5;
+
+pub const CONDITION_COMPLETE: &str = "Complete";
+pub const CONDITION_FAILED: &str = "Failed";
+pub const CONDITION_WAITING: &str = "WaitingForNodes";
+
+/// A pod as the rollout sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RolloutPod {
+    pub state: PodState,
+    pub node: String,
+    pub created: Option<Timestamp>,
+    pub terminating: bool,
+}
+
+/// How the request made for a claimed pod stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RequestOutcome {
+    /// Not made yet, or not read yet.
+    Unknown,
+    Underway,
+    Succeeded,
+    Failed(String),
+}
+
+/// The rollout's namespace as listed over every node: taken only when a claim or the end of
+/// the rollout is to be decided.
+#[derive(Clone, Debug, Default)]
+pub struct Census {
+    /// The pods matching the selector, on every node.
+    pub matching: Vec<RolloutPod>,
+    pub budgets: Vec<Budget>,
+    /// Every pod of the namespace (for the budgets; empty without budgets).
+    pub namespace_pods: Vec<PodState>,
+    /// Nodes whose agent holds an unexpired Lease.
+    pub live_agents: HashSet<String>,
+}
+
+pub struct Facts<'a> {
+    pub node: &'a str,
+    pub now: Timestamp,
+    pub generation: Option<i64>,
+    pub spec: &'a RolloutSpec,
+    pub status: &'a RolloutStatus,
+    /// This node's pods matching the selector (the node view).
+    pub my_pods: &'a [RolloutPod],
+    /// The requests of this node's claims, by pod UID.
+    pub outcomes: &'a HashMap<String, RequestOutcome>,
+    pub census: Option<&'a Census>,
+}
+
+#[derive(Debug, PartialEq)]
+pub struct Step {
+    /// The status to write (the same as read: nothing to write).
+    pub status: RolloutStatus,
+    /// Claims made in this step: their requests are made once the write has landed.
+    pub claimed: Vec<Claim>,
+    /// Why this node claims nothing now, when it has pods left to restart.
+    pub waiting: Option<String>,
+    /// A census would let this agent decide more (a claim, the end of the rollout).
+    pub wants_census: bool,
+    /// This node has pods of the rollout to restart or under way: its agent keeps its Lease.
+    pub has_work: bool,
+}
+
+fn included(pod: &RolloutPod, start: Option<Timestamp>) -> bool {
+    match (pod.created, start) {
+        (Some(created), Some(start)) => created <= start,
+        _ => true,
+    }
+}
+
+/// One pass for `facts.node` over the rollout.
+pub fn step(facts: &Facts) -> Step {
+    let mut status = facts.status.clone();
+    let now = facts.now;
+    if status.start_time.is_none() {
+        status.start_time = Some(seconds(now));
+    }
+    let start = status.start();
+    let mut part = status
+        .part(facts.node)
+        .cloned()
+        .unwrap_or_else(|| NodePart {
+            node: facts.node.to_string(),
+            ..Default::default()
+        });
+    part.matched = facts.my_pods.iter().filter(|p| included(p, start)).count() as u32;
+    part.not_included = facts.my_pods.len() as u32 - part.matched;
+
+    // This node's claims, followed to their end.
+    let mut kept = Vec::new();
+    for claim in std::mem::take(&mut part.claims) {
+        let pod = facts.my_pods.iter().find(|p| p.state.uid == claim.pod_uid);
+        match (pod, facts.outcomes.get(&claim.pod_uid)) {
+            (None, _) => part.skipped += 1,
+            (Some(_), Some(RequestOutcome::Succeeded)) => part.done.push(claim.pod_uid),
+            (Some(_), Some(RequestOutcome::Failed(message))) => {
+                part.failures
+                    .push(Failure::new(&claim.pod, &claim.pod_uid, message))
+            }
+            _ => kept.push(claim),
+        }
+    }
+    part.claims = kept;
+    put_part(&mut status, part);
+
+    // Claims of agents that are gone: released once their pods are ready again or gone.
+    if let Some(census) = facts.census {
+        for other in status.nodes.iter_mut() {
+            if other.node == facts.node || census.live_agents.contains(&other.node) {
+                continue;
+            }
+            other.claims.retain(|claim| {
+                census
+                    .matching
+                    .iter()
+                    .any(|p| p.state.uid == claim.pod_uid && !p.state.ready)
+            });
+        }
+    }
+
+    let failed: usize = status.nodes.iter().map(|p| p.failures.len()).sum();
+    if !status.phase.is_final() {
+        let deadline = facts
+            .spec
+            .deadline_seconds
+            .and_then(|d| start.map(|s| (s, d)))
+            .filter(|(s, d)| now.as_second() >= s.as_second().saturating_add(*d));
+        if failed >= facts.spec.max_failed_pods() as usize {
+            let message = first_failures(&status);
+            finish(
+                &mut status,
+                RolloutPhase::Failed,
+                "PodsFailed",
+                message,
+                now,
+            );
+        } else if let Some((_, seconds)) = deadline {
+            finish(
+                &mut status,
+                RolloutPhase::Failed,
+                "DeadlineExceeded",
+                format!("not finished within spec.deadlineSeconds ({seconds} s)"),
+                now,
+            );
+        } else {
+            status.phase = if facts.spec.paused {
+                RolloutPhase::Paused
+            } else {
+                RolloutPhase::Progressing
+            };
+        }
+    }
+
+    // This node's pods left to restart.
+    let finished: HashSet<&str> = status
+        .nodes
+        .iter()
+        .flat_map(|p| {
+            p.done
+                .iter()
+                .map(String::as_str)
+                .chain(p.failures.iter().map(|f| f.pod_uid.as_str()))
+                .chain(p.claims.iter().map(|c| c.pod_uid.as_str()))
+        })
+        .collect();
+    let mut todo: Vec<&RolloutPod> = facts
+        .my_pods
+        .iter()
+        .filter(|p| {
+            included(p, start) && !p.terminating && !finished.contains(p.state.uid.as_str())
+        })
+        .collect();
+    todo.sort_by(|a, b| a.state.name.cmp(&b.state.name));
+    let my_claims = status.part(facts.node).map_or(0, |p| p.claims.len());
+
+    let mut claimed = Vec::new();
+    let mut waiting = None;
+    let claims_held = status.claims().count();
+    if status.phase == RolloutPhase::Progressing && !todo.is_empty() {
+        match facts.census {
+            Some(census) => match claim(facts, census, &status, &todo, now) {
+                Ok(new) => claimed = new,
+                Err(reason) => waiting = Some(reason),
+            },
+            None => waiting = Some("not counted yet".into()),
+        }
+        if !claimed.is_empty() {
+            let mut part = status.part(facts.node).cloned().unwrap_or_default();
+            part.claims.extend(claimed.iter().cloned());
+            put_part(&mut status, part);
+        }
+    }
+
+    let mut wants_census = false;
+    if !status.phase.is_final() {
+        if let Some(census) = facts.census {
+            conclude(&mut status, census, start, now);
+        }
+        let room_by_claims = facts.census.map_or(usize::MAX, |c| {
+            facts.spec.max_unavailable_of(c.matching.len())
+        }) > claims_held;
+        // A census is worth taking to claim (while claims alone leave room), or, with nothing
+        // left to do here, to see whether the rollout has ended or waits on nodes without an
+        // agent.
+        wants_census = (status.phase == RolloutPhase::Progressing
+            && claimed.is_empty()
+            && !todo.is_empty()
+            && room_by_claims)
+            || (todo.is_empty() && my_claims == 0);
+    }
+    summarize(&mut status, facts.generation);
+    let has_work = !status.phase.is_final()
+        && (!todo.is_empty()
+            || status
+                .part(facts.node)
+                .is_some_and(|p| !p.claims.is_empty()));
+    Step {
+        status,
+        claimed,
+        waiting: if todo.is_empty() { None } else { waiting },
+        wants_census,
+        has_work,
+    }
+}
+
+/// This node's new claims: as many of `todo` (ready pods, in name order) as the budget leaves
+/// room for, counting every node's claims and the matching pods that are unready unclaimed,
+/// and as every covering PodDisruptionBudget allows.
+fn claim(
+    facts: &Facts,
+    census: &Census,
+    status: &RolloutStatus,
+    todo: &[&RolloutPod],
+    now: Timestamp,
+) -> Result<Vec<Claim>, String> {
+    let max = facts.spec.max_unavailable_of(census.matching.len());
+    let claimed: HashSet<&str> = status.claims().map(|(_, c)| c.pod_uid.as_str()).collect();
+    let unready = census
+        .matching
+        .iter()
+        .filter(|p| !p.state.ready && !claimed.contains(p.state.uid.as_str()))
+        .count();
+    let unavailable = claimed.len() + unready;
+    let room = max.saturating_sub(unavailable);
+    if room == 0 {
+        return Err(format!(
+            "{unavailable} of {max} allowed unavailable ({} restarting, {unready} unready)",
+            claimed.len()
+        ));
+    }
+    let mut allowance: HashMap<&str, (usize, usize)> = HashMap::new();
+    for budget in &census.budgets {
+        allowance.insert(
+            &budget.name,
+            budget.healthy_and_required(&census.namespace_pods, &claimed)?,
+        );
+    }
+    let mut out = Vec::new();
+    let mut blocked_by = None;
+    for pod in todo {
+        if out.len() == room {
+            break;
+        }
+        if !pod.state.ready {
+            continue;
+        }
+        let covering: Vec<&Budget> = census
+            .budgets
+            .iter()
+            .filter(|b| b.covers(&pod.state))
+            .collect();
+        if let Some(budget) = covering.iter().find(|b| {
+            allowance
+                .get(b.name.as_str())
+                .is_some_and(|(healthy, required)| healthy <= required)
+        }) {
+            blocked_by.get_or_insert(budget.name.as_str());
+            continue;
+        }
+        for budget in covering {
+            if let Some((healthy, _)) = allowance.get_mut(budget.name.as_str()) {
+                *healthy -= 1;
+            }
+        }
+        out.push(Claim {
+            pod: pod.state.name.clone(),
+            pod_uid: pod.state.uid.clone(),
+            since: seconds(now),
+        });
+    }
+    if !out.is_empty() {
+        return Ok(out);
+    }
+    match blocked_by {
+        Some(name) => {
+            let (healthy, required) = allowance.get(name).copied().unwrap_or_default();
+            Err(format!(
+                "PodDisruptionBudget {name} allows no disruption ({healthy} healthy, {required} required)"
+            ))
+        }
+        None => Err("the pods left here are not ready".into()),
+    }
+}
+
+/// With the whole namespace counted: the rollout's size, its end, and the nodes it waits on.
+fn conclude(status: &mut RolloutStatus, census: &Census, start: Option<Timestamp>, now: Timestamp) {
+    let ours: Vec<&RolloutPod> = census
+        .matching
+        .iter()
+        .filter(|p| included(p, start))
+        .collect();
+    status.not_included = (census.matching.len() - ours.len()) as u32;
+    let recorded: HashSet<&str> = status
+        .nodes
+        .iter()
+        .flat_map(|p| {
+            p.done
+                .iter()
+                .map(String::as_str)
+                .chain(p.failures.iter().map(|f| f.pod_uid.as_str()))
+        })
+        .collect();
+    let claimed: HashSet<String> = status.claims().map(|(_, c)| c.pod_uid.clone()).collect();
+    // Restarted pods still present, and those gone since: the rollout's size.
+    let present_recorded = ours
+        .iter()
+        .filter(|p| recorded.contains(p.state.uid.as_str()))
+        .count();
+    let matched = (ours.len() + recorded.len() - present_recorded) as u32;
+    let recorded: HashSet<String> = recorded.into_iter().map(str::to_owned).collect();
+    status.matched = matched;
+    let mut pending_by_node: BTreeMap<&str, usize> = BTreeMap::new();
+    for pod in &ours {
+        let uid = &pod.state.uid;
+        if !recorded.contains(uid) && !claimed.contains(uid) && !pod.terminating {
+            *pending_by_node.entry(pod.node.as_str()).or_default() += 1;
+        }
+    }
+    // An agent has the Lease's duration from the start to take its part up.
+    let grace_over =
+        start.is_some_and(|s| now.as_second() >= s.as_second() + LEASE_DURATION.as_secs() as i64);
+    let without_agent: Vec<(&str, usize)> = pending_by_node
+        .iter()
+        .filter(|(node, _)| grace_over && !census.live_agents.contains(**node))
+        .map(|(node, count)| (*node, *count))
+        .collect();
+    if without_agent.is_empty() {
+        set_condition(
+            status,
+            CONDITION_WAITING,
+            false,
+            "AllNodesHaveAgents",
+            "",
+            now,
+        );
+    } else {
+        let mut named: Vec<String> = without_agent
+            .iter()
+            .take(NODES_NAMED)
+            .map(|(node, count)| format!("waiting for node {node}: no agent ({count} pods)"))
+            .collect();
+        if without_agent.len() > NODES_NAMED {
+            named.push(format!(
+                "and {} more nodes",
+                without_agent.len() - NODES_NAMED
+            ));
+        }
+        set_condition(
+            status,
+            CONDITION_WAITING,
+            true,
+            "NoAgent",
+            &named.join("; "),
+            now,
+        );
+        status.message = Some(named.join("; "));
+    }
+    if pending_by_node.is_empty() && claimed.is_empty() && status.phase == RolloutPhase::Progressing
+    {
+        let failed: usize = status.nodes.iter().map(|p| p.failures.len()).sum();
+        let message = if failed == 0 {
+            "every pod restarted".to_string()
+        } else {
+            format!(
+                "every pod restarted but {failed} (within spec.failurePolicy): {}",
+                first_failures(status)
+            )
+        };
+        finish(status, RolloutPhase::Succeeded, "Restarted", message, now);
+    }
+}
+
+fn finish(
+    status: &mut RolloutStatus,
+    phase: RolloutPhase,
+    reason: &str,
+    message: String,
+    now: Timestamp,
+) {
+    status.phase = phase;
+    status.completion_time = Some(seconds(now));
+    let succeeded = phase == RolloutPhase::Succeeded;
+    set_condition(status, CONDITION_COMPLETE, succeeded, reason, &message, now);
+    set_condition(status, CONDITION_FAILED, !succeeded, reason, &message, now);
+    status.message = Some(message);
+}
+
+fn first_failures(status: &RolloutStatus) -> String {
+    let failures: Vec<&Failure> = status.nodes.iter().flat_map(|p| &p.failures).collect();
+    let mut text: Vec<String> = failures
+        .iter()
+        .take(3)
+        .map(|f| format!("pod {}: {}", f.pod, f.message))
+        .collect();
+    if failures.len() > 3 {
+        text.push(format!("and {} more", failures.len() - 3));
+    }
+    format!(
+        "{} pods failed to restart: {}",
+        failures.len(),
+        text.join("; ")
+    )
+}
+
+fn set_condition(
+    status: &mut RolloutStatus,
+    type_: &str,
+    on: bool,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    let value = if on { "True" } else { "False" };
+    match status.conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != value {
+                c.last_transition_time = seconds(now);
+            }
+            c.status = value.into();
+            c.reason = reason.into();
+            c.message = message.into();
+        }
+        // A condition that was never true is not written as false.
+        None if on => status.conditions.push(Condition {
+            type_: type_.into(),
+            status: value.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: seconds(now),
+        }),
+        None => {}
+    }
+}
+
+/// The counts, from the parts; empty parts dropped, parts in node order.
+fn summarize(status: &mut RolloutStatus, generation: Option<i64>) {
+    status.observed_generation = generation;
+    status.nodes.retain(|p| {
+        p.matched > 0
+            || !p.claims.is_empty()
+            || !p.done.is_empty()
+            || !p.failures.is_empty()
+            || p.skipped > 0
+            || p.not_included > 0
+    });
+    status.nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    status.done = status.nodes.iter().map(|p| p.done.len() as u32).sum();
+    status.failed = status.nodes.iter().map(|p| p.failures.len() as u32).sum();
+    status.in_progress = status.nodes.iter().map(|p| p.claims.len() as u32).sum();
+    if status.phase == RolloutPhase::Progressing || status.phase == RolloutPhase::Paused {
+        let waiting = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION_WAITING && c.status == "True");
+        if !waiting {
+            status.message = None;
+        }
+    }
+}
+
+fn put_part(status: &mut RolloutStatus, part: NodePart) {
+    match status.nodes.iter_mut().find(|p| p.node == part.node) {
+        Some(existing) => *existing = part,
+        None => status.nodes.push(part),
+    }
+}
+
+/// RFC 3339 at one-second resolution, as the API's timestamps.
+fn seconds(t: Timestamp) -> String {
+    Timestamp::from_second(t.as_second())
+        .unwrap_or(t)
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::object::RolloutSpec;
+    use serde_json::json;
+
+    const START: &str = "2026-11-29T08:00:00Z";
+
+    fn at(seconds_after_start: i64) -> Timestamp {
+        Timestamp::from_second(
+            START.parse::<Timestamp>().unwrap().as_second() + seconds_after_start,
+        )
+        .unwrap()
+    }
+
+    fn spec(extra: serde_json::Value) -> RolloutSpec {
+        let mut value = json!({"selector": {"matchLabels": {"app": "web"}}});
+        if let Some(extra) = extra.as_object() {
+            for (k, v) in extra {
+                value[k] = v.clone();
+            }
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn pod(name: &str, node: &str, ready: bool) -> RolloutPod {
+        RolloutPod {
+            state: PodState {
+                name: name.into(),
+                uid: format!("uid-{name}"),
+                labels: [("app".to_string(), "web".to_string())].into(),
+                ready,
+            },
+            node: node.into(),
+            created: Some(at(-60)),
+            terminating: false,
+        }
+    }
+
+    fn started() -> RolloutStatus {
+        RolloutStatus {
+            phase: RolloutPhase::Progressing,
+            start_time: Some(START.into()),
+            ..Default::default()
+        }
+    }
+
+    fn census(pods: &[RolloutPod], live: &[&str]) -> Census {
+        Census {
+            matching: pods.to_vec(),
+            live_agents: live.iter().map(|n| n.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    struct Run<'a> {
+        node: &'a str,
+        now: Timestamp,
+        spec: RolloutSpec,
+        status: RolloutStatus,
+        pods: Vec<RolloutPod>,
+        outcomes: HashMap<String, RequestOutcome>,
+        census: Option<Census>,
+    }
+
+    impl<'a> Run<'a> {
+        fn new(node: &'a str, all: &[RolloutPod]) -> Run<'a> {
+            Run {
+                node,
+                now: at(1),
+                spec: spec(json!({})),
+                status: started(),
+                pods: all.iter().filter(|p| p.node == node).cloned().collect(),
+                outcomes: HashMap::new(),
+                census: Some(census(all, &["a", "b", "c"])),
+            }
+        }
+
+        fn step(&self) -> Step {
+            step(&Facts {
+                node: self.node,
+                now: self.now,
+                generation: Some(1),
+                spec: &self.spec,
+                status: &self.status,
+                my_pods: &self.pods,
+                outcomes: &self.outcomes,
+                census: self.census.as_ref(),
+            })
+        }
+    }
+
+    fn claimed(step: &Step) -> Vec<&str> {
+        step.claimed.iter().map(|c| c.pod.as_str()).collect()
+    }
+
+    #[test]
+    fn the_first_pass_starts_the_rollout_at_a_whole_second() {
+        let all = [pod("a1", "a", true)];
+        let mut run = Run::new("a", &all);
+        run.status = RolloutStatus::default();
+        run.now = "2026-11-29T08:00:01.734Z".parse().unwrap();
+        let step = run.step();
+        assert_eq!(
+            step.status.start_time.as_deref(),
+            Some("2026-11-29T08:00:01Z")
+        );
+        assert_eq!(step.status.phase, RolloutPhase::Progressing);
+        assert_eq!(claimed(&step), ["a1"]);
+        assert_eq!(step.status.in_progress, 1);
+        assert!(step.has_work);
+    }
+
+    #[test]
+    fn claims_count_every_nodes_claims_and_the_unready_pods() {
+        let all = [
+            pod("a1", "a", true),
+            pod("a2", "a", true),
+            pod("a3", "a", true),
+            pod("b1", "b", true),
+            pod("c1", "c", false),
+        ];
+        let mut run = Run::new("a", &all);
+        run.spec = spec(json!({"maxUnavailable": 3}));
+        run.status.nodes.push(NodePart {
+            node: "b".into(),
+            matched: 1,
+            claims: vec![Claim {
+                pod: "b1".into(),
+                pod_uid: "uid-b1".into(),
+                since: START.into(),
+            }],
+            ..Default::default()
+        });
+        // b1 claimed and c1 unready: one left.
+        let step = run.step();
+        assert_eq!(claimed(&step), ["a1"]);
+        run.status = step.status;
+        let step = run.step();
+        assert!(step.claimed.is_empty());
+        assert_eq!(
+            step.waiting.as_deref(),
+            Some("3 of 3 allowed unavailable (2 restarting, 1 unready)")
+        );
+        assert!(step.wants_census, "c1 may be ready again: worth counting");
+        run.spec = spec(json!({"maxUnavailable": 2}));
+        let step = run.step();
+        assert!(step.claimed.is_empty());
+        assert!(
+            !step.wants_census,
+            "claims alone fill the budget: nothing to count"
+        );
+    }
+
+    #[test]
+    fn a_percentage_is_of_every_matching_pod() {
+        let all: Vec<RolloutPod> = (0..20)
+            .map(|i| pod(&format!("p{i:02}"), if i < 10 { "a" } else { "b" }, true))
+            .collect();
+        let mut run = Run::new("a", &all);
+        run.spec = spec(json!({"maxUnavailable": "10%"}));
+        assert_eq!(claimed(&run.step()), ["p00", "p01"]);
+    }
+
+    #[test]
+    fn claims_end_done_failed_or_skipped_and_a_failure_stops_the_rollout() {
+        let all = [
+            pod("a1", "a", true),
+            pod("a2", "a", true),
+            pod("a3", "a", true),
+        ];
+        let mut run = Run::new("a", &all);
+        run.spec = spec(json!({"maxUnavailable": 3}));
+        let step = run.step();
+        assert_eq!(claimed(&step), ["a1", "a2", "a3"]);
+        run.status = step.status;
+        run.pods.retain(|p| p.state.name != "a3");
+        run.outcomes
+            .insert("uid-a1".into(), RequestOutcome::Succeeded);
+        run.outcomes
+            .insert("uid-a2".into(), RequestOutcome::Underway);
+        let step = run.step();
+        let part = step.status.part("a").unwrap();
+        assert_eq!(part.done, ["uid-a1"]);
+        assert_eq!(part.skipped, 1);
+        assert_eq!(part.claims.len(), 1);
+        assert_eq!(step.status.phase, RolloutPhase::Progressing);
+        run.status = step.status;
+        run.outcomes.insert(
+            "uid-a2".into(),
+            RequestOutcome::Failed("container app did not start".into()),
+        );
+        let step = run.step();
+        assert_eq!(step.status.phase, RolloutPhase::Failed);
+        assert_eq!(step.status.failed, 1);
+        assert_eq!(
+            step.status.message.as_deref(),
+            Some("1 pods failed to restart: pod a2: container app did not start")
+        );
+        let failed = step
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_FAILED);
+        assert_eq!(failed.map(|c| c.status.as_str()), Some("True"));
+        assert!(!step.has_work);
+    }
+
+    #[test]
+    fn a_failure_policy_lets_the_rollout_go_on() {
+        let all = [pod("a1", "a", true), pod("a2", "a", true)];
+        let mut run = Run::new("a", &all);
+        run.spec = spec(json!({"maxUnavailable": 2, "failurePolicy": {"maxFailedPods": 2}}));
+        run.status = run.step().status;
+        run.outcomes
+            .insert("uid-a1".into(), RequestOutcome::Failed("boom".into()));
+        run.outcomes
+            .insert("uid-a2".into(), RequestOutcome::Succeeded);
+        let step = run.step();
+        assert_eq!(step.status.phase, RolloutPhase::Succeeded);
+        assert_eq!(
+            step.status.message.as_deref(),
+            Some(
+                "every pod restarted but 1 (within spec.failurePolicy): 1 pods failed to restart: pod a1: boom"
+            )
+        );
+    }
+
+    #[test]
+    fn pods_created_after_the_start_are_not_restarted_and_said_so() {
+        let mut late = pod("a2", "a", true);
+        late.created = Some(at(5));
+        let all = [pod("a1", "a", true), late];
+        let mut run = Run::new("a", &all);
+        run.spec = spec(json!({"maxUnavailable": 2}));
+        let step = run.step();
+        assert_eq!(claimed(&step), ["a1"]);
+        assert_eq!(step.status.not_included, 1);
+        assert_eq!(step.status.part("a").unwrap().not_included, 1);
+        run.status = step.status;
+        run.outcomes
+            .insert("uid-a1".into(), RequestOutcome::Succeeded);
+        let step = run.step();
+        assert_eq!(step.status.phase, RolloutPhase::Succeeded);
+        assert_eq!(step.status.matched, 1);
+        assert_eq!(step.status.done, 1);
+    }
+
+    #[test]
+    fn paused_claims_nothing_and_finishes_what_is_under_way() {
+        let all = [pod("a1", "a", true), pod("a2", "a", true)];
+        let mut run = Run::new("a", &all);
+        run.status = run.step().status;
+        run.spec = spec(json!({"paused": true}));
+        run.outcomes
+            .insert("uid-a1".into(), RequestOutcome::Succeeded);
+        let step = run.step();
+        assert_eq!(step.status.phase, RolloutPhase::Paused);
+        assert!(step.claimed.is_empty());
+        assert_eq!(step.status.done, 1);
+        run.status = step.status;
+        run.spec = spec(json!({}));
+        let step = run.step();
+        assert_eq!(step.status.phase, RolloutPhase::Progressing);
+        assert_eq!(claimed(&step), ["a2"]);
+    }
+
+    #[test]
+    fn a_deadline_fails_the_rollout() {
+        let all = [pod("a1", "a", true)];
+        let mut run = Run::new("a", &all);
+        run.spec = spec(json!({"deadlineSeconds": 30}));
+        run.now = at(29);
+        assert_eq!(run.step().status.phase, RolloutPhase::Progressing);
+        run.now = at(30);
+        let step = run.step();
+        assert_eq!(step.status.phase, RolloutPhase::Failed);
+        assert!(step.claimed.is_empty());
+        assert_eq!(
+            step.status.message.as_deref(),
+            Some("not finished within spec.deadlineSeconds (30 s)")
+        );
+    }
+
+    #[test]
+    fn a_disruption_budget_holds_claims_back() {
+        let all = [
+            pod("a1", "a", true),
+            pod("a2", "a", true),
+            pod("b1", "b", true),
+        ];
+        let mut run = Run::new("a", &all);
+        run.spec = spec(json!({"maxUnavailable": 3}));
+        let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget = serde_json::from_value(
+            json!({"metadata": {"name": "web"}, "spec": {"selector": {"matchLabels": {"app": "web"}}, "minAvailable": 2}}),
+        )
+        .unwrap();
+        let census = run.census.as_mut().unwrap();
+        census.budgets = vec![Budget::of(&pdb).unwrap()];
+        census.namespace_pods = all.iter().map(|p| p.state.clone()).collect();
+        let step = run.step();
+        assert_eq!(claimed(&step), ["a1"], "3 healthy, 2 required");
+        run.status = step.status;
+        let step = run.step();
+        assert_eq!(
+            step.waiting.as_deref(),
+            Some("PodDisruptionBudget web allows no disruption (2 healthy, 2 required)")
+        );
+    }
+
+    #[test]
+    fn claims_of_an_agent_that_is_gone_are_released_once_their_pods_are_ready_or_gone() {
+        let mut all = [
+            pod("a1", "a", true),
+            pod("b1", "b", true),
+            pod("b2", "b", false),
+        ];
+        let mut run = Run::new("a", &all);
+        run.spec = spec(json!({"maxUnavailable": 3}));
+        let claim = |name: &str| Claim {
+            pod: name.into(),
+            pod_uid: format!("uid-{name}"),
+            since: START.into(),
+        };
+        run.status.nodes.push(NodePart {
+            node: "b".into(),
+            matched: 3,
+            claims: vec![claim("b1"), claim("b2"), claim("b3")],
+            ..Default::default()
+        });
+        // b's agent alive: its claims stay, whatever its pods do.
+        let step = run.step();
+        assert_eq!(step.status.part("b").unwrap().claims.len(), 3);
+        // b's agent gone: b1 is ready again and b3 gone; b2 still restarting.
+        run.census = Some(census(&all, &["a"]));
+        let step = run.step();
+        let b: Vec<&str> = step
+            .status
+            .part("b")
+            .unwrap()
+            .claims
+            .iter()
+            .map(|c| c.pod.as_str())
+            .collect();
+        assert_eq!(b, ["b2"]);
+        assert_eq!(claimed(&step), ["a1"], "room freed by the released claims");
+        all[2].state.ready = true;
+        run.status = step.status;
+        run.census = Some(census(&all, &["a"]));
+        assert!(run.step().status.part("b").unwrap().claims.is_empty());
+    }
+
+    #[test]
+    fn pods_on_nodes_without_an_agent_are_reported_after_the_grace() {
+        let all = [
+            pod("a1", "a", true),
+            pod("n1", "n", true),
+            pod("n2", "n", true),
+        ];
+        let mut run = Run::new("a", &all);
+        run.spec = spec(json!({"maxUnavailable": 3}));
+        run.census = Some(census(&all, &["a"]));
+        run.status = run.step().status;
+        run.outcomes
+            .insert("uid-a1".into(), RequestOutcome::Succeeded);
+        run.now = at(LEASE_DURATION.as_secs() as i64 - 1);
+        let step = run.step();
+        assert!(
+            step.status
+                .conditions
+                .iter()
+                .all(|c| c.type_ != CONDITION_WAITING)
+        );
+        assert!(
+            step.wants_census,
+            "its own part done, the agent keeps looking at the end"
+        );
+        run.now = at(LEASE_DURATION.as_secs() as i64);
+        let step = run.step();
+        let waiting = step
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_WAITING)
+            .unwrap();
+        assert_eq!(waiting.status, "True");
+        assert_eq!(waiting.message, "waiting for node n: no agent (2 pods)");
+        assert_eq!(step.status.phase, RolloutPhase::Progressing);
+        assert_eq!(step.status.done, 1);
+        assert!(!step.has_work);
+        // An agent comes up on n: it takes its part.
+        run.status = step.status;
+        let mut on_n = Run::new("n", &all);
+        on_n.status = run.status.clone();
+        on_n.spec = run.spec.clone();
+        on_n.now = run.now;
+        on_n.census = Some(census(&all, &["a", "n"]));
+        let step = on_n.step();
+        assert_eq!(claimed(&step), ["n1", "n2"]);
+        let waiting = step
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_WAITING)
+            .unwrap();
+        assert_eq!(waiting.status, "False");
+    }
+
+    #[test]
+    fn the_last_node_to_finish_ends_the_rollout() {
+        let all = [pod("a1", "a", true), pod("b1", "b", true)];
+        let mut run = Run::new("a", &all);
+        run.spec = spec(json!({"maxUnavailable": 2}));
+        run.status.nodes.push(NodePart {
+            node: "b".into(),
+            matched: 1,
+            done: vec!["uid-b1".into()],
+            ..Default::default()
+        });
+        run.status = run.step().status;
+        run.outcomes
+            .insert("uid-a1".into(), RequestOutcome::Succeeded);
+        let step = run.step();
+        assert_eq!(step.status.phase, RolloutPhase::Succeeded);
+        assert_eq!((step.status.matched, step.status.done), (2, 2));
+        let complete = step
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_COMPLETE)
+            .unwrap();
+        assert_eq!(complete.status, "True");
+        assert_eq!(
+            step.status.completion_time.as_deref(),
+            Some("2026-11-29T08:00:01Z")
+        );
+        // Final: nothing changes any more.
+        run.status = step.status.clone();
+        assert_eq!(run.step().status, step.status);
+    }
+
+    #[test]
+    fn without_a_census_nothing_is_claimed_but_claims_are_followed() {
+        let all = [pod("a1", "a", true), pod("a2", "a", true)];
+        let mut run = Run::new("a", &all);
+        run.status = run.step().status;
+        run.census = None;
+        run.outcomes
+            .insert("uid-a1".into(), RequestOutcome::Succeeded);
+        let step = run.step();
+        assert_eq!(step.status.done, 1);
+        assert!(step.claimed.is_empty());
+        assert!(step.wants_census);
+    }
+
+    /// Agents racing over one rollout through a server that orders writes by resourceVersion,
+    /// each deciding from a copy that may lag (its watch), while restarts make pods unready:
+    /// never more unready pods than the budget, no pod claimed twice, and the rollout ends with
+    /// every pod restarted once.
+    mod racing {
+        use super::*;
+        use proptest::prelude::*;
+
+        struct Sim {
+            max: usize,
+            spec: RolloutSpec,
+            nodes: Vec<String>,
+            pods: Vec<RolloutPod>,
+            server: (u64, RolloutStatus),
+            copies: Vec<(u64, RolloutStatus)>,
+            /// Pod UID → its request succeeded.
+            requests: HashMap<String, bool>,
+            claims_made: HashMap<String, usize>,
+            clock: i64,
+            worst: usize,
+        }
+
+        impl Sim {
+            fn new(nodes: usize, per_node: usize, max: usize) -> Sim {
+                let names: Vec<String> = (0..nodes).map(|n| format!("n{n}")).collect();
+                let pods = names
+                    .iter()
+                    .flat_map(|n| (0..per_node).map(move |i| pod(&format!("{n}-p{i}"), n, true)))
+                    .collect();
+                Sim {
+                    max,
+                    spec: spec(json!({"maxUnavailable": max})),
+                    copies: vec![(0, RolloutStatus::default()); nodes],
+                    nodes: names,
+                    pods,
+                    server: (0, RolloutStatus::default()),
+                    requests: HashMap::new(),
+                    claims_made: HashMap::new(),
+                    clock: 0,
+                    worst: 0,
+                }
+            }
+
+            fn check(&mut self) {
+                let unready = self.pods.iter().filter(|p| !p.state.ready).count();
+                self.worst = self.worst.max(unready);
+                assert!(
+                    unready <= self.max,
+                    "{unready} unready, budget {}",
+                    self.max
+                );
+            }
+
+            fn deliver(&mut self, agent: usize) {
+                self.copies[agent] = self.server.clone();
+            }
+
+            fn act(&mut self, agent: usize) {
+                self.clock += 1;
+                let node = self.nodes[agent].clone();
+                let mine: Vec<RolloutPod> = self
+                    .pods
+                    .iter()
+                    .filter(|p| p.node == node)
+                    .cloned()
+                    .collect();
+                let outcomes: HashMap<String, RequestOutcome> = self
+                    .requests
+                    .iter()
+                    .map(|(uid, done)| {
+                        let o = if *done {
+                            RequestOutcome::Succeeded
+                        } else {
+                            RequestOutcome::Underway
+                        };
+                        (uid.clone(), o)
+                    })
+                    .collect();
+                let census = census(
+                    &self.pods,
+                    &self.nodes.iter().map(String::as_str).collect::<Vec<_>>(),
+                );
+                let (rv, status) = self.copies[agent].clone();
+                let step = step(&Facts {
+                    node: &node,
+                    now: at(self.clock),
+                    generation: Some(1),
+                    spec: &self.spec,
+                    status: &status,
+                    my_pods: &mine,
+                    outcomes: &outcomes,
+                    census: Some(&census),
+                });
+                if step.status == status || rv != self.server.0 {
+                    return;
+                }
+                self.server = (rv + 1, step.status);
+                for claim in step.claimed {
+                    *self.claims_made.entry(claim.pod_uid.clone()).or_default() += 1;
+                    // The request is made and the stop lands at once: the worst case.
+                    self.requests.entry(claim.pod_uid.clone()).or_insert(false);
+                    if let Some(p) = self.pods.iter_mut().find(|p| p.state.uid == claim.pod_uid) {
+                        p.state.ready = false;
+                    }
+                }
+                self.check();
+            }
+
+            /// A restart finishes: the pod is ready again and its request succeeded.
+            fn progress(&mut self, which: usize) {
+                let underway: Vec<String> = self
+                    .requests
+                    .iter()
+                    .filter(|(_, done)| !**done)
+                    .map(|(uid, _)| uid.clone())
+                    .collect();
+                if underway.is_empty() {
+                    return;
+                }
+                let mut underway = underway;
+                underway.sort();
+                let uid = underway[which % underway.len()].clone();
+                self.requests.insert(uid.clone(), true);
+                if let Some(p) = self.pods.iter_mut().find(|p| p.state.uid == uid) {
+                    p.state.ready = true;
+                }
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(200))]
+            #[test]
+            fn racing_agents_never_exceed_the_budget(
+                nodes in 2usize..6,
+                per_node in 1usize..5,
+                max in 1usize..4,
+                moves in proptest::collection::vec((0u8..3, 0usize..64), 0..300),
+            ) {
+                let mut sim = Sim::new(nodes, per_node, max);
+                for (kind, which) in moves {
+                    match kind {
+                        0 => sim.deliver(which % nodes),
+                        1 => sim.act(which % nodes),
+                        _ => sim.progress(which),
+                    }
+                }
+                // Then everyone in turn until the end.
+                for _ in 0..(nodes * per_node * 4 + 10) {
+                    if sim.server.1.phase == RolloutPhase::Succeeded {
+                        break;
+                    }
+                    for agent in 0..nodes {
+                        sim.deliver(agent);
+                        sim.act(agent);
+                    }
+                    sim.progress(0);
+                }
+                prop_assert_eq!(sim.server.1.phase, RolloutPhase::Succeeded);
+                prop_assert_eq!(sim.server.1.done as usize, nodes * per_node);
+                prop_assert!(sim.claims_made.values().all(|n| *n == 1), "{:?}", sim.claims_made);
+                prop_assert_eq!(sim.claims_made.len(), nodes * per_node);
+                prop_assert!(sim.worst <= max);
+            }
+        }
+    }
+}
