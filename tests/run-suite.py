@@ -28,10 +28,13 @@ import threading
 import time
 
 # (binary, test name): tests that take minutes of real time and use the runtime like any other;
-# (binary, None): a whole binary that waits on certificate and token expiry, without the runtime.
+# (binary, None): a whole binary that mostly waits on real time (certificate and token expiry,
+# the agents' Leases).
 LONG = [
     ("backoff_e2e", "after_ten_minutes_of_running_the_back_off_starts_over_as_predicted"),
     ("credentials_e2e", None),
+    # Waits out the agents' Lease (40 s) for a node without an agent.
+    ("rollout_e2e", None),
 ]
 # Binaries that must have the shared containerd to themselves: those whose tests stop and start
 # it (tests/support: containerd_script), and cri_listing, which counts its listings and expects

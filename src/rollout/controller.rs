@@ -19,7 +19,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
 use super::budget::{Budget, PodState};
-use super::object::{self, LABEL_ROLLOUT, Rollout, RolloutPhase};
+use super::object::{self, Claim, LABEL_ROLLOUT, Rollout, RolloutPhase};
 use super::plan::{self, Census, Facts, LEASE_DURATION, RequestOutcome, RolloutPod};
 use crate::health::Health;
 use crate::kube::{RequestController, Watched, run_request_loop};
@@ -115,6 +115,8 @@ struct Tracked {
     conflicted_at: Option<String>,
     /// What was last said of why this node waits, so that it is logged once.
     waiting: Option<String>,
+    /// The last census that failed, and why (said once; tried again after a while).
+    census_failed: Option<(Instant, String)>,
 }
 
 impl RequestController for Controller {
@@ -204,8 +206,7 @@ impl Controller {
         // Requests of this node's claims: made if missing, read for their outcome.
         if let Some(part) = mine {
             for claim in &part.claims {
-                self.follow(rollout, spec, &claim.pod, &claim.pod_uid, view)
-                    .await;
+                self.follow(rollout, spec, claim, view).await;
             }
         }
         let tracked = self.tracked.entry(uid.clone()).or_default();
@@ -232,18 +233,36 @@ impl Controller {
             })
         };
         let mut step = decide(census.as_ref());
-        if step.wants_census && census.is_none() {
-            match take_census(&self.client, &rollout.meta.namespace, &selector.to_string()).await {
+        let failed_lately = self
+            .tracked
+            .get(&uid)
+            .and_then(|t| t.census_failed.as_ref())
+            .is_some_and(|(at, _)| at.elapsed() < CENSUS_PERIOD);
+        if step.wants_census && census.is_none() && !failed_lately {
+            let taken = take_census(&self.client, rollout, &selector.to_string()).await;
+            let t = self.tracked.entry(uid.clone()).or_default();
+            match taken {
                 Ok(taken) => {
-                    census = Some(taken.clone());
-                    if let Some(t) = self.tracked.get_mut(&uid) {
-                        t.census = Some((Instant::now(), rv.clone(), taken));
-                    }
+                    t.census = Some((Instant::now(), rv.clone(), taken.clone()));
+                    t.census_failed = None;
+                    census = Some(taken);
                     step = decide(census.as_ref());
                 }
                 Err(err) => {
-                    tracing::warn!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
-                        error = %err, "cannot count the rollout's pods; no claim is made until it can");
+                    let message = match &err {
+                        ::kube::Error::Api(status) if status.code == 403 => format!(
+                            "{err}: carrying out rollouts needs the agent's dedicated identity (rbac-dedicated.yaml)"
+                        ),
+                        _ => err.to_string(),
+                    };
+                    if t.census_failed
+                        .as_ref()
+                        .is_none_or(|(_, said)| *said != message)
+                    {
+                        tracing::warn!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
+                            error = %message, "cannot count the rollout's pods; no pod is restarted here until it can");
+                    }
+                    t.census_failed = Some((Instant::now(), message));
                 }
             }
         }
@@ -281,8 +300,7 @@ impl Controller {
                     for claim in &step.claimed {
                         tracing::info!(rollout = %rollout.meta.name, pod = %claim.pod,
                             namespace = %rollout.meta.namespace, "rollout: restarting a pod here");
-                        self.follow(rollout, spec, &claim.pod, &claim.pod_uid, view)
-                            .await;
+                        self.follow(rollout, spec, claim, view).await;
                     }
                 }
                 Err(Conflict) => {
@@ -339,16 +357,16 @@ impl Controller {
         }
     }
 
-    /// Makes the request of a claimed pod if it does not exist, and reads how it stands (at
-    /// most every second).
+    /// Makes the request of a claimed pod if it does not exist and the claim is fresh (other
+    /// agents may release an older one), and reads how it stands (at most every second).
     async fn follow(
         &mut self,
         rollout: &Rollout,
         spec: &object::RolloutSpec,
-        pod: &str,
-        pod_uid: &str,
+        claim: &Claim,
         view: &NodeView,
     ) {
+        let (pod, pod_uid) = (claim.pod.as_str(), claim.pod_uid.as_str());
         let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
         if tracked.outcomes.get(pod_uid).is_some_and(|(at, o)| {
             at.elapsed() < REQUEST_READ_PERIOD
@@ -362,23 +380,12 @@ impl Controller {
             &restart_request_resource(),
         );
         let name = request_name(&rollout.meta.name, pod_uid);
-        let outcome = match api.get_opt(&name).await {
-            Ok(Some(object)) => match RestartRequest::from_object(&object) {
-                Ok(request) => match request.status.phase {
-                    RestartPhase::Succeeded => RequestOutcome::Succeeded,
-                    RestartPhase::Failed => RequestOutcome::Failed(
-                        request
-                            .status
-                            .message
-                            .unwrap_or_else(|| "its request failed".into()),
-                    ),
-                    _ => RequestOutcome::Underway,
-                },
-                Err(err) => RequestOutcome::Failed(format!("its request cannot be read: {err}")),
-            },
-            Ok(None) => {
+        let outcome = match read_request(&api, &name).await {
+            RequestOutcome::Absent => {
                 let still_here = view.pods.iter().any(|p| p.uid == pod_uid);
-                if still_here {
+                if !plan::fresh(claim, Timestamp::now()) {
+                    RequestOutcome::Absent
+                } else if still_here {
                     match make_request(&api, rollout, spec, &name, pod, pod_uid, &self.node).await {
                         Ok(()) => RequestOutcome::Underway,
                         Err(err) => {
@@ -391,10 +398,7 @@ impl Controller {
                     RequestOutcome::Unknown
                 }
             }
-            Err(err) => {
-                tracing::debug!(error = %err, "cannot read a rollout's request");
-                RequestOutcome::Unknown
-            }
+            outcome => outcome,
         };
         if let Some(t) = self.tracked.get_mut(&rollout.meta.uid) {
             t.outcomes
@@ -462,6 +466,30 @@ impl Controller {
 
 /// A write refused or failed: decided again from a newer version.
 struct Conflict;
+
+/// How the request `name` stands.
+async fn read_request(api: &Api<DynamicObject>, name: &str) -> RequestOutcome {
+    match api.get_opt(name).await {
+        Ok(Some(object)) => match RestartRequest::from_object(&object) {
+            Ok(request) => match request.status.phase {
+                RestartPhase::Succeeded => RequestOutcome::Succeeded,
+                RestartPhase::Failed => RequestOutcome::Failed(
+                    request
+                        .status
+                        .message
+                        .unwrap_or_else(|| "its request failed".into()),
+                ),
+                _ => RequestOutcome::Underway,
+            },
+            Err(err) => RequestOutcome::Failed(format!("its request cannot be read: {err}")),
+        },
+        Ok(None) => RequestOutcome::Absent,
+        Err(err) => {
+            tracing::debug!(error = %err, "cannot read a rollout's request");
+            RequestOutcome::Unknown
+        }
+    }
+}
 
 pub fn lease_name(node: &str) -> String {
     format!("inplaced-agent-{node}")
@@ -533,9 +561,10 @@ async fn make_request(
 /// PodDisruptionBudgets and, when there are any, every pod they may cover.
 async fn take_census(
     client: &::kube::Client,
-    namespace: &str,
+    rollout: &Rollout,
     selector: &str,
 ) -> Result<Census, ::kube::Error> {
+    let namespace = rollout.meta.namespace.as_str();
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let matching = pods
         .list(&ListParams::default().labels(selector))
@@ -555,7 +584,7 @@ async fn take_census(
         .collect();
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let now = Timestamp::now();
-    let live_agents = leases
+    let live_agents: HashSet<String> = leases
         .list(&ListParams::default().labels(LABEL_AGENT_LEASE))
         .await?
         .items
@@ -587,10 +616,20 @@ async fn take_census(
             .map(PodState::of)
             .collect()
     };
+    let requests: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &restart_request_resource());
+    let mut foreign_requests = HashMap::new();
+    for (node, claim) in rollout.status.claims() {
+        if !live_agents.contains(node) {
+            let name = request_name(&rollout.meta.name, &claim.pod_uid);
+            foreign_requests.insert(claim.pod_uid.clone(), read_request(&requests, &name).await);
+        }
+    }
     Ok(Census {
         matching,
         budgets,
         namespace_pods,
         live_agents,
+        foreign_requests,
     })
 }

@@ -35,8 +35,10 @@ pub struct RolloutPod {
 /// How the request made for a claimed pod stands.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RequestOutcome {
-    /// Not made yet, or not read yet.
+    /// Not read yet, or the read failed.
     Unknown,
+    /// There is none: the claim's agent had not made it (yet).
+    Absent,
     Underway,
     Succeeded,
     Failed(String),
@@ -53,6 +55,8 @@ pub struct Census {
     pub namespace_pods: Vec<PodState>,
     /// Nodes whose agent holds an unexpired Lease.
     pub live_agents: HashSet<String>,
+    /// The requests of the claims of agents that are gone, by pod UID.
+    pub foreign_requests: HashMap<String, RequestOutcome>,
 }
 
 pub struct Facts<'a> {
@@ -80,6 +84,20 @@ pub struct Step {
     pub wants_census: bool,
     /// This node has pods of the rollout to restart or under way: its agent keeps its Lease.
     pub has_work: bool,
+}
+
+fn age(claim: &Claim, now: Timestamp) -> Duration {
+    let since = claim
+        .since
+        .parse::<Timestamp>()
+        .map_or(0, |t| t.as_second());
+    Duration::from_secs(now.as_second().saturating_sub(since).max(0) as u64)
+}
+
+/// A claim young enough for its agent to make its request: other agents release a claim
+/// without a request only after twice as long.
+pub fn fresh(claim: &Claim, now: Timestamp) -> bool {
+    age(claim, now) < LEASE_DURATION
 }
 
 fn included(pod: &RolloutPod, start: Option<Timestamp>) -> bool {
@@ -118,23 +136,38 @@ pub fn step(facts: &Facts) -> Step {
                 part.failures
                     .push(Failure::new(&claim.pod, &claim.pod_uid, message))
             }
+            // A claim whose request was not made in time (the agent stopped in between) is
+            // let go: other agents may have released it already. The pod is claimed afresh.
+            (Some(_), Some(RequestOutcome::Absent)) if !fresh(&claim, now) => {}
             _ => kept.push(claim),
         }
     }
     part.claims = kept;
     put_part(&mut status, part);
 
-    // Claims of agents that are gone: released once their pods are ready again or gone.
+    // Claims of agents that are gone: released once their pods are gone, or ready with their
+    // request finished, or ready with no request made long after the claim (its agent makes
+    // a request only for a claim younger than the Lease's duration: it cannot make one now).
     if let Some(census) = facts.census {
         for other in status.nodes.iter_mut() {
             if other.node == facts.node || census.live_agents.contains(&other.node) {
                 continue;
             }
             other.claims.retain(|claim| {
-                census
+                let Some(pod) = census
                     .matching
                     .iter()
-                    .any(|p| p.state.uid == claim.pod_uid && !p.state.ready)
+                    .find(|p| p.state.uid == claim.pod_uid)
+                else {
+                    return false;
+                };
+                let released = pod.state.ready
+                    && match census.foreign_requests.get(&claim.pod_uid) {
+                        Some(RequestOutcome::Succeeded | RequestOutcome::Failed(_)) => true,
+                        Some(RequestOutcome::Absent) => age(claim, now) >= 2 * LEASE_DURATION,
+                        _ => false,
+                    };
+                !released
             });
         }
     }
@@ -229,7 +262,7 @@ pub fn step(facts: &Facts) -> Step {
             && room_by_claims)
             || (todo.is_empty() && my_claims == 0);
     }
-    summarize(&mut status, facts.generation);
+    summarize(&mut status, facts.node, facts.generation);
     let has_work = !status.phase.is_final()
         && (!todo.is_empty()
             || status
@@ -473,11 +506,13 @@ fn set_condition(
     }
 }
 
-/// The counts, from the parts; empty parts dropped, parts in node order.
-fn summarize(status: &mut RolloutStatus, generation: Option<i64>) {
+/// The counts, from the parts; this node's part dropped when empty (another node's part is
+/// only ever changed by releasing its claims: the admission policy), parts in node order.
+fn summarize(status: &mut RolloutStatus, node: &str, generation: Option<i64>) {
     status.observed_generation = generation;
     status.nodes.retain(|p| {
-        p.matched > 0
+        p.node != node
+            || p.matched > 0
             || !p.claims.is_empty()
             || !p.done.is_empty()
             || !p.failures.is_empty()
@@ -846,8 +881,32 @@ mod tests {
         // b's agent alive: its claims stay, whatever its pods do.
         let step = run.step();
         assert_eq!(step.status.part("b").unwrap().claims.len(), 3);
-        // b's agent gone: b1 is ready again and b3 gone; b2 still restarting.
+        // b's agent gone: b1 is ready again (its request done) and b3 gone; b2 restarting.
         run.census = Some(census(&all, &["a"]));
+        let foreign = |run: &mut Run, uid: &str, outcome: RequestOutcome| {
+            run.census
+                .as_mut()
+                .unwrap()
+                .foreign_requests
+                .insert(uid.into(), outcome);
+        };
+        foreign(&mut run, "uid-b1", RequestOutcome::Underway);
+        let step = run.step();
+        assert_eq!(
+            step.status.part("b").unwrap().claims.len(),
+            2,
+            "b1's request under way"
+        );
+        foreign(&mut run, "uid-b1", RequestOutcome::Absent);
+        run.now = at(2 * LEASE_DURATION.as_secs() as i64 - 1);
+        let step = run.step();
+        assert_eq!(
+            step.status.part("b").unwrap().claims.len(),
+            2,
+            "b's agent may still make it"
+        );
+        run.now = at(1);
+        foreign(&mut run, "uid-b1", RequestOutcome::Succeeded);
         let step = run.step();
         let b: Vec<&str> = step
             .status
@@ -862,6 +921,7 @@ mod tests {
         all[2].state.ready = true;
         run.status = step.status;
         run.census = Some(census(&all, &["a"]));
+        foreign(&mut run, "uid-b2", RequestOutcome::Failed("x".into()));
         assert!(run.step().status.part("b").unwrap().claims.is_empty());
     }
 
@@ -952,6 +1012,25 @@ mod tests {
         // Final: nothing changes any more.
         run.status = step.status.clone();
         assert_eq!(run.step().status, step.status);
+    }
+
+    #[test]
+    fn a_claim_left_without_its_request_is_let_go_and_made_afresh() {
+        let all = [pod("a1", "a", true)];
+        let mut run = Run::new("a", &all);
+        run.status = run.step().status;
+        run.outcomes.insert("uid-a1".into(), RequestOutcome::Absent);
+        // Claimed at 1 s: still the agent's to make its request at 40 s, not at 41 s.
+        run.now = at(LEASE_DURATION.as_secs() as i64);
+        assert!(run.step().claimed.is_empty());
+        run.now = at(LEASE_DURATION.as_secs() as i64 + 1);
+        let step = run.step();
+        assert_eq!(
+            claimed(&step),
+            ["a1"],
+            "released, then claimed again at once: {step:#?}"
+        );
+        assert_eq!(step.claimed[0].since, seconds(run.now));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod chaos;
+pub mod cluster;
 pub mod golden;
 pub mod measure;
 pub mod prometheus;

@@ -41,7 +41,7 @@ fn shipped_documents() -> Vec<Value> {
 async fn apply_shipped_policy(server: &ApiServer) {
     let admin = client(server).await;
     let documents = shipped_documents();
-    assert_eq!(documents.len(), 2, "a policy and its binding");
+    assert_eq!(documents.len(), 4, "two policies and their bindings");
     for doc in documents {
         match doc["kind"].as_str() {
             Some("ValidatingAdmissionPolicy") => {
@@ -224,7 +224,7 @@ async fn the_shipped_policy_and_binding_are_served_as_applied() {
     assert_eq!(spec.validations.map(|v| v.len()), Some(3));
     assert_eq!(
         server.store().list(VALIDATING_ADMISSION_POLICIES, "").len(),
-        1
+        2
     );
     let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client(&server).await);
     let binding = bindings.get(POLICY).await.expect("the binding is served");
@@ -490,5 +490,230 @@ async fn a_node_writes_only_its_own_nodes_upgrade_check() {
                 .store()
                 .delete("nodeupgradechecks.inplaced.io", "", name);
         }
+    }
+}
+
+const ROLLOUTS: &str = "containerrestartrollouts.inplaced.io";
+const ROLLOUT_POLICY: &str = "inplaced-rollout-own-node-part";
+
+fn rollout_resource() -> ApiResource {
+    resource(
+        "inplaced.io",
+        "ContainerRestartRollout",
+        "containerrestartrollouts",
+    )
+}
+
+fn part(node: &str, claims: &[&str], done: &[&str]) -> Value {
+    let claims: Vec<Value> = claims
+        .iter()
+        .map(|p| json!({"pod": p, "podUID": format!("uid-{p}"), "since": "2026-11-29T08:00:00Z"}))
+        .collect();
+    json!({"node": node, "matched": 3, "claims": claims, "done": done, "skipped": 0, "notIncluded": 0})
+}
+
+/// A rollout with parts for n1 and n2, stored as a user made it and agents wrote it.
+fn stored_rollout(server: &ApiServer) -> Value {
+    let store = server.store();
+    let _ = store.delete(ROLLOUTS, "default", "web");
+    store
+        .create(
+            ROLLOUTS,
+            json!({
+                "apiVersion": "inplaced.io/v1alpha1",
+                "kind": "ContainerRestartRollout",
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"selector": {"matchLabels": {"app": "web"}}},
+            }),
+        )
+        .expect("the rollout");
+    let mut object = store.get(ROLLOUTS, "default", "web").expect("stored");
+    object["status"] = json!({
+        "phase": "Progressing",
+        "inProgress": 2,
+        "nodes": [part("n1", &["a"], &[]), part("n2", &["b", "c"], &["uid-d"])],
+    });
+    store.replace(ROLLOUTS, object).expect("its status")
+}
+
+/// The rollout as `stored_rollout` makes it, with `status.nodes` as given and a summary field
+/// changed, written by `token` through the status subresource.
+async fn write_parts(
+    server: &ApiServer,
+    token: &str,
+    parts: Vec<Value>,
+) -> Result<DynamicObject, kube::Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client_for(server, Some(token)).await,
+        "default",
+        &rollout_resource(),
+    );
+    stored_rollout(server);
+    let stored = server
+        .store()
+        .get(ROLLOUTS, "default", "web")
+        .expect("stored");
+    let mut object: DynamicObject = typed(stored);
+    object.data["status"]["nodes"] = json!(parts);
+    object.data["status"]["inProgress"] = json!(7);
+    api.replace_status("web", &PostParams::default(), &object)
+        .await
+}
+
+/// Each node's agent changes only its own part of a rollout's status; of another node's part it
+/// may only remove claims; it may neither add another node's part nor drop one; and it may not
+/// touch the rollout itself. A user may.
+#[tokio::test]
+async fn a_node_writes_only_its_own_part_of_a_rollout() {
+    let server = cluster().await;
+    let denied = |message: &str| {
+        format!(
+            "{ROLLOUTS} \"web\" is forbidden: ValidatingAdmissionPolicy '{ROLLOUT_POLICY}' with binding \
+             '{ROLLOUT_POLICY}' denied request: node n1 may only {message}"
+        )
+    };
+    for token in ["node-n1", "agent-n1"] {
+        // Its own part: claims added and ended, counts changed.
+        let own = vec![
+            part("n1", &["a", "e"], &["uid-f"]),
+            part("n2", &["b", "c"], &["uid-d"]),
+        ];
+        write_parts(&server, token, own)
+            .await
+            .expect("its own part");
+        // Another node's claims released: allowed.
+        let released = vec![part("n1", &["a"], &[]), part("n2", &["c"], &["uid-d"])];
+        write_parts(&server, token, released)
+            .await
+            .expect("releases another node's claim");
+        // Its own part added to a rollout without one.
+        let only_n2 = vec![part("n2", &["b", "c"], &["uid-d"])];
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client_for(&server, Some(token)).await,
+            "default",
+            &rollout_resource(),
+        );
+        let mut object: DynamicObject = typed(stored_rollout(&server));
+        object.data["status"]["nodes"] = json!(only_n2);
+        let stored = server
+            .store()
+            .replace(ROLLOUTS, serde_json::to_value(&object).unwrap())
+            .unwrap();
+        let mut object: DynamicObject = typed(stored);
+        object.data["status"]["nodes"] =
+            json!([part("n1", &["a"], &[]), part("n2", &["b", "c"], &["uid-d"])]);
+        api.replace_status("web", &PostParams::default(), &object)
+            .await
+            .expect("adds its own part");
+
+        let refusals = [
+            (
+                vec![
+                    part("n1", &["a"], &[]),
+                    part("n2", &["b", "c", "x"], &["uid-d"]),
+                ],
+                "remove claims from the part of another node in a rollout",
+            ),
+            (
+                vec![
+                    part("n1", &["a"], &[]),
+                    part("n2", &["b", "c"], &["uid-d", "uid-x"]),
+                ],
+                "remove claims from the part of another node in a rollout",
+            ),
+            (
+                vec![part("n1", &["a"], &[])],
+                "remove claims from the part of another node in a rollout",
+            ),
+            (
+                vec![
+                    part("n1", &["a"], &[]),
+                    part("n2", &["b", "c"], &["uid-d"]),
+                    part("n3", &["z"], &[]),
+                ],
+                "add its own part to a rollout",
+            ),
+        ];
+        for (parts, message) in refusals {
+            let (code, _, said) = refused(write_parts(&server, token, parts.clone()).await);
+            assert_eq!(code, 403, "{parts:?}: {said}");
+            assert_eq!(said, denied(message), "{parts:?}");
+            let after = server
+                .store()
+                .get(ROLLOUTS, "default", "web")
+                .expect("kept");
+            assert_eq!(after["status"]["inProgress"], 2, "nothing written");
+        }
+        // The rollout itself: neither its spec, nor a new one, nor its deletion.
+        stored_rollout(&server);
+        let (code, _, said) = refused(
+            api.patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"paused": true}})),
+            )
+            .await,
+        );
+        assert_eq!(
+            (code, said),
+            (403, denied("write the status of a ContainerRestartRollout"))
+        );
+        let (code, _, _) = refused(api.delete("web", &DeleteParams::default()).await);
+        assert_eq!(code, 403);
+    }
+    // A user is not restricted.
+    let alice: Api<DynamicObject> = Api::namespaced_with(
+        client_for(&server, Some("alice")).await,
+        "default",
+        &rollout_resource(),
+    );
+    stored_rollout(&server);
+    alice
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"paused": true}})),
+        )
+        .await
+        .expect("a user pauses a rollout");
+    write_parts(&server, "alice", vec![part("n3", &[], &[])])
+        .await
+        .expect("a user may write any status");
+}
+
+/// An agent holds only the Lease named after its node.
+#[tokio::test]
+async fn a_node_writes_only_its_own_lease() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let server = cluster().await;
+    for token in ["node-n1", "agent-n1"] {
+        let leases: Api<Lease> = Api::namespaced(client_for(&server, Some(token)).await, "default");
+        let lease = |name: &str| -> Lease {
+            typed(
+                json!({"metadata": {"name": name}, "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40}}),
+            )
+        };
+        let created = leases
+            .create(&PostParams::default(), &lease("inplaced-agent-n1"))
+            .await
+            .expect("its own Lease");
+        leases
+            .replace("inplaced-agent-n1", &PostParams::default(), &created)
+            .await
+            .expect("renewed");
+        let (code, _, said) = refused(
+            leases
+                .create(&PostParams::default(), &lease("inplaced-agent-n2"))
+                .await,
+        );
+        assert_eq!(code, 403);
+        assert!(
+            said.ends_with("node n1 may only write the Lease inplaced-agent-n1"),
+            "{said}"
+        );
+        leases
+            .delete("inplaced-agent-n1", &DeleteParams::default())
+            .await
+            .expect("deleted");
     }
 }

@@ -1,0 +1,331 @@
+//! ContainerRestartRollouts end to end: several nodes (each its kubelet stand-in, CRI proxy and
+//! agent, on the one real containerd and one API double under the shipped admission policy),
+//! a rollout made as a user makes it, and the agents carrying it out together. How many pods
+//! were unavailable at once is read from the API's own order of events (a watch of the pods):
+//! it must never exceed the rollout's budget.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use support::cluster::Cluster;
+use support::sandbox::{NS, container_id};
+
+/// Ready one second after it starts (its probe looks for the file), so that each restart
+/// leaves the pod visibly unready for a while; exits at once on SIGTERM.
+const SLOW_READY: &str =
+    "trap 'exit 0' TERM; (sleep 1; touch /tmp/ready) & while true; do sleep 0.1; done";
+
+fn web_spec() -> Value {
+    json!({"containers": [{
+        "name": "app",
+        "image": "localhost/busybox:local",
+        "command": ["/bin/sh", "-c", SLOW_READY],
+        "readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/ready"]}, "periodSeconds": 1},
+    }]})
+}
+
+fn ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The most pods of `selector` unready at once, over the API's sequence of pod events from now.
+fn unavailable_high_water(
+    client: kube::Client,
+    selector: &str,
+) -> (Arc<Mutex<usize>>, tokio::task::JoinHandle<()>) {
+    let most = Arc::new(Mutex::new(0usize));
+    let seen = most.clone();
+    let api: Api<Pod> = Api::namespaced(client, NS);
+    let config = watcher::Config::default().labels(selector);
+    let task = tokio::spawn(async move {
+        let mut readiness: HashMap<String, bool> = HashMap::new();
+        let mut stream = watcher(api, config).boxed();
+        while let Some(event) = stream.next().await {
+            let Ok(event) = event else { continue };
+            match event {
+                watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                    readiness.insert(
+                        pod.metadata.uid.clone().unwrap_or_default(),
+                        pod_ready(&pod),
+                    );
+                }
+                watcher::Event::Delete(pod) => {
+                    readiness.remove(&pod.metadata.uid.clone().unwrap_or_default());
+                }
+                watcher::Event::Init | watcher::Event::InitDone => {}
+            }
+            let unready = readiness.values().filter(|r| !**r).count();
+            let mut most = seen.lock().unwrap();
+            *most = (*most).max(unready);
+        }
+    });
+    (most, task)
+}
+
+fn rollout_resource() -> kube::api::ApiResource {
+    inplaced::rollout::rollout_resource()
+}
+
+async fn create_rollout(cluster: &Cluster, name: &str, spec: Value) {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client.clone(), NS, &rollout_resource());
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "inplaced.io/v1alpha1",
+        "kind": "ContainerRestartRollout",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+}
+
+fn rollout(cluster: &Cluster, name: &str) -> Value {
+    cluster
+        .server
+        .store()
+        .get("containerrestartrollouts.inplaced.io", NS, name)
+        .unwrap_or_default()
+}
+
+async fn wait_rollout(
+    cluster: &Cluster,
+    name: &str,
+    timeout: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let object = rollout(cluster, name);
+        if pred(&object) {
+            return object;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rollout {name} never got there: {:#}",
+            object["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn phase(object: &Value) -> &str {
+    object["status"]["phase"].as_str().unwrap_or("")
+}
+
+fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
+    object["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == kind))
+}
+
+/// Pods `web-<node>-<i>` on every node, and one pod of another app on node 0; returns
+/// (pod name → its app container's ID).
+async fn run_web_pods(cluster: &Cluster, per_node: usize) -> HashMap<String, String> {
+    let mut ids = HashMap::new();
+    for i in 0..cluster.nodes.len() {
+        for p in 0..per_node {
+            let name = format!("web-{i}-{p}-{}", support::unique("p"));
+            let pod = cluster
+                .run_pod(i, &name, json!({"app": "web"}), web_spec())
+                .await;
+            ids.insert(name, container_id(&pod, "app"));
+        }
+    }
+    for name in ids.keys() {
+        cluster.wait_pod(name, Duration::from_secs(30), ready).await;
+    }
+    ids
+}
+
+/// Every pod of `ids` restarted exactly once (one stop of its old container, through its own
+/// node's agent), and ready again.
+async fn assert_each_restarted_once(cluster: &Cluster, ids: &HashMap<String, String>) {
+    let mut stopped: HashMap<String, usize> = HashMap::new();
+    for node in &cluster.nodes {
+        for (id, count) in node.proxy.stop_counts() {
+            *stopped.entry(id).or_default() += count;
+        }
+    }
+    for (pod, old) in ids {
+        assert_eq!(
+            stopped.get(old),
+            Some(&1),
+            "pod {pod}: its container {old} stopped {:?} times",
+            stopped.get(old)
+        );
+        let now = cluster.wait_pod(pod, Duration::from_secs(30), ready).await;
+        assert_ne!(
+            &container_id(&now, "app"),
+            old,
+            "pod {pod} runs a new container"
+        );
+    }
+    let targeted: HashSet<&String> = ids.values().collect();
+    for id in stopped.keys() {
+        assert!(
+            targeted.contains(id),
+            "{id} was stopped but is no pod of the rollout"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn three_nodes_restart_every_pod_once_never_more_unavailable_than_the_budget() {
+    let cluster = Cluster::start(3, "v1.32.4").await;
+    let ids = run_web_pods(&cluster, 2).await;
+    let other = cluster
+        .run_pod(0, "db-0", json!({"app": "db"}), web_spec())
+        .await;
+    let (most, watch) = unavailable_high_water(cluster.client.clone(), "app=web");
+    create_rollout(
+        &cluster,
+        "web",
+        json!({"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 2}),
+    )
+    .await;
+    let done = wait_rollout(&cluster, "web", Duration::from_secs(120), |r| {
+        phase(r) == "Succeeded"
+    })
+    .await;
+    watch.abort();
+    let status = &done["status"];
+    assert_eq!(
+        (status["matched"].as_u64(), status["done"].as_u64()),
+        (Some(6), Some(6)),
+        "{status:#}"
+    );
+    assert_eq!(status["failed"], 0);
+    assert_eq!(status["inProgress"], 0);
+    assert_eq!(
+        condition(&done, "Complete").map(|c| c["status"].clone()),
+        Some(json!("True"))
+    );
+    assert!(status["completionTime"].is_string());
+    let parts = status["nodes"].as_array().unwrap();
+    assert_eq!(parts.len(), 3, "one part per node: {status:#}");
+    assert!(
+        parts
+            .iter()
+            .all(|p| p["done"].as_array().map(Vec::len) == Some(2))
+    );
+    let most = *most.lock().unwrap();
+    assert!(most <= 2, "{most} pods unavailable at once, budget 2");
+    assert!(most >= 1, "the watch saw the restarts");
+    assert_each_restarted_once(&cluster, &ids).await;
+    // The other app's pod was left alone.
+    let db = cluster.pod("db-0").unwrap();
+    assert_eq!(container_id(&db, "app"), container_id(&other, "app"));
+    // One request per pod, owned by the rollout, made by the pod's own node's agent.
+    let requests = cluster
+        .server
+        .store()
+        .list("containerrestartrequests.inplaced.io", NS);
+    assert_eq!(requests.len(), 6);
+    for request in &requests {
+        assert_eq!(request["metadata"]["ownerReferences"][0]["name"], "web");
+        assert_eq!(request["status"]["phase"], "Succeeded");
+    }
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn a_rollout_outlives_an_agent_killed_while_it_holds_a_claim() {
+    let mut cluster = Cluster::start(2, "v1.32.4").await;
+    let ids = run_web_pods(&cluster, 2).await;
+    let (most, watch) = unavailable_high_water(cluster.client.clone(), "app=web");
+    create_rollout(
+        &cluster,
+        "web",
+        json!({"selector": {"matchLabels": {"app": "web"}}}),
+    )
+    .await;
+    let node0 = cluster.nodes[0].name.clone();
+    wait_rollout(&cluster, "web", Duration::from_secs(60), |r| {
+        r["status"]["nodes"].as_array().is_some_and(|parts| {
+            parts.iter().any(|p| {
+                p["node"] == node0.as_str() && p["claims"].as_array().is_some_and(|c| !c.is_empty())
+            })
+        })
+    })
+    .await;
+    cluster.kill_agent(0);
+    // Without its agent, node 0's claim holds the budget: node 1 restarts nothing meanwhile
+    // beyond it (budget 1).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(*most.lock().unwrap() <= 1);
+    cluster.start_agent(0);
+    let done = wait_rollout(&cluster, "web", Duration::from_secs(120), |r| {
+        phase(r) == "Succeeded"
+    })
+    .await;
+    watch.abort();
+    assert_eq!(done["status"]["done"], 4, "{:#}", done["status"]);
+    let most = *most.lock().unwrap();
+    assert!(most <= 1, "{most} pods unavailable at once, budget 1");
+    assert_each_restarted_once(&cluster, &ids).await;
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn pods_on_a_node_without_an_agent_are_reported_and_the_rest_goes_on() {
+    let mut cluster = Cluster::start(2, "v1.32.4").await;
+    let ids = run_web_pods(&cluster, 2).await;
+    cluster.kill_agent(1);
+    let node1 = cluster.nodes[1].name.clone();
+    create_rollout(
+        &cluster,
+        "web",
+        json!({"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 2}),
+    )
+    .await;
+    let waiting = wait_rollout(&cluster, "web", Duration::from_secs(90), |r| {
+        condition(r, "WaitingForNodes").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    let message = condition(&waiting, "WaitingForNodes").unwrap()["message"].clone();
+    assert_eq!(
+        message,
+        json!(format!("waiting for node {node1}: no agent (2 pods)"))
+    );
+    assert_eq!(waiting["status"]["phase"], "Progressing");
+    assert_eq!(
+        waiting["status"]["done"], 2,
+        "node 0's pods went on: {:#}",
+        waiting["status"]
+    );
+    // The agent comes back: it carries out its part and the rollout ends.
+    cluster.start_agent(1);
+    let done = wait_rollout(&cluster, "web", Duration::from_secs(90), |r| {
+        phase(r) == "Succeeded"
+    })
+    .await;
+    assert_eq!(
+        condition(&done, "WaitingForNodes").map(|c| c["status"].clone()),
+        Some(json!("False"))
+    );
+    assert_each_restarted_once(&cluster, &ids).await;
+    cluster.stop().await;
+}
