@@ -45,6 +45,9 @@ enum Command {
     /// every pod of a selector batch by batch (exit 0 done, 1 failed, 2 bad arguments, 3 timed
     /// out, 130 interrupted).
     Restart(inplaced::restartrequest::cli::RestartArgs),
+    /// Follow, pause, resume or cancel a ContainerRestartRollout (`inplaced restart -l` makes
+    /// one; the node agents carry it out).
+    Rollout(inplaced::rollout::cli::RolloutArgs),
 }
 
 #[derive(clap::Args)]
@@ -167,6 +170,10 @@ fn main() -> ExitCode {
         Command::Restart(args) => {
             inplaced::logging::init(LogFormat::Human, "warn");
             run_async(inplaced::restartrequest::cli::run(args))
+        }
+        Command::Rollout(args) => {
+            inplaced::logging::init(LogFormat::Human, "warn");
+            run_async(inplaced::rollout::cli::run(args))
         }
         Command::Runtime(args) => {
             inplaced::logging::init(LogFormat::Human, "warn");

@@ -439,7 +439,8 @@ async fn a_disruption_budget_caps_a_batch_and_blocks_when_it_allows_nothing() {
         assert_eq!(node.proxy.stop_count(old), 1, "{name}");
     }
 
-    // A budget that allows no disruption: nothing is made, the command says why and gives up.
+    // A budget that allows no disruption: nothing is made, and the command says why when it
+    // stops following (the rollout goes on and would go ahead once the budget allows).
     let mut budget = node
         .server
         .store()
@@ -457,8 +458,8 @@ async fn a_disruption_budget_caps_a_batch_and_blocks_when_it_allows_nothing() {
     let all = text(&output);
     assert!(
         all.contains(&format!(
-            "PodDisruptionBudget {pdb} allows no disruption now (4 healthy, 4 required)"
-        )),
+            "PodDisruptionBudget {pdb} allows no disruption (4 healthy, 4 required)"
+        )) && all.contains("the rollout goes on"),
         "{all}"
     );
     assert_eq!(requests(&node).len(), made, "no request was made");
@@ -647,17 +648,18 @@ async fn a_rollout_shows_the_kubelets_crash_back_off() {
     node.stop().await;
 }
 
-/// Ctrl-C during a rollout: no further request is made, the command exits 130 naming the
-/// requests under way, and the agent finishes those.
+/// Ctrl-C while following a rollout detaches: the command exits 130 saying how to follow it
+/// again, and the agent carries the rollout out to its end without it; `inplaced rollout status`
+/// then follows it to the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
-async fn an_interrupted_rollout_makes_no_further_request() {
+async fn an_interrupted_follower_detaches_and_the_rollout_goes_on() {
     let node = Node::start().await;
     let label = unique("sigint");
     let pods = run_labelled_pods(&node, &label, 4).await;
     let kubeconfig = user_kubeconfig(&node);
     let selector = format!("app={label}");
-    let rollout = restart_command(&kubeconfig, &["-l", &selector, "--timeout", "60s"])
+    let follower = restart_command(&kubeconfig, &["-l", &selector, "--timeout", "60s"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -667,48 +669,50 @@ async fn an_interrupted_rollout_makes_no_further_request() {
         assert!(Instant::now() < deadline, "the rollout made no request");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(rollout.id().unwrap()).unwrap());
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(follower.id().unwrap()).unwrap());
     nix::sys::signal::kill(pid, Signal::SIGINT).unwrap();
-    let output = tokio::time::timeout(Duration::from_secs(10), rollout.wait_with_output())
+    let output = tokio::time::timeout(Duration::from_secs(10), follower.wait_with_output())
         .await
-        .expect("the rollout exits")
+        .expect("the follower exits")
         .unwrap();
     assert_eq!(output.status.code(), Some(130), "{}", text(&output));
     let all = text(&output);
-    assert!(
-        all.contains("interrupted: no further request is made"),
-        "{all}"
-    );
-    let made = requests(&node);
-    assert_eq!(
-        made.len(),
-        1,
-        "one pod at a time, and none after the interrupt"
-    );
-    let name = made[0]["metadata"]["name"].as_str().unwrap().to_owned();
+    let rollouts = node
+        .server
+        .store()
+        .list("containerrestartrollouts.inplaced.io", NS);
+    assert_eq!(rollouts.len(), 1);
+    let name = rollouts[0]["metadata"]["name"].as_str().unwrap().to_owned();
     assert!(
         all.contains(&format!(
-            "containerrestartrequest/{name} is still under way"
-        )) || {
-            // Finished before the interrupt was heard: then it was reported as restarted.
-            all.contains("1 of 4 pods restarted")
-        },
+            "detached: containerrestartrollout/{name} goes on without this terminal; follow it again with: inplaced rollout status {name} -n {NS}"
+        )),
         "{all}"
     );
-    let done = wait_final(&node, &name, LONG).await;
-    assert_eq!(done["status"]["phase"], "Succeeded", "{done:#}");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(requests(&node).len(), 1);
-    let restarted = pods
-        .iter()
-        .filter(|(name, _)| container_status(&node.pod(name).unwrap(), "app")["restartCount"] == 1)
-        .count();
-    assert_eq!(restarted, 1);
+    // Followed again to its end, by another command.
+    let mut status = std::process::Command::new(env!("CARGO_BIN_EXE_inplaced"));
+    status
+        .args(["rollout", "status", &name, "-n", NS, "--kubeconfig"])
+        .arg(kubeconfig.path());
+    let again = tokio::task::spawn_blocking(move || status.output().unwrap())
+        .await
+        .unwrap();
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("4 of 4 pods restarted in place"),
+        "{}",
+        text(&again)
+    );
+    for (name, old) in &pods {
+        let pod = node.pod(name).unwrap();
+        assert_eq!(container_status(&pod, "app")["restartCount"], 1, "{name}");
+        assert_eq!(node.proxy.stop_count(old), 1, "{name}");
+    }
     node.stop().await;
 }
 
-/// The first failed request stops a rollout: the command names the pod and the reason, exits 1,
-/// and makes no request for the pods after it.
+/// The first failed pod stops a rollout (its default failure policy): the command names the pod
+/// and the reason and exits 1, and no request is made for the pods after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_failed_pod_stops_the_rollout() {
@@ -734,13 +738,16 @@ async fn a_failed_pod_stops_the_rollout() {
     assert_eq!(output.status.code(), Some(1), "{}", text(&output));
     let all = text(&output);
     assert!(
-        all.contains(&format!("rollout stopped: pod {label}-1 was not restarted: pod {label}-1 has restartPolicy Never")),
+        all.contains(&format!(
+            "pod/{label}-1: not restarted: pod {label}-1 has restartPolicy Never"
+        )),
         "{all}"
     );
     assert!(
-        all.contains("1 of 3 pods restarted; no further request was made"),
+        all.contains(&format!("rollout failed: 1 pods failed to restart: pod {label}-1: pod {label}-1 has restartPolicy Never")),
         "{all}"
     );
+    assert!(all.contains("1 of 3 pods restarted"), "{all}");
     let made: Vec<String> = requests(&node)
         .iter()
         .map(|r| r["spec"]["podName"].as_str().unwrap_or_default().to_owned())

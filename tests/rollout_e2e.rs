@@ -329,3 +329,71 @@ async fn pods_on_a_node_without_an_agent_are_reported_and_the_rest_goes_on() {
     assert_each_restarted_once(&cluster, &ids).await;
     cluster.stop().await;
 }
+
+/// `inplaced rollout pause|resume|cancel` as a user runs them: a paused rollout restarts
+/// nothing, resumed it ends, and a cancelled one is gone with its requests' owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn a_user_pauses_resumes_and_cancels_a_rollout() {
+    let cluster = Cluster::start(1, "v1.32.4").await;
+    let ids = run_web_pods(&cluster, 2).await;
+    let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+    cluster
+        .server
+        .write_kubeconfig(kubeconfig.path(), None)
+        .unwrap();
+    let cli = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_inplaced"))
+            .arg("rollout")
+            .args(args)
+            .args(["-n", NS, "--kubeconfig"])
+            .arg(kubeconfig.path())
+            .output()
+            .unwrap();
+        let text = format!(
+            "exit {:?}\n{}{}",
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status.code(), text)
+    };
+    create_rollout(
+        &cluster,
+        "web",
+        json!({"selector": {"matchLabels": {"app": "web"}}, "paused": true}),
+    )
+    .await;
+    wait_rollout(&cluster, "web", Duration::from_secs(30), |r| {
+        phase(r) == "Paused"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        cluster.nodes[0].proxy.stop_counts().is_empty(),
+        "paused: nothing restarted"
+    );
+    let (code, text) = cli(&["resume", "web"]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = cli(&["status", "web", "--timeout", "60s"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("2 of 2 pods restarted in place"), "{text}");
+    assert_each_restarted_once(&cluster, &ids).await;
+
+    create_rollout(
+        &cluster,
+        "again",
+        json!({"selector": {"matchLabels": {"app": "web"}}, "paused": true}),
+    )
+    .await;
+    let (code, text) = cli(&["pause", "again"]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = cli(&["cancel", "again"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(rollout(&cluster, "again").is_null(), "deleted");
+    let (code, text) = cli(&["status", "again"]);
+    assert_eq!(code, Some(1), "{text}");
+    let (code, text) = cli(&["status", "web", "--timeout", "never"]);
+    assert_eq!(code, Some(2), "{text}");
+    cluster.stop().await;
+}

@@ -1,8 +1,9 @@
 //! `inplaced restart` (also `kubectl inplaced restart`, through the `kubectl-inplaced` plugin):
 //! restarts containers of one pod in place through a ContainerRestartRequest, or, with
-//! `--selector`, of every matching pod, batch by batch (`rollout.rs`). Exit 0 when everything
-//! was restarted, 1 when a request failed, 2 on bad arguments, 3 when it did not finish within
-//! `--timeout`, 130 when interrupted.
+//! `--selector`, of every matching pod through a ContainerRestartRollout, which the node agents
+//! carry out and this command follows (`crate::rollout::cli`). Exit 0 when everything was
+//! restarted, 1 when a request failed, 2 on bad arguments, 3 when it did not finish (or make
+//! progress) within `--timeout`, 130 when interrupted.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,10 +11,11 @@ use std::time::Duration;
 
 use ::kube::api::{Api, DynamicObject, PostParams};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
 use super::request::{self, RestartPhase, RestartRequest};
-use super::rollout::{self, MaxUnavailable};
+use crate::rollout::object::RolloutSpec;
 
 #[derive(clap::Args, Debug)]
 pub struct RestartArgs {
@@ -52,10 +54,10 @@ pub struct RestartArgs {
     pub kubeconfig: Option<PathBuf>,
 }
 
-pub(super) const EXIT_FAILED: u8 = 1;
-pub(super) const EXIT_USAGE: u8 = 2;
-pub(super) const EXIT_TIMEOUT: u8 = 3;
-pub(super) const EXIT_INTERRUPTED: u8 = 130;
+pub(crate) const EXIT_FAILED: u8 = 1;
+pub(crate) const EXIT_USAGE: u8 = 2;
+pub(crate) const EXIT_TIMEOUT: u8 = 3;
+pub(crate) const EXIT_INTERRUPTED: u8 = 130;
 
 /// What every request of one command asks besides its pod.
 #[derive(Clone, Debug, PartialEq)]
@@ -95,6 +97,29 @@ impl Ask {
             containers: args.containers.clone(),
             strategy: Value::Object(strategy),
         })
+    }
+
+    /// The rollout of every pod of `selector` (kubectl's syntax).
+    fn rollout_spec(
+        &self,
+        selector: &str,
+        max_unavailable: Option<&str>,
+    ) -> Result<RolloutSpec, String> {
+        let max_unavailable = max_unavailable.map(|text| match text.parse::<i32>() {
+            Ok(count) => IntOrString::Int(count),
+            Err(_) => IntOrString::String(text.to_string()),
+        });
+        let strategy = serde_json::from_value(self.strategy.clone()).map_err(|e| e.to_string())?;
+        RolloutSpec {
+            selector: crate::rollout::cli::parse_selector(selector)
+                .map_err(|e| format!("--selector {e}"))?,
+            containers: self.containers.clone(),
+            max_unavailable,
+            strategy: Some(strategy),
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| e.replace("spec.maxUnavailable", "--max-unavailable"))
     }
 
     /// The request for `pod`, labelled with its node.
@@ -151,19 +176,17 @@ pub async fn run(args: RestartArgs) -> anyhow::Result<ExitCode> {
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), &args.namespace);
     if let Some(selector) = &args.selector {
-        let max_unavailable = args.max_unavailable.as_deref().unwrap_or("1");
-        let max_unavailable = match MaxUnavailable::parse(max_unavailable) {
-            Ok(max) => max,
-            Err(message) => return usage(format!("--max-unavailable: {message}")),
+        let spec = match ask.rollout_spec(selector, args.max_unavailable.as_deref()) {
+            Ok(spec) => spec,
+            Err(message) => return usage(message),
         };
-        let code = rollout::run(rollout::Rollout {
-            client,
-            namespace: args.namespace.clone(),
-            selector: selector.clone(),
-            max_unavailable,
-            ask,
+        let code = crate::rollout::cli::create_and_follow(
+            &client,
+            &args.namespace,
+            selector,
+            spec,
             timeout,
-        })
+        )
         .await?;
         return Ok(ExitCode::from(code));
     }
@@ -214,11 +237,11 @@ pub async fn run(args: RestartArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// How often a followed request is read again.
-pub(super) const POLL: Duration = Duration::from_millis(500);
+pub(crate) const POLL: Duration = Duration::from_millis(500);
 
 /// Prints what changed in followed requests: the phase, the message, each container's state.
 #[derive(Default)]
-pub(super) struct Shown(std::collections::HashMap<String, Vec<String>>);
+pub(crate) struct Shown(std::collections::HashMap<String, Vec<String>>);
 
 impl Shown {
     pub fn print(&mut self, request: &RestartRequest) {
@@ -287,6 +310,46 @@ mod tests {
         assert!(Ask::from_args(&one_pod).is_err());
         let parsed = args(&["-l", "app=web", "--max-unavailable", "25%"]);
         assert!(parsed.is_ok(), "{:?}", parsed.err());
+    }
+
+    #[test]
+    fn a_selector_makes_a_rollout_spec_and_bad_ones_are_usage_errors() {
+        let a = args(&[
+            "-l",
+            "app=web,tier in (a,b)",
+            "--max-unavailable",
+            "25%",
+            "-c",
+            "app",
+            "--ordered",
+        ])
+        .unwrap();
+        let spec = Ask::from_args(&a)
+            .unwrap()
+            .rollout_spec("app=web,tier in (a,b)", Some("25%"))
+            .unwrap();
+        assert_eq!(
+            serde_json::to_value(&spec).unwrap(),
+            json!({"selector": {"matchLabels": {"app": "web"},
+                                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]},
+                   "containers": ["app"], "maxUnavailable": "25%",
+                   "strategy": {"orderedRestart": true, "minStartedSeconds": 0}, "paused": false})
+        );
+        let ask = Ask::from_args(&args(&["-l", "app=web"]).unwrap()).unwrap();
+        assert_eq!(
+            ask.rollout_spec("app=web", Some("3"))
+                .unwrap()
+                .max_unavailable,
+            Some(IntOrString::Int(3))
+        );
+        for (selector, max, said) in [
+            ("app=web", Some("0"), "--max-unavailable 0"),
+            ("app=web", Some("x"), "--max-unavailable \"x\""),
+            ("app in web", None, "--selector"),
+        ] {
+            let err = ask.rollout_spec(selector, max).unwrap_err();
+            assert!(err.starts_with(said), "{err}");
+        }
     }
 
     #[test]

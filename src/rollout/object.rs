@@ -74,9 +74,8 @@ impl RolloutSpec {
         }
     }
 
-    fn validate(self) -> Result<RolloutSpec, String> {
-        ::kube::core::Selector::try_from(self.selector.clone())
-            .map_err(|e| format!("spec.selector: {e}"))?;
+    pub(crate) fn validate(self) -> Result<RolloutSpec, String> {
+        check_selector(&self.selector).map_err(|e| format!("spec.selector: {e}"))?;
         if self
             .selector
             .match_labels
@@ -111,6 +110,67 @@ impl RolloutSpec {
         }
         Ok(self)
     }
+}
+
+/// The API's rules for a label selector: its operators, and keys and values of label syntax.
+pub(crate) fn check_selector(selector: &LabelSelector) -> Result<(), String> {
+    ::kube::core::Selector::try_from(selector.clone()).map_err(|e| e.to_string())?;
+    let keys = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, _)| k)
+        .chain(selector.match_expressions.iter().flatten().map(|e| &e.key));
+    for key in keys {
+        let (prefix, name) = match key.rsplit_once('/') {
+            Some((prefix, name)) => (Some(prefix), name),
+            None => (None, key.as_str()),
+        };
+        let prefix_ok = prefix.is_none_or(|p| {
+            !p.is_empty()
+                && p.len() <= 253
+                && p.split('.').all(|part| {
+                    !part.is_empty()
+                        && part
+                            .chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                        && !part.starts_with('-')
+                        && !part.ends_with('-')
+                })
+        });
+        if !prefix_ok || name.is_empty() || !label_value(name) {
+            return Err(format!("{key:?} is not a valid label key"));
+        }
+    }
+    let values = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(_, v)| v)
+        .chain(
+            selector
+                .match_expressions
+                .iter()
+                .flatten()
+                .flat_map(|e| e.values.iter().flatten()),
+        );
+    for value in values {
+        if !value.is_empty() && !label_value(value) {
+            return Err(format!("{value:?} is not a valid label value"));
+        }
+    }
+    Ok(())
+}
+
+/// At most 63 characters, alphanumeric at both ends, `-`, `_` and `.` between.
+fn label_value(text: &str) -> bool {
+    let alphanumeric = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    text.len() <= 63
+        && alphanumeric(text.chars().next())
+        && alphanumeric(text.chars().last())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,6 +250,10 @@ pub struct NodePart {
     /// Matching pods on this node created after the start.
     #[serde(default)]
     pub not_included: u32,
+    /// Why this node restarts none of its pods left, when it is not the rollout's budget
+    /// being in use (a PodDisruptionBudget, unready pods).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -294,6 +358,22 @@ mod tests {
         let bad_expression = spec(json!({"selector": {"matchExpressions": [
             {"key": "a", "operator": "Sideways", "values": ["b"]}]}}));
         assert!(bad_expression.unwrap_err().contains("spec.selector"));
+        for (key, value) in [
+            ("a b", "c"),
+            ("a", "c d"),
+            ("-a", "c"),
+            ("Ex.com/a", "c"),
+            ("x/", "c"),
+        ] {
+            let err = spec(json!({"selector": {"matchLabels": {key: value}}})).unwrap_err();
+            assert!(err.starts_with("spec.selector: "), "{key}={value}: {err}");
+        }
+        assert!(
+            spec(
+                json!({"selector": {"matchLabels": {"example.com/app-name": "web_1.2", "e": ""}}})
+            )
+            .is_ok()
+        );
     }
 
     #[test]
@@ -347,6 +427,7 @@ mod tests {
                 failures: vec![Failure::new("q", "u3", "boom")],
                 skipped: 1,
                 not_included: 1,
+                waiting: Some("w".into()),
             }],
         };
         let schema = request::crd_status_schema(include_str!(

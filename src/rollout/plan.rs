@@ -231,18 +231,29 @@ pub fn step(facts: &Facts) -> Step {
     let mut waiting = None;
     let claims_held = status.claims().count();
     if status.phase == RolloutPhase::Progressing && !todo.is_empty() {
+        let mut part = status.part(facts.node).cloned().unwrap_or_default();
         match facts.census {
             Some(census) => match claim(facts, census, &status, &todo, now) {
-                Ok(new) => claimed = new,
-                Err(reason) => waiting = Some(reason),
+                Ok(new) => {
+                    claimed = new;
+                    part.waiting = None;
+                }
+                Err(Waiting::BudgetInUse(reason)) => {
+                    part.waiting = None;
+                    waiting = Some(reason);
+                }
+                Err(Waiting::Blocked(reason)) => {
+                    part.waiting = Some(reason.clone());
+                    waiting = Some(reason);
+                }
             },
             None => waiting = Some("not counted yet".into()),
         }
-        if !claimed.is_empty() {
-            let mut part = status.part(facts.node).cloned().unwrap_or_default();
-            part.claims.extend(claimed.iter().cloned());
-            put_part(&mut status, part);
-        }
+        part.claims.extend(claimed.iter().cloned());
+        put_part(&mut status, part);
+    } else if let Some(mut part) = status.part(facts.node).cloned() {
+        part.waiting = None;
+        put_part(&mut status, part);
     }
 
     let mut wants_census = false;
@@ -277,6 +288,15 @@ pub fn step(facts: &Facts) -> Step {
     }
 }
 
+/// Why a node claims nothing now.
+enum Waiting {
+    /// The rollout's budget is in use: the usual state of a rollout, not written down.
+    BudgetInUse(String),
+    /// Something the user may need to act on (a PodDisruptionBudget, unready pods): written in
+    /// the node's part.
+    Blocked(String),
+}
+
 /// This node's new claims: as many of `todo` (ready pods, in name order) as the budget leaves
 /// room for, counting every node's claims and the matching pods that are unready unclaimed,
 /// and as every covering PodDisruptionBudget allows.
@@ -286,7 +306,7 @@ fn claim(
     status: &RolloutStatus,
     todo: &[&RolloutPod],
     now: Timestamp,
-) -> Result<Vec<Claim>, String> {
+) -> Result<Vec<Claim>, Waiting> {
     let max = facts.spec.max_unavailable_of(census.matching.len());
     let claimed: HashSet<&str> = status.claims().map(|(_, c)| c.pod_uid.as_str()).collect();
     let unready = census
@@ -297,16 +317,18 @@ fn claim(
     let unavailable = claimed.len() + unready;
     let room = max.saturating_sub(unavailable);
     if room == 0 {
-        return Err(format!(
+        return Err(Waiting::BudgetInUse(format!(
             "{unavailable} of {max} allowed unavailable ({} restarting, {unready} unready)",
             claimed.len()
-        ));
+        )));
     }
     let mut allowance: HashMap<&str, (usize, usize)> = HashMap::new();
     for budget in &census.budgets {
         allowance.insert(
             &budget.name,
-            budget.healthy_and_required(&census.namespace_pods, &claimed)?,
+            budget
+                .healthy_and_required(&census.namespace_pods, &claimed)
+                .map_err(Waiting::Blocked)?,
         );
     }
     let mut out = Vec::new();
@@ -348,11 +370,13 @@ fn claim(
     match blocked_by {
         Some(name) => {
             let (healthy, required) = allowance.get(name).copied().unwrap_or_default();
-            Err(format!(
+            Err(Waiting::Blocked(format!(
                 "PodDisruptionBudget {name} allows no disruption ({healthy} healthy, {required} required)"
-            ))
+            )))
         }
-        None => Err("the pods left here are not ready".into()),
+        None => Err(Waiting::Blocked(
+            "the pods left here are not ready: waiting for them".into(),
+        )),
     }
 }
 
@@ -852,9 +876,12 @@ mod tests {
         assert_eq!(claimed(&step), ["a1"], "3 healthy, 2 required");
         run.status = step.status;
         let step = run.step();
+        let said = "PodDisruptionBudget web allows no disruption (2 healthy, 2 required)";
+        assert_eq!(step.waiting.as_deref(), Some(said));
         assert_eq!(
-            step.waiting.as_deref(),
-            Some("PodDisruptionBudget web allows no disruption (2 healthy, 2 required)")
+            step.status.part("a").unwrap().waiting.as_deref(),
+            Some(said),
+            "written down"
         );
     }
 
