@@ -167,6 +167,10 @@ fn main() -> ExitCode {
             inplaced::logging::init(LogFormat::Human, "warn");
             run_async(inplaced::resize::cli::run(args))
         }
+        Command::Restart(args) if args.selector.is_some() => {
+            inplaced::logging::init(LogFormat::Human, "warn");
+            run_async(inplaced::rollout::cli::restart_selector(args))
+        }
         Command::Restart(args) => {
             inplaced::logging::init(LogFormat::Human, "warn");
             run_async(inplaced::restartrequest::cli::run(args))

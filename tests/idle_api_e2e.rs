@@ -16,6 +16,7 @@ use support::cluster_roles;
 const KRUISE: &str = "containerrecreaterequests.apps.kruise.io";
 const RESIZE: &str = "containerresizerequests.inplaced.io";
 const RESTART: &str = "containerrestartrequests.inplaced.io";
+const ROLLOUTS: &str = "containerrestartrollouts.inplaced.io";
 
 /// How long the agent is watched at idle.
 const IDLE_WINDOW: Duration = Duration::from_secs(60);
@@ -43,7 +44,7 @@ async fn idle_agent(absent: &[&str]) -> LoneAgent {
 /// Every watch the agent keeps was opened: per request kind its own, or where its CRD is
 /// absent the watch of that CRD by name.
 fn assert_kept_watches(entries: &[AuditEntry], absent: &[&str]) {
-    for crd in [KRUISE, RESIZE, RESTART] {
+    for crd in [KRUISE, RESIZE, RESTART, ROLLOUTS] {
         let plural = crd.split('.').next().unwrap_or_default();
         let watched = entries.iter().any(|e| {
             e.request.verb == "watch"
@@ -125,13 +126,14 @@ async fn an_idle_agent_sends_only_its_watches_with_every_crd_installed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn an_idle_agent_sends_only_its_watches_without_any_crd() {
-    let idle = idle_agent(&[KRUISE, RESIZE, RESTART]).await;
-    assert_only_watches_over_a_minute(&idle, &[KRUISE, RESIZE, RESTART]).await;
+    let idle = idle_agent(&[KRUISE, RESIZE, RESTART, ROLLOUTS]).await;
+    assert_only_watches_over_a_minute(&idle, &[KRUISE, RESIZE, RESTART, ROLLOUTS]).await;
     let log = idle.agent.log();
     for kind in [
         "ContainerRecreateRequests",
         "ContainerResizeRequests",
         "ContainerRestartRequests",
+        "ContainerRestartRollouts",
     ] {
         assert_eq!(
             log.lines()

@@ -312,10 +312,24 @@ fn shipped_roles_have_no_wildcards_and_only_narrow_writes() {
                     let verb = verb.as_str().unwrap();
                     let ok = match verb {
                         "list" | "watch" => true,
-                        // The node's own NodeUpgradeCheck (the admission policy limits it to
-                        // the one named after the node).
-                        "get" | "update" => resources == ["nodeupgradechecks"],
-                        "create" => resources == ["events"] || resources == ["nodeupgradechecks"],
+                        // The node's own NodeUpgradeCheck and Lease (the admission policy limits
+                        // each to the one named after the node); a rollout's status (the policy:
+                        // only the node's own part); a rollout's requests, read back by name.
+                        "get" | "update" => {
+                            resources == ["nodeupgradechecks"]
+                                || resources == ["leases"]
+                                || (verb == "update"
+                                    && resources == ["containerrestartrollouts/status"])
+                                || (verb == "get" && resources == ["containerrestartrequests"])
+                        }
+                        // Events, the node's NodeUpgradeCheck and Lease, and the requests a
+                        // rollout makes for the node's own pods (the policy: labelled with it).
+                        "create" => {
+                            resources == ["events"]
+                                || resources == ["nodeupgradechecks"]
+                                || resources == ["leases"]
+                                || resources == ["containerrestartrequests"]
+                        }
                         // Finished ContainerResizeRequests and ContainerRestartRequests, after
                         // ttlSecondsAfterFinished.
                         "delete" => {

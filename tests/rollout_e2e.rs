@@ -246,6 +246,24 @@ async fn three_nodes_restart_every_pod_once_never_more_unavailable_than_the_budg
         assert_eq!(request["metadata"]["ownerReferences"][0]["name"], "web");
         assert_eq!(request["status"]["phase"], "Succeeded");
     }
+    // Every request an agent made is one the dedicated identity's role grants.
+    let denied: Vec<String> = cluster
+        .server
+        .audit()
+        .not_allowed_by(&Value::Array(support::cluster_roles("rbac-dedicated.yaml")))
+        .into_iter()
+        .filter(|e| e.request.user.starts_with("inplaced:node:") && e.request.is_resource)
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e.request.verb, e.request.resource, e.request.subresource
+            )
+        })
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "not granted by rbac-dedicated.yaml: {denied:?}"
+    );
     cluster.stop().await;
 }
 
@@ -395,5 +413,38 @@ async fn a_user_pauses_resumes_and_cancels_a_rollout() {
     assert_eq!(code, Some(1), "{text}");
     let (code, text) = cli(&["status", "web", "--timeout", "never"]);
     assert_eq!(code, Some(2), "{text}");
+    cluster.stop().await;
+}
+
+/// The API server away for a while mid-rollout, with a claim held (every connection dropped,
+/// watches cut): the claim is not lost and no second one is made, and the rollout ends with
+/// every pod restarted once, within its budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn an_api_outage_mid_rollout_makes_no_claim_and_loses_none() {
+    let cluster = Cluster::start(2, "v1.32.4").await;
+    let ids = run_web_pods(&cluster, 2).await;
+    let (most, watch) = unavailable_high_water(cluster.client.clone(), "app=web");
+    create_rollout(
+        &cluster,
+        "web",
+        json!({"selector": {"matchLabels": {"app": "web"}}}),
+    )
+    .await;
+    wait_rollout(&cluster, "web", Duration::from_secs(60), |r| {
+        r["status"]["inProgress"] == 1
+    })
+    .await;
+    cluster.server.faults().outage(Duration::from_secs(6));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let done = wait_rollout(&cluster, "web", Duration::from_secs(120), |r| {
+        phase(r) == "Succeeded"
+    })
+    .await;
+    watch.abort();
+    assert_eq!(done["status"]["done"], 4, "{:#}", done["status"]);
+    let most = *most.lock().unwrap();
+    assert!(most <= 1, "{most} pods unavailable at once, budget 1");
+    assert_each_restarted_once(&cluster, &ids).await;
     cluster.stop().await;
 }

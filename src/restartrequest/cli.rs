@@ -11,11 +11,9 @@ use std::time::Duration;
 
 use ::kube::api::{Api, DynamicObject, PostParams};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
 use super::request::{self, RestartPhase, RestartRequest};
-use crate::rollout::object::RolloutSpec;
 
 #[derive(clap::Args, Debug)]
 pub struct RestartArgs {
@@ -61,13 +59,13 @@ pub(crate) const EXIT_INTERRUPTED: u8 = 130;
 
 /// What every request of one command asks besides its pod.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Ask {
+pub(crate) struct Ask {
     pub containers: Vec<String>,
     pub strategy: Value,
 }
 
 impl Ask {
-    fn from_args(args: &RestartArgs) -> Result<Ask, String> {
+    pub(crate) fn from_args(args: &RestartArgs) -> Result<Ask, String> {
         if args.max_unavailable.is_some() && args.selector.is_none() {
             return Err("--max-unavailable goes with --selector".into());
         }
@@ -97,29 +95,6 @@ impl Ask {
             containers: args.containers.clone(),
             strategy: Value::Object(strategy),
         })
-    }
-
-    /// The rollout of every pod of `selector` (kubectl's syntax).
-    fn rollout_spec(
-        &self,
-        selector: &str,
-        max_unavailable: Option<&str>,
-    ) -> Result<RolloutSpec, String> {
-        let max_unavailable = max_unavailable.map(|text| match text.parse::<i32>() {
-            Ok(count) => IntOrString::Int(count),
-            Err(_) => IntOrString::String(text.to_string()),
-        });
-        let strategy = serde_json::from_value(self.strategy.clone()).map_err(|e| e.to_string())?;
-        RolloutSpec {
-            selector: crate::rollout::cli::parse_selector(selector)
-                .map_err(|e| format!("--selector {e}"))?,
-            containers: self.containers.clone(),
-            max_unavailable,
-            strategy: Some(strategy),
-            ..Default::default()
-        }
-        .validate()
-        .map_err(|e| e.replace("spec.maxUnavailable", "--max-unavailable"))
     }
 
     /// The request for `pod`, labelled with its node.
@@ -175,20 +150,9 @@ pub async fn run(args: RestartArgs) -> anyhow::Result<ExitCode> {
         &super::restart_request_resource(),
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), &args.namespace);
-    if let Some(selector) = &args.selector {
-        let spec = match ask.rollout_spec(selector, args.max_unavailable.as_deref()) {
-            Ok(spec) => spec,
-            Err(message) => return usage(message),
-        };
-        let code = crate::rollout::cli::create_and_follow(
-            &client,
-            &args.namespace,
-            selector,
-            spec,
-            timeout,
-        )
-        .await?;
-        return Ok(ExitCode::from(code));
+    if args.selector.is_some() {
+        // `main` hands a selector to `crate::rollout::cli::restart_selector`.
+        return usage("--selector makes a rollout: inplaced rollout".into());
     }
     let Some(pod_name) = &args.pod else {
         return usage("name a pod or --selector".into());
@@ -310,46 +274,6 @@ mod tests {
         assert!(Ask::from_args(&one_pod).is_err());
         let parsed = args(&["-l", "app=web", "--max-unavailable", "25%"]);
         assert!(parsed.is_ok(), "{:?}", parsed.err());
-    }
-
-    #[test]
-    fn a_selector_makes_a_rollout_spec_and_bad_ones_are_usage_errors() {
-        let a = args(&[
-            "-l",
-            "app=web,tier in (a,b)",
-            "--max-unavailable",
-            "25%",
-            "-c",
-            "app",
-            "--ordered",
-        ])
-        .unwrap();
-        let spec = Ask::from_args(&a)
-            .unwrap()
-            .rollout_spec("app=web,tier in (a,b)", Some("25%"))
-            .unwrap();
-        assert_eq!(
-            serde_json::to_value(&spec).unwrap(),
-            json!({"selector": {"matchLabels": {"app": "web"},
-                                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]},
-                   "containers": ["app"], "maxUnavailable": "25%",
-                   "strategy": {"orderedRestart": true, "minStartedSeconds": 0}, "paused": false})
-        );
-        let ask = Ask::from_args(&args(&["-l", "app=web"]).unwrap()).unwrap();
-        assert_eq!(
-            ask.rollout_spec("app=web", Some("3"))
-                .unwrap()
-                .max_unavailable,
-            Some(IntOrString::Int(3))
-        );
-        for (selector, max, said) in [
-            ("app=web", Some("0"), "--max-unavailable 0"),
-            ("app=web", Some("x"), "--max-unavailable \"x\""),
-            ("app in web", None, "--selector"),
-        ] {
-            let err = ask.rollout_spec(selector, max).unwrap_err();
-            assert!(err.starts_with(said), "{err}");
-        }
     }
 
     #[test]

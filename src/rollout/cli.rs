@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 use ::kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
 use super::object::{self, LABEL_ROLLOUT, RolloutPhase, RolloutSpec, RolloutStatus};
 use super::rollout_resource;
 use crate::restartrequest::cli::{
-    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TIMEOUT, EXIT_USAGE, POLL, Shown,
+    Ask, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TIMEOUT, EXIT_USAGE, POLL, RestartArgs, Shown,
 };
 use crate::restartrequest::request::RestartRequest;
 use crate::restartrequest::restart_request_resource;
@@ -90,8 +91,54 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
+/// `inplaced restart --selector …`: a rollout of every matching pod, followed.
+pub async fn restart_selector(args: RestartArgs) -> anyhow::Result<ExitCode> {
+    let usage = |message: String| {
+        eprintln!("error: {message}");
+        Ok(ExitCode::from(EXIT_USAGE))
+    };
+    let Some(selector) = args.selector.as_deref() else {
+        return usage("no --selector".into());
+    };
+    let spec = match Ask::from_args(&args)
+        .and_then(|ask| spec_of(&ask, selector, args.max_unavailable.as_deref()))
+    {
+        Ok(spec) => spec,
+        Err(message) => return usage(message),
+    };
+    let timeout = match humantime::parse_duration(&args.timeout) {
+        Ok(timeout) => timeout,
+        Err(err) => return usage(format!("--timeout {:?}: {err}", args.timeout)),
+    };
+    let client = crate::kube::command_client(args.kubeconfig.as_deref()).await?;
+    let code = create_and_follow(&client, &args.namespace, selector, spec, timeout).await?;
+    Ok(ExitCode::from(code))
+}
+
+/// The rollout of every pod of `selector` (kubectl's syntax) that `ask` describes.
+fn spec_of(
+    ask: &Ask,
+    selector: &str,
+    max_unavailable: Option<&str>,
+) -> Result<RolloutSpec, String> {
+    let max_unavailable = max_unavailable.map(|text| match text.parse::<i32>() {
+        Ok(count) => IntOrString::Int(count),
+        Err(_) => IntOrString::String(text.to_string()),
+    });
+    let strategy = serde_json::from_value(ask.strategy.clone()).map_err(|e| e.to_string())?;
+    RolloutSpec {
+        selector: parse_selector(selector).map_err(|e| format!("--selector {e}"))?,
+        containers: ask.containers.clone(),
+        max_unavailable,
+        strategy: Some(strategy),
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| e.replace("spec.maxUnavailable", "--max-unavailable"))
+}
+
 /// Makes a rollout of `spec` (after checking that some pod matches) and follows it.
-pub async fn create_and_follow(
+async fn create_and_follow(
     client: &::kube::Client,
     namespace: &str,
     selector_text: &str,
@@ -378,6 +425,55 @@ fn split_terms(text: &str) -> Result<Vec<&str>, String> {
 mod tests {
     use super::*;
     use ::kube::core::{Selector, SelectorExt};
+    use clap::Parser;
+    use serde_json::json;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: RestartArgs,
+    }
+
+    fn restart_args(argv: &[&str]) -> RestartArgs {
+        let mut all = vec!["restart"];
+        all.extend_from_slice(argv);
+        Cli::try_parse_from(all).unwrap().args
+    }
+
+    #[test]
+    fn a_selector_makes_a_rollout_spec_and_bad_ones_are_usage_errors() {
+        let a = restart_args(&[
+            "-l",
+            "app=web,tier in (a,b)",
+            "--max-unavailable",
+            "25%",
+            "-c",
+            "app",
+            "--ordered",
+        ]);
+        let ask = Ask::from_args(&a).unwrap();
+        let spec = spec_of(&ask, "app=web,tier in (a,b)", Some("25%")).unwrap();
+        assert_eq!(
+            serde_json::to_value(&spec).unwrap(),
+            json!({"selector": {"matchLabels": {"app": "web"},
+                                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]},
+                   "containers": ["app"], "maxUnavailable": "25%",
+                   "strategy": {"orderedRestart": true, "minStartedSeconds": 0}, "paused": false})
+        );
+        let ask = Ask::from_args(&restart_args(&["-l", "app=web"])).unwrap();
+        assert_eq!(
+            spec_of(&ask, "app=web", Some("3")).unwrap().max_unavailable,
+            Some(IntOrString::Int(3))
+        );
+        for (selector, max, said) in [
+            ("app=web", Some("0"), "--max-unavailable 0"),
+            ("app=web", Some("x"), "--max-unavailable \"x\""),
+            ("app in web", None, "--selector"),
+        ] {
+            let err = spec_of(&ask, selector, max).unwrap_err();
+            assert!(err.starts_with(said), "{err}");
+        }
+    }
 
     fn matches(selector: &str, labels: &[(&str, &str)]) -> bool {
         let parsed = Selector::try_from(parse_selector(selector).unwrap()).unwrap();

@@ -59,7 +59,7 @@ files=$(dpkg -L inplaced)
 for f in /usr/bin/inplaced /usr/bin/kubectl-inplaced /usr/lib/systemd/system/inplaced.service /etc/inplaced/config.toml \
   /etc/default/inplaced /usr/share/doc/inplaced/README.md /usr/share/doc/inplaced/BENCHMARKS.md \
   /usr/share/doc/inplaced/docs/{index.md,install.md,configuration.md} \
-  /usr/share/inplaced/kubernetes/{rbac-node-bound.yaml,rbac-dedicated.yaml,admission-policy.yaml,crd-containerresizerequests.yaml,crd-containerrestartrequests.yaml,crd-nodeupgradechecks.yaml,kubeconfig.example} \
+  /usr/share/inplaced/kubernetes/{rbac-node-bound.yaml,rbac-dedicated.yaml,admission-policy.yaml,crd-containerresizerequests.yaml,crd-containerrestartrequests.yaml,crd-containerrestartrollouts.yaml,crd-nodeupgradechecks.yaml,kubeconfig.example} \
   /usr/share/inplaced/prometheus/inplaced-rules.yaml; do
   grep -qxF "$f" <<<"$files" || fail "$f is not in the .deb"
   [ -f "$f" ] || fail "$f was not installed"
@@ -179,6 +179,7 @@ $(for doc in docs/*.md; do echo "/usr/share/doc/inplaced/$doc"; done)
 /usr/share/inplaced/kubernetes/admission-policy.yaml
 /usr/share/inplaced/kubernetes/crd-containerresizerequests.yaml
 /usr/share/inplaced/kubernetes/crd-containerrestartrequests.yaml
+/usr/share/inplaced/kubernetes/crd-containerrestartrollouts.yaml
 /usr/share/inplaced/kubernetes/crd-nodeupgradechecks.yaml
 /usr/share/inplaced/kubernetes/kubeconfig.example
 /usr/share/inplaced/kubernetes/rbac-dedicated.yaml

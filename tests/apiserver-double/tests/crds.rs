@@ -17,6 +17,7 @@ use serde_json::json;
 const RESIZE: &str = "containerresizerequests.inplaced.io";
 const RESTART: &str = "containerrestartrequests.inplaced.io";
 const UPGRADE_CHECKS: &str = "nodeupgradechecks.inplaced.io";
+const ROLLOUTS: &str = "containerrestartrollouts.inplaced.io";
 
 fn resize_requests() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -47,6 +48,7 @@ async fn a_resource_without_its_crd_is_404_and_absent_from_discovery() {
             RESIZE.into(),
             RESTART.into(),
             UPGRADE_CHECKS.into(),
+            ROLLOUTS.into(),
             "containerrecreaterequests.apps.kruise.io".into(),
         ],
         ..Default::default()
@@ -107,7 +109,7 @@ async fn a_resource_without_its_crd_is_404_and_absent_from_discovery() {
 #[tokio::test]
 async fn a_group_lists_only_the_resources_whose_crds_exist() {
     let server = server_with(ServerConfig {
-        absent_crds: vec![RESIZE.into(), UPGRADE_CHECKS.into()],
+        absent_crds: vec![RESIZE.into(), UPGRADE_CHECKS.into(), ROLLOUTS.into()],
         ..Default::default()
     })
     .await;
@@ -138,7 +140,12 @@ async fn a_group_lists_only_the_resources_whose_crds_exist() {
 #[tokio::test]
 async fn creating_the_shipped_crd_serves_the_resource_and_establishes_it() {
     let server = server_with(ServerConfig {
-        absent_crds: vec![RESIZE.into(), RESTART.into(), UPGRADE_CHECKS.into()],
+        absent_crds: vec![
+            RESIZE.into(),
+            RESTART.into(),
+            UPGRADE_CHECKS.into(),
+            ROLLOUTS.into(),
+        ],
         ..Default::default()
     })
     .await;
