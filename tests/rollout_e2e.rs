@@ -448,3 +448,76 @@ async fn an_api_outage_mid_rollout_makes_no_claim_and_loses_none() {
     assert_each_restarted_once(&cluster, &ids).await;
     cluster.stop().await;
 }
+
+/// A claim left by an agent that is gone for good (no Lease), on a pod that is ready and whose
+/// request was never made, long ago: another agent releases it, and the budget it held goes to
+/// that agent's own pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn another_agent_releases_the_claim_of_an_agent_gone_for_good() {
+    let mut cluster = Cluster::start(2, "v1.32.4").await;
+    let ids = run_web_pods(&cluster, 2).await;
+    cluster.kill_agent(1);
+    let (node0, node1) = (cluster.nodes[0].name.clone(), cluster.nodes[1].name.clone());
+    let orphan = ids
+        .keys()
+        .find(|name| cluster.pod(name).unwrap()["spec"]["nodeName"] == node1.as_str())
+        .unwrap()
+        .clone();
+    let orphan_uid = cluster.pod(&orphan).unwrap()["metadata"]["uid"].clone();
+    // Made paused, then given the gone agent's claim (two minutes old), then resumed.
+    create_rollout(
+        &cluster,
+        "web",
+        json!({"selector": {"matchLabels": {"app": "web"}}, "paused": true}),
+    )
+    .await;
+    let store = cluster.server.store();
+    let mut object = rollout(&cluster, "web");
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let seconds = |t: k8s_openapi::jiff::Timestamp| {
+        k8s_openapi::jiff::Timestamp::from_second(t.as_second())
+            .unwrap()
+            .to_string()
+    };
+    let long_ago = now - k8s_openapi::jiff::SignedDuration::from_secs(120);
+    object["status"] = json!({
+        "phase": "Paused",
+        "startTime": seconds(now),
+        "inProgress": 1,
+        "nodes": [{"node": node1, "matched": 2, "skipped": 0, "notIncluded": 0,
+                   "claims": [{"pod": orphan, "podUID": orphan_uid, "since": seconds(long_ago)}]}],
+    });
+    store
+        .replace("containerrestartrollouts.inplaced.io", object)
+        .unwrap();
+    store
+        .merge_patch(
+            "containerrestartrollouts.inplaced.io",
+            NS,
+            "web",
+            json!({"spec": {"paused": false}}),
+        )
+        .unwrap();
+    let released = wait_rollout(&cluster, "web", Duration::from_secs(60), |r| {
+        let parts = r["status"]["nodes"].as_array().cloned().unwrap_or_default();
+        let part = |node: &str| {
+            parts
+                .iter()
+                .find(|p| p["node"] == node)
+                .cloned()
+                .unwrap_or_default()
+        };
+        part(&node1)["claims"].as_array().is_none_or(Vec::is_empty)
+            && part(&node0)["done"].as_array().map(Vec::len) == Some(2)
+    })
+    .await;
+    assert_eq!(
+        released["status"]["phase"], "Progressing",
+        "node 1's pods wait: {:#}",
+        released["status"]
+    );
+    // The orphan's pod was not restarted by anyone.
+    assert_eq!(cluster.nodes[1].proxy.stop_counts().len(), 0);
+    cluster.stop().await;
+}
