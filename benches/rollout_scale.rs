@@ -1,14 +1,16 @@
 //! A ContainerRestartRollout at fleet scale (issue 51): NODES agents' rollout loops (the agent's
 //! own code, `inplaced::rollout::run`, each with its own client and identity) in one process,
 //! against one API server double under the shipped admission policies, PODS pods per node,
-//! maxUnavailable 10 %. Each node's kubelet and restart-request loop are simulated: a request
-//! made for a pod makes the pod unready at once (the worst case), and ready again RESTART later,
-//! when the request is marked Succeeded. The simulation is the only writer of readiness, so the
-//! most pods unready at once is the exact high-water mark of the API's history.
+//! maxUnavailable 10 %. The nodes' kubelets and restart-request loops are simulated (one task,
+//! writing to the double's store directly, so that it costs the API nothing): a request made for
+//! a pod makes the pod unready at once (the worst case), and ready again RESTART later, when the
+//! request is marked Succeeded. The simulation is the only writer of readiness, so the most pods
+//! unready at once is the exact high-water mark of the API's history.
 //!
-//!     cargo bench -p inplaced --bench rollout_scale [-- NODES [PODS [RESTART_MS]]]
+//!     cargo bench -p inplaced --bench rollout_scale [-- NODES [PODS [RESTART_MS [LIMIT_S]]]]
 //!
-//! Defaults: 100 nodes, 10 pods each, 300 ms per restart. Prints the budget and the most pods
+//! Defaults: 100 nodes, 10 pods each, 300 ms per restart, stopped after 1800 s (the figures are
+//! then of the part done). Progress every 10 s. Prints the budget and the most pods
 //! unready at once, API requests per restarted pod (by verb and resource), status conflicts per
 //! claim, and the wall time against the ideal (pods / budget × one restart).
 
@@ -40,38 +42,53 @@ fn ready_status(ready: bool) -> Value {
         {"type": "Ready", "status": value, "lastTransitionTime": "2026-11-29T08:00:00Z"}]})
 }
 
-/// The node's pods as the agent's node view shows them.
-fn view_of(server: &ApiServer, node: &str) -> NodeView {
-    let pods = server
-        .store()
-        .list("pods", NS)
-        .into_iter()
-        .filter(|p| p["spec"]["nodeName"] == node)
-        .filter_map(|pod| {
-            let ready = pod["status"]["conditions"][0]["status"] == "True";
-            let cached: CachedPod = serde_json::from_value(pod.clone()).ok()?;
-            Some(PodView {
-                namespace: NS.into(),
-                name: pod["metadata"]["name"].as_str()?.into(),
-                uid: pod["metadata"]["uid"].as_str()?.into(),
-                runtime_uid: pod["metadata"]["uid"].as_str()?.into(),
-                static_pod: false,
-                terminating: false,
-                pod_ip: None,
-                sandbox_id: None,
-                sandbox_ready: true,
-                ready_since: ready.then(|| "2026-11-29T08:00:00Z".to_string()),
-                containers: Vec::new(),
-                api_pod: Some(Arc::new(cached)),
-            })
+/// The pods of `nodes` as each node's agent view shows them (one listing for all).
+fn views_by_node(server: &ApiServer, nodes: &[String]) -> BTreeMap<String, NodeView> {
+    let mut views: BTreeMap<String, NodeView> = nodes
+        .iter()
+        .map(|node| {
+            let view = NodeView {
+                node_name: node.clone(),
+                synced: true,
+                ..Default::default()
+            };
+            (node.clone(), view)
         })
         .collect();
-    NodeView {
-        node_name: node.into(),
-        synced: true,
-        pods,
-        ..Default::default()
+    for pod in server.store().list("pods", NS) {
+        let Some(view) = pod["spec"]["nodeName"]
+            .as_str()
+            .and_then(|n| views.get_mut(n))
+        else {
+            continue;
+        };
+        let ready = pod["status"]["conditions"][0]["status"] == "True";
+        let (Some(name), Some(uid)) = (
+            pod["metadata"]["name"].as_str(),
+            pod["metadata"]["uid"].as_str(),
+        ) else {
+            continue;
+        };
+        let (name, uid) = (name.to_owned(), uid.to_owned());
+        let Ok(cached) = serde_json::from_value::<CachedPod>(pod) else {
+            continue;
+        };
+        view.pods.push(PodView {
+            namespace: NS.into(),
+            name,
+            runtime_uid: uid.clone(),
+            uid,
+            static_pod: false,
+            terminating: false,
+            pod_ip: None,
+            sandbox_id: None,
+            sandbox_ready: true,
+            ready_since: ready.then(|| "2026-11-29T08:00:00Z".to_string()),
+            containers: Vec::new(),
+            api_pod: Some(Arc::new(cached)),
+        });
     }
+    views
 }
 
 fn apply_shipped_policy(server: &ApiServer) {
@@ -96,6 +113,7 @@ async fn main() {
     let nodes = args.first().copied().unwrap_or(100) as usize;
     let per_node = args.get(1).copied().unwrap_or(10) as usize;
     let restart = Duration::from_millis(args.get(2).copied().unwrap_or(300));
+    let limit = Duration::from_secs(args.get(3).copied().unwrap_or(1800));
     let total = nodes * per_node;
     let budget = (total / 10).max(1);
 
@@ -124,9 +142,9 @@ async fn main() {
     }
 
     let (shutdown_tx, shutdown) = watch::channel(false);
-    let unready_now = Arc::new(AtomicUsize::new(0));
-    let most_unready = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
+    let mut views = BTreeMap::new();
+    let all_views = views_by_node(&server, &names);
     for node in &names {
         let token = format!("agent-{node}");
         server.tokens().add_with_groups(
@@ -138,35 +156,38 @@ async fn main() {
         let client = node_sandbox::util::kube_client(&server.kubeconfig(Some(&token)))
             .await
             .expect("a client");
-        let (views_tx, views) = watch::channel(Arc::new(view_of(&server, node)));
-        let health = Health::new(Default::default());
+        let view = all_views.get(node).cloned().unwrap_or_default();
+        let (views_tx, views_rx) = watch::channel(Arc::new(view));
+        views.insert(node.clone(), views_tx);
         tasks.push(tokio::spawn(inplaced::rollout::run(
             node.clone(),
             client,
-            views,
-            health,
+            views_rx,
+            Health::new(Default::default()),
             Metrics::new(),
             shutdown.clone(),
         )));
-        // This node's kubelet and restart-request loop.
+    }
+    // Every node's kubelet and restart-request loop, in one task: it reads the requests every
+    // 50 ms, makes a requested pod unready at once, and ready again (its request Succeeded)
+    // RESTART later; the node views of the nodes that changed follow.
+    let most_unready = Arc::new(AtomicUsize::new(0));
+    let simulation = {
         let server = server.clone();
-        let node = node.clone();
-        let (now, most) = (unready_now.clone(), most_unready.clone());
+        let most = most_unready.clone();
         let mut stop = shutdown.clone();
-        tasks.push(tokio::spawn(async move {
+        tokio::spawn(async move {
             let objects = server.store();
             let mut under_way: BTreeMap<String, (Instant, String)> = BTreeMap::new();
+            let mut unready = 0usize;
             loop {
-                let mut changed = false;
+                let mut changed = std::collections::BTreeSet::new();
                 for request in objects.list(REQUESTS, NS) {
                     let name = request["metadata"]["name"]
                         .as_str()
                         .unwrap_or_default()
                         .to_owned();
-                    if request["metadata"]["labels"]["inplaced.io/node-name"] != node.as_str()
-                        || request["status"]["phase"].is_string()
-                        || under_way.contains_key(&name)
-                    {
+                    if request["status"]["phase"].is_string() || under_way.contains_key(&name) {
                         continue;
                     }
                     let pod_name = request["spec"]["podName"]
@@ -174,16 +195,21 @@ async fn main() {
                         .unwrap_or_default()
                         .to_owned();
                     if let Some(mut pod) = objects.get("pods", NS, &pod_name) {
+                        changed.insert(
+                            pod["spec"]["nodeName"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_owned(),
+                        );
                         pod["status"] = ready_status(false);
                         let _ = objects.replace("pods", pod);
-                        let unready = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        unready += 1;
                         most.fetch_max(unready, Ordering::SeqCst);
                     }
                     let mut request = request;
                     request["status"] = json!({"phase": "Restarting"});
                     let _ = objects.replace(REQUESTS, request);
                     under_way.insert(name, (Instant::now(), pod_name));
-                    changed = true;
                 }
                 let finished: Vec<String> = under_way
                     .iter()
@@ -195,26 +221,37 @@ async fn main() {
                         continue;
                     };
                     if let Some(mut pod) = objects.get("pods", NS, &pod_name) {
+                        changed.insert(
+                            pod["spec"]["nodeName"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_owned(),
+                        );
                         pod["status"] = ready_status(true);
                         let _ = objects.replace("pods", pod);
-                        now.fetch_sub(1, Ordering::SeqCst);
+                        unready -= 1;
                     }
                     if let Some(mut request) = objects.get(REQUESTS, NS, &name) {
                         request["status"] = json!({"phase": "Succeeded"});
                         let _ = objects.replace(REQUESTS, request);
                     }
-                    changed = true;
                 }
-                if changed {
-                    let _ = views_tx.send(Arc::new(view_of(&server, &node)));
+                if !changed.is_empty() {
+                    let changed: Vec<String> = changed.into_iter().collect();
+                    let fresh = views_by_node(&server, &changed);
+                    for (node, view) in fresh {
+                        if let Some(tx) = views.get(&node) {
+                            let _ = tx.send(Arc::new(view));
+                        }
+                    }
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                     _ = stop.changed() => break,
                 }
             }
-        }));
-    }
+        })
+    };
     // Every agent's watch is up before the rollout is made.
     tokio::time::sleep(Duration::from_secs(3)).await;
     server.audit().clear();
@@ -228,12 +265,22 @@ async fn main() {
                    "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": "10%"}}),
         )
         .expect("the rollout");
-    let deadline = started + Duration::from_secs(1800);
+    let deadline = started + limit;
+    let mut said = Instant::now();
     let done = loop {
         let rollout = server.store().get(ROLLOUTS, NS, "web").unwrap_or_default();
         let phase = rollout["status"]["phase"].as_str().unwrap_or("").to_owned();
         if phase == "Succeeded" || phase == "Failed" || Instant::now() > deadline {
             break rollout;
+        }
+        if said.elapsed() >= Duration::from_secs(10) {
+            eprintln!(
+                "  {:>5.0} s: {} restarted, {} under way",
+                started.elapsed().as_secs_f64(),
+                rollout["status"]["done"],
+                rollout["status"]["inProgress"]
+            );
+            said = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
@@ -297,6 +344,7 @@ async fn main() {
         most_unready.load(Ordering::SeqCst) <= budget,
         "the budget was exceeded"
     );
+    let _ = tokio::time::timeout(Duration::from_secs(5), simulation).await;
     for task in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }

@@ -36,6 +36,8 @@ pub const LABEL_AGENT_LEASE: &str = "inplaced.io/agent-lease";
 const LEASE_RENEWAL: Duration = Duration::from_secs(10);
 /// The least time between two censuses of one rollout by one agent while nothing changed.
 const CENSUS_PERIOD: Duration = Duration::from_secs(5);
+/// After a refused status write, the next try comes at a random point within this.
+const CONFLICT_SPREAD: Duration = Duration::from_secs(1);
 /// The least time between two reads of one claimed pod's request.
 const REQUEST_READ_PERIOD: Duration = Duration::from_secs(1);
 
@@ -113,6 +115,9 @@ struct Tracked {
     outcomes: HashMap<String, (Instant, RequestOutcome)>,
     /// A write refused for this resourceVersion: nothing is decided from it again.
     conflicted_at: Option<String>,
+    /// After a refused write, not before this: the agents that lost a race do not all try
+    /// again on the same new version (each try but one would be refused again).
+    write_after: Option<Instant>,
     /// What was last said of why this node waits, so that it is logged once.
     waiting: Option<String>,
     /// The last census that failed, and why (said once; tried again after a while).
@@ -201,6 +206,14 @@ impl Controller {
             .is_some_and(|t| t.conflicted_at.is_some() && t.conflicted_at == rv)
         {
             // The watch has not brought the newer version yet.
+            return true;
+        }
+        if self
+            .tracked
+            .get(&uid)
+            .and_then(|t| t.write_after)
+            .is_some_and(|after| Instant::now() < after)
+        {
             return true;
         }
         // Requests of this node's claims: made if missing, read for their outcome.
@@ -307,6 +320,9 @@ impl Controller {
                     if let Some(t) = self.tracked.get_mut(&uid) {
                         t.conflicted_at = rv;
                         t.census = None;
+                        t.write_after = Some(
+                            Instant::now() + CONFLICT_SPREAD.mul_f64(rand::random_range(0.0..1.0)),
+                        );
                     }
                 }
             }
