@@ -8,7 +8,7 @@ mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -16,7 +16,9 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 use support::cluster::Cluster;
-use support::sandbox::{NS, container_id};
+use support::sandbox::{NS, container_id, wait_stored};
+
+const ROLLOUTS: &str = "containerrestartrollouts.inplaced.io";
 
 /// Ready one second after it starts (its probe looks for the file), so that each restart
 /// leaves the pod visibly unready for a while; exits at once on SIGTERM.
@@ -103,7 +105,7 @@ fn rollout(cluster: &Cluster, name: &str) -> Value {
     cluster
         .server
         .store()
-        .get("containerrestartrollouts.inplaced.io", NS, name)
+        .get(ROLLOUTS, NS, name)
         .unwrap_or_default()
 }
 
@@ -113,19 +115,7 @@ async fn wait_rollout(
     timeout: Duration,
     pred: impl Fn(&Value) -> bool,
 ) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let object = rollout(cluster, name);
-        if pred(&object) {
-            return object;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "rollout {name} never got there: {:#}",
-            object["status"]
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_stored(&cluster.server, ROLLOUTS, name, timeout, pred).await
 }
 
 fn phase(object: &Value) -> &str {
@@ -187,6 +177,26 @@ async fn assert_each_restarted_once(cluster: &Cluster, ids: &HashMap<String, Str
             "{id} was stopped but is no pod of the rollout"
         );
     }
+}
+
+/// The rollout `web` of the four pods of `ids` (budget 1) ends: each pod restarted once, and
+/// never more than one unavailable at once over the `watch`ed events.
+async fn ends_within_one_unavailable(
+    cluster: Cluster,
+    ids: &HashMap<String, String>,
+    most: Arc<Mutex<usize>>,
+    watch: tokio::task::JoinHandle<()>,
+) {
+    let done = wait_rollout(&cluster, "web", Duration::from_secs(120), |r| {
+        phase(r) == "Succeeded"
+    })
+    .await;
+    watch.abort();
+    assert_eq!(done["status"]["done"], 4, "{:#}", done["status"]);
+    let most = *most.lock().unwrap();
+    assert!(most <= 1, "{most} pods unavailable at once, budget 1");
+    assert_each_restarted_once(&cluster, ids).await;
+    cluster.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -294,16 +304,7 @@ async fn a_rollout_outlives_an_agent_killed_while_it_holds_a_claim() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(*most.lock().unwrap() <= 1);
     cluster.start_agent(0);
-    let done = wait_rollout(&cluster, "web", Duration::from_secs(120), |r| {
-        phase(r) == "Succeeded"
-    })
-    .await;
-    watch.abort();
-    assert_eq!(done["status"]["done"], 4, "{:#}", done["status"]);
-    let most = *most.lock().unwrap();
-    assert!(most <= 1, "{most} pods unavailable at once, budget 1");
-    assert_each_restarted_once(&cluster, &ids).await;
-    cluster.stop().await;
+    ends_within_one_unavailable(cluster, &ids, most, watch).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -437,16 +438,7 @@ async fn an_api_outage_mid_rollout_makes_no_claim_and_loses_none() {
     .await;
     cluster.server.faults().outage(Duration::from_secs(6));
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let done = wait_rollout(&cluster, "web", Duration::from_secs(120), |r| {
-        phase(r) == "Succeeded"
-    })
-    .await;
-    watch.abort();
-    assert_eq!(done["status"]["done"], 4, "{:#}", done["status"]);
-    let most = *most.lock().unwrap();
-    assert!(most <= 1, "{most} pods unavailable at once, budget 1");
-    assert_each_restarted_once(&cluster, &ids).await;
-    cluster.stop().await;
+    ends_within_one_unavailable(cluster, &ids, most, watch).await;
 }
 
 /// A claim left by an agent that is gone for good (no Lease), on a pod that is ready and whose
@@ -488,16 +480,9 @@ async fn another_agent_releases_the_claim_of_an_agent_gone_for_good() {
         "nodes": [{"node": node1, "matched": 2, "skipped": 0, "notIncluded": 0,
                    "claims": [{"pod": orphan, "podUID": orphan_uid, "since": seconds(long_ago)}]}],
     });
+    store.replace(ROLLOUTS, object).unwrap();
     store
-        .replace("containerrestartrollouts.inplaced.io", object)
-        .unwrap();
-    store
-        .merge_patch(
-            "containerrestartrollouts.inplaced.io",
-            NS,
-            "web",
-            json!({"spec": {"paused": false}}),
-        )
+        .merge_patch(ROLLOUTS, NS, "web", json!({"spec": {"paused": false}}))
         .unwrap();
     let released = wait_rollout(&cluster, "web", Duration::from_secs(60), |r| {
         let parts = r["status"]["nodes"].as_array().cloned().unwrap_or_default();

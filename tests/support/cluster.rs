@@ -4,7 +4,7 @@
 //! group inplaced:agents) under the shipped admission policy. For what crosses nodes: rollouts
 //! carried out by the agents together.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use apiserver_double::{ApiServer, ServerConfig};
 use node_sandbox::{CriProxy, KubeletConfig, KubeletStandIn};
@@ -12,7 +12,7 @@ use serde::Deserialize as _;
 use serde_json::{Value, json};
 
 use super::agent::AgentProcess;
-use super::sandbox::{NS, all_running};
+use super::sandbox::{NS, run_pod_on, wait_stored};
 use super::{endpoint, unique};
 
 pub struct ClusterNode {
@@ -123,21 +123,11 @@ impl Cluster {
         self.nodes[i].agent = None;
     }
 
-    /// A pod on node `i` (host network, grace 5 s), waited for until every container runs.
+    /// A pod on node `i` with `labels` (host network, grace 5 s), waited for until every
+    /// container runs.
     pub async fn run_pod(&self, i: usize, name: &str, labels: Value, spec: Value) -> Value {
-        let mut spec = spec;
-        spec["nodeName"] = json!(self.nodes[i].name);
-        spec["hostNetwork"] = json!(true);
-        spec["terminationGracePeriodSeconds"] = json!(5);
-        self.server
-            .store()
-            .create(
-                "pods",
-                json!({"metadata": {"name": name, "namespace": NS, "labels": labels}, "spec": spec}),
-            )
-            .unwrap();
-        self.wait_pod(name, Duration::from_secs(30), all_running)
-            .await
+        let metadata = json!({"labels": labels});
+        run_pod_on(&self.server, &self.nodes[i].name, name, metadata, spec).await
     }
 
     pub fn pod(&self, name: &str) -> Option<Value> {
@@ -150,20 +140,7 @@ impl Cluster {
         timeout: Duration,
         pred: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(pod) = self.pod(name)
-                && pred(&pod)
-            {
-                return pod;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "pod {name} never got there: {:#}",
-                self.pod(name).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_stored(&self.server, "pods", name, timeout, pred).await
     }
 
     pub async fn stop(mut self) {

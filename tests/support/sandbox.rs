@@ -260,22 +260,7 @@ impl Node {
 
     /// A host-network pod on this node, waited for until every container runs.
     pub async fn run_pod(&self, name: &str, spec: Value) -> Value {
-        let mut spec = spec;
-        spec["nodeName"] = json!(self.node);
-        spec["hostNetwork"] = json!(true);
-        spec["terminationGracePeriodSeconds"] = spec
-            .get("terminationGracePeriodSeconds")
-            .cloned()
-            .unwrap_or(json!(5));
-        self.server
-            .store()
-            .create(
-                "pods",
-                json!({"metadata": {"name": name, "namespace": NS}, "spec": spec}),
-            )
-            .unwrap();
-        self.wait_pod(name, Duration::from_secs(30), all_running)
-            .await
+        self.run_pod_with_meta(name, json!({}), spec).await
     }
 
     /// `count` pods named `<prefix>-…` of one container `app`: a shell that exits at once on
@@ -373,22 +358,7 @@ impl Node {
 
     /// Like [`Node::run_pod`], with extra metadata (labels, annotations, ownerReferences).
     pub async fn run_pod_with_meta(&self, name: &str, metadata: Value, spec: Value) -> Value {
-        let mut spec = spec;
-        spec["nodeName"] = json!(self.node);
-        spec["hostNetwork"] = json!(true);
-        spec["terminationGracePeriodSeconds"] = spec
-            .get("terminationGracePeriodSeconds")
-            .cloned()
-            .unwrap_or(json!(5));
-        let mut metadata = metadata;
-        metadata["name"] = json!(name);
-        metadata["namespace"] = json!(NS);
-        self.server
-            .store()
-            .create("pods", json!({"metadata": metadata, "spec": spec}))
-            .unwrap();
-        self.wait_pod(name, Duration::from_secs(30), all_running)
-            .await
+        run_pod_on(&self.server, &self.node, name, metadata, spec).await
     }
 
     /// Merge-patches the pod's metadata (labels/annotations) as a user would.
@@ -473,20 +443,7 @@ impl Node {
         timeout: Duration,
         pred: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(pod) = self.pod(name)
-                && pred(&pod)
-            {
-                return pod;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "pod {name} never got there: {:#}",
-                self.pod(name).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_stored(&self.server, "pods", name, timeout, pred).await
     }
 
     /// Creates a CRR through the manager stand-in's webhook (labels, statusContext, preStop).
@@ -623,18 +580,7 @@ impl Node {
         timeout: Duration,
         pred: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let request = self.resize_request(name);
-            if pred(&request) {
-                return request;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "ContainerResizeRequest {name} never got there: {request:#}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_stored(&self.server, "containerresizerequests", name, timeout, pred).await
     }
 
     /// Waits until the request reaches Succeeded, Failed or Infeasible.
@@ -677,6 +623,59 @@ impl Node {
         if let Some(kubelet) = self.kubelet.take() {
             kubelet.stop().await.unwrap();
         }
+    }
+}
+
+/// Stores a pod of the test namespace bound to `node` (host network, grace 5 s unless `spec`
+/// names one), with `metadata` (labels, annotations, ownerReferences), and waits until every
+/// container runs.
+pub async fn run_pod_on(
+    server: &ApiServer,
+    node: &str,
+    name: &str,
+    metadata: Value,
+    spec: Value,
+) -> Value {
+    let mut spec = spec;
+    spec["nodeName"] = json!(node);
+    spec["hostNetwork"] = json!(true);
+    spec["terminationGracePeriodSeconds"] = spec
+        .get("terminationGracePeriodSeconds")
+        .cloned()
+        .unwrap_or(json!(5));
+    let mut metadata = metadata;
+    metadata["name"] = json!(name);
+    metadata["namespace"] = json!(NS);
+    server
+        .store()
+        .create("pods", json!({"metadata": metadata, "spec": spec}))
+        .unwrap();
+    wait_stored(server, "pods", name, Duration::from_secs(30), all_running).await
+}
+
+/// Polls the stored `resource` object `name` of the test namespace every 100 ms until it exists
+/// and `pred` holds; after `timeout`, panics showing it.
+pub async fn wait_stored(
+    server: &ApiServer,
+    resource: &str,
+    name: &str,
+    timeout: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let stored = server.store().get(resource, NS, name);
+        if let Some(object) = stored.as_ref()
+            && pred(object)
+        {
+            return stored.unwrap_or_default();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{resource} {name} never got there: {:#}",
+            stored.unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
