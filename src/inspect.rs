@@ -148,7 +148,7 @@ pub fn table(view: &NodeView) -> String {
                         "a stop now would wait {}s for the kubelet to start it again",
                         b.next_wait_seconds
                     ),
-                    // Kubelets before 1.35 retry a pod in back-off only every 10–15 s.
+                    // The kubelet's look after the wait comes late (docs/kubelet-backoff.md).
                     (None, late) => format!(
                         "a stop now would wait {}s to {}s for the kubelet to start it again",
                         b.next_wait_seconds,

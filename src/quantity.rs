@@ -1025,7 +1025,8 @@ mod proptests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4000))]
 
-        /// parse(canonical(q)) has q's value, and canonicalising is idempotent.
+        /// parse(canonical(q)) has q's value, and canonicalising is idempotent (from the second
+        /// round for a binary quantity printed as a plain integer).
         #[test]
         fn canonical_round_trip(text in quantity_text()) {
             let Ok(q) = Quantity::parse(text.as_bytes()) else { return Ok(()); };
@@ -1038,7 +1039,15 @@ mod proptests {
             let q2 = q2.unwrap();
             prop_assert_eq!(exact(&q2), exact(&q), "value changed: {:?} -> {:?}", text, c1);
             let c2 = q2.canonical();
-            prop_assert_eq!(c2.as_deref(), Ok(c1.as_str()), "canonical not idempotent for {:?}", text);
+            if q.format() == Format::BinarySI && c1.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
+                // A binary quantity that is no whole number of Ki prints as a plain integer
+                // (Go: "468.75Ki" -> "480000"), which reads back as decimal ("480k"): idempotent
+                // from the second round on, in Go as here.
+                let c3 = Quantity::parse(c2.as_deref().unwrap_or_default().as_bytes()).and_then(|q3| q3.canonical());
+                prop_assert_eq!(c3.as_deref(), c2.as_deref(), "canonical not idempotent for {:?}", text);
+            } else {
+                prop_assert_eq!(c2.as_deref(), Ok(c1.as_str()), "canonical not idempotent for {:?}", text);
+            }
             // And what json.Marshal prints parses back to the same value too.
             let j = q.to_json_text().unwrap();
             prop_assert_eq!(exact(&Quantity::parse(j.as_bytes()).unwrap()), exact(&q));

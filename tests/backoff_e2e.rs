@@ -29,11 +29,13 @@ async fn reduced_decay_node() -> (Node, tempfile::NamedTempFile) {
     )
     .unwrap();
     let path = config.path().display().to_string();
+    // The pod worker's requeue pinned at the wait's end: these tests are of the waits' steps.
     let options = NodeOptions::kubelet("v1.35.2")
         .crash_loop(node_sandbox::kubelet::CrashLoopSettings {
             reduce_decay_gate: true,
             ..Default::default()
         })
+        .backoff_retry_jitter(0.0)
         .agent_args(&["--kubelet-config", &path]);
     (Node::start_with(options).await, config)
 }
@@ -56,19 +58,44 @@ async fn wait_shown_restart(node: &mut Node, pod: &str, new_id: &str) -> Value {
 
 /// containerd's (finished, started) of a container, in nanoseconds.
 async fn cri_times(id: &str) -> (i64, i64) {
-    let status = support::client()
+    let status = cri_status(id).await;
+    (status.finished_at, status.started_at)
+}
+
+async fn cri_status(id: &str) -> inplaced::cri::proto::ContainerStatus {
+    support::client()
         .container_status(id, false)
         .await
         .unwrap()
         .status
-        .unwrap();
-    (status.finished_at, status.started_at)
+        .unwrap()
 }
 
-/// Seconds from the old instance's exit to the new one's start, from containerd.
+/// Seconds from the old instance's exit to the kubelet's creation of the new one, from
+/// containerd. The creation, not the start: what the back-off decides is when the kubelet acts,
+/// and runc's start of the new instance takes up to a second more while the suite's other
+/// binaries start their nodes.
 async fn cri_restart_seconds(old: &str, new: &str) -> f64 {
-    let ((finished, _), (_, started)) = (cri_times(old).await, cri_times(new).await);
-    (started - finished) as f64 / 1e9
+    let (finished, created) = (
+        cri_status(old).await.finished_at,
+        cri_status(new).await.created_at,
+    );
+    (created - finished) as f64 / 1e9
+}
+
+/// The restart's `backoff` phase as the agent shows it: none for a free restart; else the time
+/// the back-off held the container, from its exit until the kubelet made the new instance
+/// (`took`), which the wait's end and the kubelet's look after it decide.
+fn assert_held(c: &Value, wait: f64, took: f64) {
+    let held = c["last_restart"]["backoff_seconds"].as_f64().unwrap();
+    if wait == 0.0 {
+        assert_eq!(held, 0.0, "{c:#}");
+    } else {
+        assert!(
+            held >= wait && (took - 0.01..took + 0.01).contains(&held),
+            "held {held} s of a {wait} s wait, made after {took} s: {c:#}"
+        );
+    }
 }
 
 fn timestamp(nanos: i64) -> k8s_openapi::jiff::Timestamp {
@@ -82,12 +109,15 @@ fn sample(metrics: &str, name_and_labels: &str) -> Option<f64> {
 }
 
 /// Two ContainerRecreateRequests in a row on kubelet 1.35's defaults: the first restart is free,
-/// the second waits the kubelet's 10 s (within a second), the pod shows `CrashLoopBackOff` with
-/// the kubelet's message meanwhile, and the agent predicted both waits and the next one (20 s).
+/// the second waits the kubelet's 10 s and then its pod worker's requeue, which comes up to half
+/// the time left later (pinned here at its latest: 10 s + ½ × 9.5 s after the exit seen 0.5 s
+/// late); the pod shows `CrashLoopBackOff` with the kubelet's message meanwhile, and the agent
+/// predicted the wait as the window that holds the start (10 to 16 s), and the next one (20 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the test containerd: run tests/run-all.sh"]
 async fn a_second_in_place_restart_waits_the_kubelets_back_off_as_predicted() {
-    let mut node = Node::start_with(NodeOptions::kubelet("v1.35.2")).await;
+    let mut node =
+        Node::start_with(NodeOptions::kubelet("v1.35.2").backoff_retry_jitter(1.0)).await;
     let pod_name = unique("backoff");
     let pod = node.run_pod(&pod_name, one_container()).await;
     let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
@@ -134,24 +164,34 @@ async fn a_second_in_place_restart_waits_the_kubelets_back_off_as_predicted() {
     );
     node.wait_event(&pod_name, "BackOff", Duration::from_secs(5))
         .await;
-    // The request says so while it waits, with the time the kubelet starts the container.
+    // The request says so while it waits, with when the kubelet starts the container.
+    let held_prefix = "the kubelet will start it again after its crash back-off, between ";
     let held = node
         .wait_crr(&crr, Duration::from_secs(10), |r| {
             r.pointer("/status/containerRecreateStates/0/message")
                 .and_then(Value::as_str)
-                .is_some_and(|m| {
-                    m.starts_with("the kubelet will start it again after its crash back-off, at ")
-                })
+                .is_some_and(|m| m.starts_with(held_prefix))
         })
         .await;
     assert_eq!(held["status"]["phase"], "Recreating", "{held:#}");
+    let message = held["status"]["containerRecreateStates"][0]["message"]
+        .as_str()
+        .unwrap();
+    let (from, to) = message[held_prefix.len()..].split_once(" and ").unwrap();
+    let from: k8s_openapi::jiff::Timestamp = from.parse().unwrap();
+    let to: k8s_openapi::jiff::Timestamp = to.parse().unwrap();
+    assert_eq!(
+        to.duration_since(from).as_secs(),
+        6,
+        "½ × 10 s + the 1 s tick"
+    );
     // The agent said so when it stopped the container.
     let killing = node.events(&pod_name, "Killing");
     let said = killing
         .iter()
         .filter_map(|e| e["message"].as_str())
         .any(|m| {
-            m.ends_with("the kubelet will start it again after its crash back-off, about 10 s")
+            m.ends_with("the kubelet will start it again after its crash back-off, in 10 to 16 s")
         });
     assert!(said, "{killing:#?}");
 
@@ -159,11 +199,24 @@ async fn a_second_in_place_restart_waits_the_kubelets_back_off_as_predicted() {
     let third = container_id(&node.pod(&pod_name).unwrap(), "app");
     let waited = cri_restart_seconds(&second, &third).await;
     assert!(
-        (10.0..11.0).contains(&waited),
-        "the kubelet's 10 s back-off: {waited} s"
+        (14.75..15.75).contains(&waited),
+        "the kubelet's 10 s back-off and its requeue's jitter: {waited} s"
+    );
+    let (finished, started) = (
+        timestamp(cri_status(&second).await.finished_at),
+        timestamp(cri_status(&third).await.started_at),
+    );
+    assert_eq!(from.duration_since(finished).as_secs_f64().round(), 10.0);
+    assert!(
+        from <= started && started <= to,
+        "started at {started}, predicted between {from} and {to}"
     );
     let c = wait_shown_restart(&mut node, &pod_name, &third).await;
-    assert_eq!(c["last_restart"]["backoff_seconds"], 10.0, "{c:#}");
+    let held = c["last_restart"]["backoff_seconds"].as_f64().unwrap();
+    assert!(
+        (waited - 0.01..waited + 0.01).contains(&held),
+        "held by the back-off until the kubelet made it: {c:#}"
+    );
     assert_eq!(c["crash_backoff"]["next_wait_seconds"], 20, "{c:#}");
     node.wait_pod(&pod_name, Duration::from_secs(30), all_running)
         .await;
@@ -172,7 +225,7 @@ async fn a_second_in_place_restart_waits_the_kubelets_back_off_as_predicted() {
         .agent()
         .wait_http("/metrics", 200, Duration::from_secs(5));
     let backoff = "inplaced_restart_duration_seconds_sum{trigger=\"crr\",phase=\"backoff\"}";
-    assert_eq!(sample(&metrics, backoff), Some(10.0), "{metrics}");
+    assert_eq!(sample(&metrics, backoff), Some(held), "{metrics}");
     let count = "inplaced_restart_duration_seconds_count{trigger=\"crr\",phase=\"backoff\"}";
     assert_eq!(sample(&metrics, count), Some(2.0), "{metrics}");
     node.stop().await;
@@ -210,12 +263,7 @@ async fn the_fifth_restart_waits_as_predicted_under_the_reduced_decay() {
         );
         let c = wait_shown_restart(&mut node, &pod_name, &id).await;
         assert_eq!(c["last_restart"]["trigger"], "container-exit", "{c:#}");
-        assert_eq!(
-            c["last_restart"]["backoff_seconds"],
-            wait,
-            "restart {}: {c:#}",
-            restart + 1
-        );
+        assert_held(&c, wait, took);
     }
     let c = node.shown_container(&pod_name);
     assert_eq!(c["crash_backoff"]["next_wait_seconds"], 16, "{c:#}");
@@ -275,12 +323,7 @@ async fn after_ten_minutes_of_running_the_back_off_starts_over_as_predicted() {
         );
         let c = wait_shown_restart(&mut node, &pod_name, &id).await;
         assert_eq!(c["last_restart"]["trigger"], "restart-request", "{c:#}");
-        assert_eq!(
-            c["last_restart"]["backoff_seconds"],
-            wait,
-            "round {}: {c:#}",
-            round + 1
-        );
+        assert_held(&c, wait, took);
         assert_eq!(
             c["crash_backoff"]["next_wait_seconds"],
             next,

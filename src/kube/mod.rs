@@ -30,7 +30,8 @@ pub(crate) use request_loop::{
     MAX_REQUEUE as REQUEST_LOOP_IDLE, RequestController, run_request_loop,
 };
 pub use watches::{
-    NodeObject, NodePods, Watched, WatchedRequests, watch_node, watch_node_pods, watch_requests,
+    NodeObject, NodePods, Watched, WatchedRequests, watch_namespaced, watch_node, watch_node_pods,
+    watch_requests,
 };
 
 #[derive(Debug, thiserror::Error)]

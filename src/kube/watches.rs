@@ -149,6 +149,67 @@ pub fn watch_node(
     )
 }
 
+/// A watch of one kind's objects in `namespace` while the returned task runs: the store, and
+/// whether its first list has arrived. For the short-lived watches of a piece of work (a
+/// rollout's census): errors are logged (the repeat limit keeps them brief), not counted in the
+/// agent's readiness, and the watch backs off and resumes as the others do. `what` names it in
+/// the logs.
+pub fn watch_namespaced<K>(
+    client: Client,
+    namespace: &str,
+    what: &'static str,
+) -> (
+    Store<K>,
+    Arc<AtomicBool>,
+    impl Future<Output = ()> + Send + 'static,
+)
+where
+    K: ::kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let listed = Arc::new(AtomicBool::new(false));
+    let seen = listed.clone();
+    let namespace_name = namespace.to_string();
+    let api: Api<K> = Api::namespaced(client, namespace);
+    // From the watch cache, unpaged (the API server ignores a limit with resourceVersion 0, as
+    // it does for client-go's informers).
+    let mut config = watcher::Config::default().any_semantic();
+    config.page_size = None;
+    let stream = relist_promptly(watcher(api, config)).reflect(writer);
+    let task = async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(watcher::Event::InitDone) => seen.store(true, Ordering::Relaxed),
+                Ok(_) => {}
+                Err(err) => {
+                    let forbidden = match &err {
+                        watcher::Error::InitialListFailed(::kube::Error::Api(s))
+                        | watcher::Error::WatchStartFailed(::kube::Error::Api(s))
+                        | watcher::Error::WatchFailed(::kube::Error::Api(s)) => s.code == 403,
+                        watcher::Error::WatchError(s) => s.code == 403,
+                        _ => false,
+                    };
+                    let hint = if forbidden {
+                        " (the agent's identity may not watch them: rbac-dedicated.yaml grants it)"
+                    } else {
+                        ""
+                    };
+                    tracing::warn!(namespace = %namespace_name, error = %err,
+                        "cannot watch the namespace's {what}{hint}; tried again");
+                }
+            }
+        }
+    };
+    (reader, listed, task)
+}
+
 /// The watcher's default backoff, except that a 410 Gone (the watch's resourceVersion expired:
 /// relist) starts it over. A 410 is the API server answering, typically its first answer after
 /// an outage; before, it cost one more step of a backoff grown to 30 s during the outage, so

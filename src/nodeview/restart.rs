@@ -32,7 +32,8 @@ pub struct CrashBackoffView {
     /// Stopped now, the container would be started again by the kubelet after this long.
     pub next_wait_seconds: u64,
     /// How much later than its wait the kubelet may start it: up to 16 s on kubelets up to
-    /// 1.34, which look at a pod in back-off again only every 10–15 s; 0 from 1.35.
+    /// 1.34, which look at a pod in back-off again only every 10–15 s; from 1.35 up to half
+    /// the wait (at most 30 s) and a second, the jitter of the pod worker's requeue.
     #[serde(default)]
     pub late_by_seconds: u64,
     /// Exited and waiting out the back-off: when the kubelet starts it again at the earliest
@@ -57,17 +58,26 @@ impl CrashBackoffView {
                 "; the kubelet's crash back-off is not known ({})",
                 b.uncertain.as_deref().unwrap_or_default()
             ),
-            Some(b) if b.next_wait_seconds > 0 && b.late_by_seconds > 0 => format!(
+            Some(b) if b.next_wait_seconds > 0 => format!(
                 "; the kubelet will start it again after its crash back-off, in {} to {} s",
                 b.next_wait_seconds,
                 b.next_wait_seconds + b.late_by_seconds
             ),
-            Some(b) if b.next_wait_seconds > 0 => format!(
-                "; the kubelet will start it again after its crash back-off, about {} s",
-                b.next_wait_seconds
-            ),
             _ => String::new(),
         }
+    }
+
+    /// For an exited container, what a request's state says while the kubelet has not started
+    /// it again: the back-off's window (fixed times, not a countdown: the status is written
+    /// once), or why it is not known.
+    pub(crate) fn held_message(&self) -> Option<String> {
+        if let Some(reason) = &self.uncertain {
+            return Some(format!(
+                "waiting for the kubelet to start it again (its crash back-off is not known: {reason})"
+            ));
+        }
+        self.restart_window()
+            .map(|w| format!("the kubelet will start it again after its crash back-off, {w}"))
     }
 
     /// For an exited container still held: when the kubelet starts it again.
@@ -89,14 +99,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_held_container_is_said_with_its_window_or_why_it_is_not_known() {
+        let held = CrashBackoffView {
+            next_wait_seconds: 20,
+            late_by_seconds: 6,
+            until: Some("2026-11-22T10:00:20Z".into()),
+            until_latest: Some("2026-11-22T10:00:26Z".into()),
+            uncertain: None,
+        };
+        assert_eq!(
+            held.held_message().as_deref(),
+            Some(
+                "the kubelet will start it again after its crash back-off, between \
+                 2026-11-22T10:00:20Z and 2026-11-22T10:00:26Z"
+            )
+        );
+        let unknown = CrashBackoffView {
+            uncertain: Some("the kubelet restarted at 2026-11-22T10:00:00Z".into()),
+            ..held
+        };
+        assert_eq!(
+            unknown.held_message().as_deref(),
+            Some(
+                "waiting for the kubelet to start it again (its crash back-off is not known: \
+                 the kubelet restarted at 2026-11-22T10:00:00Z)"
+            )
+        );
+        assert_eq!(CrashBackoffView::default().held_message(), None);
+    }
+
+    #[test]
     fn a_stop_names_the_wait_and_how_late_the_kubelet_may_be() {
         let mut b = CrashBackoffView {
             next_wait_seconds: 20,
+            late_by_seconds: 11,
             ..Default::default()
         };
         assert_eq!(
             CrashBackoffView::after_a_stop(Some(&b)),
-            "; the kubelet will start it again after its crash back-off, about 20 s"
+            "; the kubelet will start it again after its crash back-off, in 20 to 31 s"
         );
         b.late_by_seconds = 16;
         assert_eq!(

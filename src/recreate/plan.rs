@@ -10,7 +10,6 @@ use std::time::Duration;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::crr::*;
-use crate::restart::RestartWindow;
 use crate::restart::{DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillOrder};
 
 /// The newest runtime container of one name.
@@ -24,9 +23,9 @@ pub struct RuntimeFacts {
     pub started_at: Option<Timestamp>,
     /// The pod's status (kubelet's report) shows this very container ready.
     pub ready_in_pod_status: bool,
-    /// Exited and held by the kubelet's crash back-off: when the kubelet starts it again
-    /// (predicted, `restart::backoff`).
-    pub backoff_until: Option<RestartWindow>,
+    /// Exited and not yet started again: what the kubelet's crash back-off means for it (when
+    /// the kubelet starts it again, or why that is not known; `CrashBackoffView::held_message`).
+    pub backoff_hold: Option<String>,
 }
 
 /// The pod as this node sees it.
@@ -256,10 +255,8 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
         // Stopped but not yet restarted by kubelet, or being killed right now.
         if !runtime.running || in_flight {
             state.phase = ContainerPhase::Recreating;
-            if let Some(until) = runtime.backoff_until.filter(|_| !runtime.running) {
-                // Fixed times, not a countdown: the status is written once, not every pass.
-                state.message =
-                    format!("the kubelet will start it again after its crash back-off, {until}");
+            if let Some(hold) = runtime.backoff_hold.as_ref().filter(|_| !runtime.running) {
+                state.message = hold.clone();
             }
             states.push(state);
             continue;
@@ -423,7 +420,7 @@ mod tests {
                             restart_count: *restarts,
                             started_at: Some("2026-11-22T09:59:30Z".parse().unwrap()),
                             ready_in_pod_status: false,
-                            backoff_until: None,
+                            backoff_hold: None,
                         },
                     )
                 })
@@ -490,28 +487,13 @@ mod tests {
         );
         assert_eq!(stopped.status.container_recreate_states[0].message, "");
 
-        // The kubelet's crash back-off holds it: the state says until when.
+        // The kubelet's crash back-off holds it: the state says so.
         let mut held = pod(&[("app", "old", false, 0)]);
-        let until: Timestamp = "2026-11-22T10:00:20Z".parse().unwrap();
-        let mut window = RestartWindow {
-            earliest: until,
-            latest: until,
-        };
-        held.containers.get_mut("app").unwrap().backoff_until = Some(window);
+        let hold = "the kubelet will start it again after its crash back-off, between \
+             2026-11-22T10:00:20Z and 2026-11-22T10:00:36Z";
+        held.containers.get_mut("app").unwrap().backoff_hold = Some(hold.into());
         let waiting = decide_with(&request, Some(&held), std::slice::from_ref(&intent));
-        assert_eq!(
-            waiting.status.container_recreate_states[0].message,
-            "the kubelet will start it again after its crash back-off, at 2026-11-22T10:00:20Z"
-        );
-        // A kubelet before 1.35 starts it up to 16 s later: the state gives the window.
-        window.latest = "2026-11-22T10:00:36Z".parse().unwrap();
-        held.containers.get_mut("app").unwrap().backoff_until = Some(window);
-        let waiting = decide_with(&request, Some(&held), std::slice::from_ref(&intent));
-        assert_eq!(
-            waiting.status.container_recreate_states[0].message,
-            "the kubelet will start it again after its crash back-off, between \
-             2026-11-22T10:00:20Z and 2026-11-22T10:00:36Z"
-        );
+        assert_eq!(waiting.status.container_recreate_states[0].message, hold);
     }
 
     #[test]

@@ -21,11 +21,21 @@ pub(crate) struct BackoffRule {
     /// An entry is forgotten (the next restart is free again) when the container's last
     /// instance finished more than this long after the kubelet last started it.
     pub forget_after: Duration,
-    /// How much later than the wait's end the kubelet may start the container. It starts it at
-    /// its first look at the pod after the wait: up to 1.34 it looks again at a pod held in
-    /// back-off only 10–15 s (jittered) after the previous look, plus up to its 1 s sync tick,
-    /// so up to 16 s late; from 1.35 it looks when the wait ends (zero here).
-    pub late_by: Duration,
+    /// When the kubelet's pod worker looks again at a pod held in back-off.
+    pub requeue: Requeue,
+}
+
+/// When the kubelet looks again at a pod held in back-off: it starts the container at its first
+/// look after the wait (or at an event of the pod that syncs it sooner).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Requeue {
+    /// Up to 1.34 the back-off is a sync error like any other: the pod worker retries the pod
+    /// `wait.Jitter(10 s, 0.5)` after each look.
+    SyncErrorRetry,
+    /// From 1.35 (kubernetes PR 133066) the error carries the wait's end, and the worker
+    /// requeues the pod for then, jittered the same way: up to half the time that was left
+    /// (itself at most the one-minute resync interval) later.
+    UntilWaitEnds,
 }
 
 /// The kubelet settings that change the rule, where its release has them (None: unset, the
@@ -68,6 +78,11 @@ const REDUCED_CAP: Duration = Duration::from_secs(60);
 /// Up to 1.34: the pod worker's 10 s retry with 50 % jitter, and the 1 s sync tick that picks
 /// the pod up when its retry is due.
 const LATE_RETRY: Duration = Duration::from_secs(16);
+/// The kubelet's sync tick: a requeued pod is picked up at the first tick after it is due.
+const SYNC_TICK: Duration = Duration::from_secs(1);
+/// The pod worker's resync interval (the kubelet's default `syncFrequency`): the longest it
+/// requeues a pod for.
+const RESYNC_INTERVAL: Duration = Duration::from_secs(60);
 
 impl BackoffRule {
     /// The rule of kubelet 1.`minor` with `settings`; a gate the release does not have is
@@ -78,10 +93,10 @@ impl BackoffRule {
             cap: CAP,
             // Up to 1.31 the kubelet forgot after twice the cap; from 1.32 after 600 s fixed.
             forget_after: FORGET_AFTER,
-            late_by: if minor <= 34 {
-                LATE_RETRY
+            requeue: if minor <= 34 {
+                Requeue::SyncErrorRetry
             } else {
-                Duration::ZERO
+                Requeue::UntilWaitEnds
             },
         };
         if minor >= 33 && settings.reduce_decay_gate == Some(true) {
@@ -100,6 +115,20 @@ impl BackoffRule {
             rule.forget_after = 2 * rule.cap;
         }
         rule
+    }
+
+    /// How much later than the end of a `wait` the kubelet may start the container. From 1.35
+    /// the worker met the back-off at the latest when it saw the exit, so at most `wait` was
+    /// left (a minute, once capped by the resync interval), and the jitter adds up to half of
+    /// that; the sync tick adds up to a second in both eras. A free restart is not held.
+    pub(crate) fn late_by(&self, wait: Duration) -> Duration {
+        if wait.is_zero() {
+            return Duration::ZERO;
+        }
+        match self.requeue {
+            Requeue::SyncErrorRetry => LATE_RETRY,
+            Requeue::UntilWaitEnds => wait.min(RESYNC_INTERVAL) / 2 + SYNC_TICK,
+        }
     }
 
     fn forgotten(&self, entry: &BackoffEntry, finished: Timestamp) -> bool {
@@ -144,7 +173,7 @@ impl BackoffRule {
 }
 
 /// When the kubelet starts an exited container again: from the end of its wait to that plus
-/// the rule's `late_by` (the same instant from 1.35).
+/// the rule's [`BackoffRule::late_by`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RestartWindow {
     pub earliest: Timestamp,
@@ -155,7 +184,9 @@ impl RestartWindow {
     /// The window of an instance that finished at `finished` and waits `wait`.
     pub(crate) fn after(rule: &BackoffRule, finished: Timestamp, wait: Duration) -> Option<Self> {
         let earliest = finished.checked_add(jiff_duration(wait)).ok()?;
-        let latest = earliest.checked_add(jiff_duration(rule.late_by)).ok()?;
+        let latest = earliest
+            .checked_add(jiff_duration(rule.late_by(wait)))
+            .ok()?;
         Some(RestartWindow { earliest, latest })
     }
 }
@@ -364,13 +395,29 @@ mod tests {
     }
 
     /// Up to 1.34 the kubelet looks at a pod held in back-off every 10–15 s (plus its 1 s
-    /// tick), so it starts the container up to 16 s after the wait; from 1.35 when it ends.
+    /// tick), so it starts the container up to 16 s after the wait; from 1.35 up to half the
+    /// wait (half a minute at most) and a tick after it ends.
     #[test]
-    fn kubelets_before_1_35_may_start_it_up_to_16_s_late() {
+    fn how_late_the_kubelet_may_start_it_per_release() {
         let default = BackoffSettings::default();
-        for (minor, late) in [(26, 16), (32, 16), (34, 16), (35, 0), (37, 0)] {
+        let ms = Duration::from_millis;
+        for (minor, wait, late) in [
+            (26, 10, 16_000),
+            (32, 300, 16_000),
+            (34, 20, 16_000),
+            (34, 0, 0),
+            (35, 10, 6_000),
+            (35, 1, 1_500),
+            (36, 40, 21_000),
+            (37, 300, 31_000),
+            (35, 0, 0),
+        ] {
             let rule = BackoffRule::of_kubelet(minor, &default);
-            assert_eq!(rule.late_by, Duration::from_secs(late), "1.{minor}");
+            assert_eq!(
+                rule.late_by(Duration::from_secs(wait)),
+                ms(late),
+                "1.{minor}, {wait} s"
+            );
         }
         let old = BackoffRule::of_kubelet(34, &default);
         let window = RestartWindow::after(&old, at(0), Duration::from_secs(10)).expect("window");
@@ -381,7 +428,12 @@ mod tests {
         );
         let new = BackoffRule::of_kubelet(35, &default);
         let window = RestartWindow::after(&new, at(0), Duration::from_secs(10)).expect("window");
-        assert_eq!(window.to_string(), "at 2027-01-15T08:00:10Z");
+        assert_eq!(
+            window.to_string(),
+            "between 2027-01-15T08:00:10Z and 2027-01-15T08:00:16Z"
+        );
+        let free = RestartWindow::after(&new, at(0), Duration::ZERO).expect("window");
+        assert_eq!(free.to_string(), "at 2027-01-15T08:00:00Z");
     }
 
     #[test]

@@ -185,10 +185,11 @@ impl RestartTracker {
             }
             _ => None,
         };
-        let late = !rule.late_by.is_zero();
+        let late_by = rule.late_by(Duration::from_secs(next_wait_seconds));
+        let late = window.is_some_and(|w| w.latest > w.earliest);
         (next_wait_seconds > 0 || window.is_some()).then(|| CrashBackoffView {
             next_wait_seconds,
-            late_by_seconds: rule.late_by.as_secs(),
+            late_by_seconds: late_by.as_secs_f64().ceil() as u64,
             until: window.map(|w| w.earliest.to_string()),
             until_latest: window.filter(|_| late).map(|w| w.latest.to_string()),
             uncertain: None,
@@ -247,10 +248,9 @@ impl RestartTracker {
                                 let key = backoff_key(&pod.uid, &container.name, runtime);
                                 let wait = self.backoff.restarted(&rule, key, exited, running);
                                 let mut held = wait.as_secs_f64();
-                                // Before 1.35 the kubelet starts it at its next retry after the
-                                // wait: the back-off held it until it made the new instance.
+                                // The kubelet starts it at its first look after the wait: the
+                                // back-off held it until it made the new instance.
                                 if !wait.is_zero()
-                                    && !rule.late_by.is_zero()
                                     && let Some(created) =
                                         nanos_to_timestamp(runtime.times.created_at)
                                 {
@@ -625,26 +625,38 @@ mod tests {
         (backoff, container.crash_backoff.clone())
     }
 
-    /// From 1.35 the kubelet starts the container when its wait ends: the back-off phase is
-    /// the predicted wait (10 s), and the next exit is held 20 s, to the second.
+    /// From 1.35 the kubelet requeues a pod held in back-off for the wait's end, jittered by up
+    /// to half the time left: a start 3 s after the 10 s wait counts as back-off (13 s), and
+    /// the next exit is held 20 s and up to 11 s more (half of 20 s and the 1 s sync tick).
     #[test]
-    fn the_back_off_of_each_restart_is_told_apart_and_the_next_one_predicted() {
-        let (text, last, exited) = stopped_three_times(Some("v1.35.1"), 0);
-        let line = "inplaced_restart_duration_seconds_sum{trigger=\"container-exit\",phase=\"backoff\"} 10.0";
+    fn from_1_35_the_jittered_requeue_counts_as_back_off_and_the_hold_is_a_window() {
+        let (text, last, exited) = stopped_three_times(Some("v1.35.1"), 3);
+        let line = "inplaced_restart_duration_seconds_sum{trigger=\"container-exit\",phase=\"backoff\"} 13.0";
         assert!(text.contains(line), "{text}");
         let count = "inplaced_restart_duration_seconds_count{trigger=\"container-exit\",phase=\"backoff\"} 2";
         assert!(text.contains(count), "{text}");
         let expected = CrashBackoffView {
             next_wait_seconds: 20,
+            late_by_seconds: 11,
             ..Default::default()
         };
-        assert_eq!(shown(&last), (Some(10.0), Some(expected)));
+        assert_eq!(shown(&last), (Some(13.0), Some(expected)));
         let held = exited.pods[0].containers[0]
             .crash_backoff
             .clone()
             .expect("held");
-        assert_eq!(held.until_latest, None, "{held:?}");
-        assert!(held.until.is_some(), "{held:?}");
+        let window = held.restart_window().expect("a window");
+        assert_eq!(
+            window.latest.duration_since(window.earliest).as_secs(),
+            11,
+            "{held:?}"
+        );
+        let finished = exited.pods[0].containers[0]
+            .runtime
+            .as_ref()
+            .and_then(|r| nanos_to_timestamp(r.times.finished_at))
+            .expect("finished");
+        assert_eq!(window.earliest.duration_since(finished).as_secs(), 20);
     }
 
     /// Up to 1.34 the kubelet retries a pod held in back-off only every 10–15 s: a start 4 s

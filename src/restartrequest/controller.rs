@@ -564,7 +564,7 @@ fn pod_facts(pod: &PodView) -> PodFacts {
                             .status
                             .as_ref()
                             .is_some_and(|s| s.ready && s.container_id == r.container_id),
-                        backoff_until: c.crash_backoff.as_ref().and_then(|b| b.restart_window()),
+                        backoff_hold: c.crash_backoff.as_ref().and_then(|b| b.held_message()),
                         pre_stop: stop.lifecycle.and_then(|l| l.pre_stop),
                         ports: stop.ports,
                     }

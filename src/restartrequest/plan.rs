@@ -12,7 +12,6 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use super::request::{
     ContainerPhase, ContainerRestartState, RestartPhase, RestartRequest, RestartStatus,
 };
-use crate::restart::RestartWindow;
 use crate::restart::{
     ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillOrder, PreStop,
 };
@@ -27,8 +26,9 @@ pub struct ContainerFacts {
     pub started_at: Option<Timestamp>,
     /// The pod's status shows this very container ready.
     pub ready_in_pod_status: bool,
-    /// Exited and held by the kubelet's crash back-off until then (predicted).
-    pub backoff_until: Option<RestartWindow>,
+    /// Exited and not yet started again: what the kubelet's crash back-off means for it (when
+    /// the kubelet starts it again, or why that is not known; `CrashBackoffView::held_message`).
+    pub backoff_hold: Option<String>,
     pub pre_stop: Option<PreStop>,
     pub ports: Vec<ContainerPort>,
 }
@@ -431,15 +431,12 @@ pub fn decide(request: &RestartRequest, facts: &Facts<'_>) -> Decision {
     decision
 }
 
-/// What a stopped container waits for. A fixed time, not a countdown: the status is written
-/// once, not on every pass.
+/// What a stopped container waits for.
 fn backoff_message(runtime: &ContainerFacts) -> String {
-    match runtime.backoff_until {
-        Some(until) => {
-            format!("the kubelet will start it again after its crash back-off, {until}")
-        }
-        None => "waiting for the kubelet to start it again".into(),
-    }
+    runtime
+        .backoff_hold
+        .clone()
+        .unwrap_or_else(|| "waiting for the kubelet to start it again".into())
 }
 
 #[cfg(test)]
@@ -795,18 +792,11 @@ mod tests {
         assert_eq!(d.status.phase, RestartPhase::Restarting);
         assert_eq!(d.requeue_after, Some(Duration::from_secs(10)));
         let mut stopped = container("a0", false);
-        let at = "2026-11-28T10:00:20Z".parse().unwrap();
-        stopped.backoff_until = Some(RestartWindow {
-            earliest: at,
-            latest: at,
-        });
+        let hold = "waiting for the kubelet to start it again (its crash back-off is not known: \
+             the kubelet restarted at 2026-11-28T10:00:00Z)";
+        stopped.backoff_hold = Some(hold.into());
         let held = pod(&[("app", Some(stopped))]);
         let d = run(Some(&held)).decide(&request(spec, status));
-        assert_eq!(
-            d.status.containers[0].message.as_deref(),
-            Some(
-                "the kubelet will start it again after its crash back-off, at 2026-11-28T10:00:20Z"
-            )
-        );
+        assert_eq!(d.status.containers[0].message.as_deref(), Some(hold));
     }
 }

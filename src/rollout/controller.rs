@@ -1,7 +1,7 @@
 //! The rollout loop: one watch of every ContainerRestartRollout; for each unfinished one with
-//! pods on this node, the facts (the node view, the requests of this node's claims, and, when a
-//! claim or the end is to be decided, a census of the namespace), one [`plan::step`], and its
-//! result written with the resourceVersion it was decided from. The restarts themselves are
+//! pods on this node, the facts (the node view, the requests of this node's claims, and the
+//! census of the namespace, kept by watches while this node has work there), one
+//! [`plan::step`], and its result written with the resourceVersion it was decided from. The restarts themselves are
 //! ContainerRestartRequests, named after the rollout and the pod so that a pod is asked once per
 //! rollout whatever happens to the agent; this node's restart-request loop carries them out.
 
@@ -9,18 +9,17 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use ::kube::core::{Selector, SelectorExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
-use super::budget::{Budget, PodState};
+use super::budget::PodState;
+use super::census::{LEASES_PERIOD, NamespaceWatch};
 use super::object::{self, Claim, LABEL_ROLLOUT, Rollout, RolloutPhase};
-use super::plan::{self, Census, Facts, LEASE_DURATION, RequestOutcome, RolloutPod};
+use super::plan::{self, Facts, LEASE_DURATION, RequestOutcome, RolloutPod};
 use crate::health::Health;
 use crate::kube::{RequestController, Watched, run_request_loop};
 use crate::metrics::Metrics;
@@ -34,8 +33,6 @@ use crate::restartrequest::restart_request_resource;
 pub const LABEL_AGENT_LEASE: &str = "inplaced.io/agent-lease";
 /// How often an agent with rollout work renews its Lease.
 const LEASE_RENEWAL: Duration = Duration::from_secs(10);
-/// The least time between two censuses of one rollout by one agent while nothing changed.
-const CENSUS_PERIOD: Duration = Duration::from_secs(5);
 /// After a refused status write, the next try comes at a random point within this.
 const CONFLICT_SPREAD: Duration = Duration::from_secs(1);
 /// The least time between two reads of one claimed pod's request.
@@ -92,6 +89,7 @@ pub async fn run(
         client,
         tracked: HashMap::new(),
         leases: HashMap::new(),
+        namespaces: HashMap::new(),
     };
     let watch_task = tokio::spawn(watch_task);
     run_request_loop(
@@ -107,12 +105,15 @@ struct Controller {
     tracked: HashMap<String, Tracked>,
     /// Namespace → when this agent's Lease there was last renewed.
     leases: HashMap<String, Instant>,
+    /// Namespace → its census, kept while this agent has rollout work there.
+    namespaces: HashMap<String, NamespaceWatch>,
 }
 
 #[derive(Default)]
 struct Tracked {
-    census: Option<(Instant, Option<String>, Census)>,
     outcomes: HashMap<String, (Instant, RequestOutcome)>,
+    /// The requests of the claims of agents that are gone, by pod UID, and when read.
+    foreign_requests: Option<(Instant, HashMap<String, RequestOutcome>)>,
     /// A write refused for this resourceVersion: nothing is decided from it again.
     conflicted_at: Option<String>,
     /// After a refused write, not before this: the agents that lost a race do not all try
@@ -120,8 +121,6 @@ struct Tracked {
     write_after: Option<Instant>,
     /// What was last said of why this node waits, so that it is logged once.
     waiting: Option<String>,
-    /// The last census that failed, and why (said once; tried again after a while).
-    census_failed: Option<(Instant, String)>,
 }
 
 impl RequestController for Controller {
@@ -147,6 +146,7 @@ impl RequestController for Controller {
         for namespace in namespaces_with_work {
             self.renew_lease(&namespace).await;
         }
+        self.namespaces.retain(|_, watch| !watch.idle());
         let live: HashSet<&str> = objects
             .iter()
             .filter_map(|o| o.metadata.uid.as_deref())
@@ -222,63 +222,42 @@ impl Controller {
                 self.follow(rollout, spec, claim, view).await;
             }
         }
+        let namespace = rollout.meta.namespace.as_str();
+        let census_source = self
+            .namespaces
+            .entry(namespace.to_string())
+            .or_insert_with(|| NamespaceWatch::start(&self.client, namespace));
+        census_source.used = Instant::now();
+        census_source
+            .refresh_live_agents(&self.client, namespace)
+            .await;
+        let foreign = match census_source.live_agents() {
+            Some(live) => {
+                let live = live.clone();
+                self.foreign_requests(rollout, &live).await
+            }
+            None => HashMap::new(),
+        };
+        let census = self
+            .namespaces
+            .get(namespace)
+            .and_then(|source| source.census(&selector, foreign));
         let tracked = self.tracked.entry(uid.clone()).or_default();
         let outcomes: HashMap<String, RequestOutcome> = tracked
             .outcomes
             .iter()
             .map(|(uid, (_, o))| (uid.clone(), o.clone()))
             .collect();
-        let fresh_census = tracked.census.as_ref().filter(|(at, census_rv, _)| {
-            at.elapsed() < CENSUS_PERIOD
-                && (census_rv == &rv || at.elapsed() < Duration::from_millis(500))
+        let step = plan::step(&Facts {
+            node: &self.node,
+            now: Timestamp::now(),
+            generation: rollout.meta.generation,
+            spec,
+            status: &rollout.status,
+            my_pods: &my_pods,
+            outcomes: &outcomes,
+            census: census.as_ref(),
         });
-        let mut census = fresh_census.map(|(_, _, c)| c.clone());
-        let decide = |census: Option<&Census>| {
-            plan::step(&Facts {
-                node: &self.node,
-                now: Timestamp::now(),
-                generation: rollout.meta.generation,
-                spec,
-                status: &rollout.status,
-                my_pods: &my_pods,
-                outcomes: &outcomes,
-                census,
-            })
-        };
-        let mut step = decide(census.as_ref());
-        let failed_lately = self
-            .tracked
-            .get(&uid)
-            .and_then(|t| t.census_failed.as_ref())
-            .is_some_and(|(at, _)| at.elapsed() < CENSUS_PERIOD);
-        if step.wants_census && census.is_none() && !failed_lately {
-            let taken = take_census(&self.client, rollout, &selector.to_string()).await;
-            let t = self.tracked.entry(uid.clone()).or_default();
-            match taken {
-                Ok(taken) => {
-                    t.census = Some((Instant::now(), rv.clone(), taken.clone()));
-                    t.census_failed = None;
-                    census = Some(taken);
-                    step = decide(census.as_ref());
-                }
-                Err(err) => {
-                    let message = match &err {
-                        ::kube::Error::Api(status) if status.code == 403 => format!(
-                            "{err}: carrying out rollouts needs the agent's dedicated identity (rbac-dedicated.yaml)"
-                        ),
-                        _ => err.to_string(),
-                    };
-                    if t.census_failed
-                        .as_ref()
-                        .is_none_or(|(_, said)| *said != message)
-                    {
-                        tracing::warn!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
-                            error = %message, "cannot count the rollout's pods; no pod is restarted here until it can");
-                    }
-                    t.census_failed = Some((Instant::now(), message));
-                }
-            }
-        }
         if let Some(t) = self.tracked.get_mut(&uid)
             && t.waiting != step.waiting
         {
@@ -300,10 +279,6 @@ impl Controller {
             match self.replace_status(rollout, &written).await {
                 Ok(()) => {
                     if let Some(t) = self.tracked.get_mut(&uid) {
-                        // A census decided a claim once: the next one is counted afresh.
-                        if !step.claimed.is_empty() {
-                            t.census = None;
-                        }
                         t.conflicted_at = None;
                     }
                     if step.status.phase != rollout.status.phase {
@@ -319,7 +294,6 @@ impl Controller {
                 Err(Conflict) => {
                     if let Some(t) = self.tracked.get_mut(&uid) {
                         t.conflicted_at = rv;
-                        t.census = None;
                         t.write_after = Some(
                             Instant::now() + CONFLICT_SPREAD.mul_f64(rand::random_range(0.0..1.0)),
                         );
@@ -420,6 +394,37 @@ impl Controller {
             t.outcomes
                 .insert(pod_uid.to_string(), (Instant::now(), outcome));
         }
+    }
+
+    /// The requests of the claims held by agents that are gone (read at most every
+    /// [`LEASES_PERIOD`]): what lets another agent release such a claim.
+    async fn foreign_requests(
+        &mut self,
+        rollout: &Rollout,
+        live: &HashSet<String>,
+    ) -> HashMap<String, RequestOutcome> {
+        let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
+        if let Some((at, known)) = &tracked.foreign_requests
+            && at.elapsed() < LEASES_PERIOD
+        {
+            return known.clone();
+        }
+        let requests: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &rollout.meta.namespace,
+            &restart_request_resource(),
+        );
+        let mut known = HashMap::new();
+        for (node, claim) in rollout.status.claims() {
+            if node != self.node && !live.contains(node) {
+                let name = request_name(&rollout.meta.name, &claim.pod_uid);
+                known.insert(claim.pod_uid.clone(), read_request(&requests, &name).await);
+            }
+        }
+        if let Some(t) = self.tracked.get_mut(&rollout.meta.uid) {
+            t.foreign_requests = Some((Instant::now(), known.clone()));
+        }
+        known
     }
 
     /// Creates or renews this agent's Lease in `namespace` (at most every ten seconds).
@@ -571,81 +576,4 @@ async fn make_request(
         Err(::kube::Error::Api(status)) if status.code == 409 => Ok(()),
         Err(err) => Err(err),
     }
-}
-
-/// The rollout's namespace over every node: the matching pods, the agents' Leases, the
-/// PodDisruptionBudgets and, when there are any, every pod they may cover.
-async fn take_census(
-    client: &::kube::Client,
-    rollout: &Rollout,
-    selector: &str,
-) -> Result<Census, ::kube::Error> {
-    let namespace = rollout.meta.namespace.as_str();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let matching = pods
-        .list(&ListParams::default().labels(selector))
-        .await?
-        .items
-        .iter()
-        .map(|pod| RolloutPod {
-            state: PodState::of(pod),
-            node: pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.clone())
-                .unwrap_or_default(),
-            created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            terminating: pod.metadata.deletion_timestamp.is_some(),
-        })
-        .collect();
-    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
-    let now = Timestamp::now();
-    let live_agents: HashSet<String> = leases
-        .list(&ListParams::default().labels(LABEL_AGENT_LEASE))
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|lease| {
-            let spec = lease.spec?;
-            let renewed = spec.renew_time?.0;
-            let duration = i64::from(spec.lease_duration_seconds?);
-            (renewed.as_second() + duration > now.as_second()).then_some(spec.holder_identity?)
-        })
-        .collect();
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), namespace);
-    let mut budgets = Vec::new();
-    for pdb in pdbs.list(&ListParams::default()).await?.items {
-        match Budget::of(&pdb) {
-            Ok(budget) => budgets.push(budget),
-            Err(message) => {
-                tracing::warn!(%message, "ignoring a PodDisruptionBudget that cannot be read")
-            }
-        }
-    }
-    let namespace_pods = if budgets.is_empty() {
-        Vec::new()
-    } else {
-        pods.list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .map(PodState::of)
-            .collect()
-    };
-    let requests: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &restart_request_resource());
-    let mut foreign_requests = HashMap::new();
-    for (node, claim) in rollout.status.claims() {
-        if !live_agents.contains(node) {
-            let name = request_name(&rollout.meta.name, &claim.pod_uid);
-            foreign_requests.insert(claim.pod_uid.clone(), read_request(&requests, &name).await);
-        }
-    }
-    Ok(Census {
-        matching,
-        budgets,
-        namespace_pods,
-        live_agents,
-        foreign_requests,
-    })
 }

@@ -7,6 +7,7 @@
 //! that is gone are released by the others once their pods are ready again or gone.
 
 pub mod budget;
+mod census;
 pub mod cli;
 mod controller;
 pub mod object;

@@ -44,8 +44,8 @@ pub enum RequestOutcome {
     Failed(String),
 }
 
-/// The rollout's namespace as listed over every node: taken only when a claim or the end of
-/// the rollout is to be decided.
+/// The rollout's namespace over every node, as this agent's watches show it (none before they
+/// have listed: nothing is claimed then).
 #[derive(Clone, Debug, Default)]
 pub struct Census {
     /// The pods matching the selector, on every node.
@@ -80,8 +80,6 @@ pub struct Step {
     pub claimed: Vec<Claim>,
     /// Why this node claims nothing now, when it has pods left to restart.
     pub waiting: Option<String>,
-    /// A census would let this agent decide more (a claim, the end of the rollout).
-    pub wants_census: bool,
     /// This node has pods of the rollout to restart or under way: its agent keeps its Lease.
     pub has_work: bool,
 }
@@ -225,11 +223,9 @@ pub fn step(facts: &Facts) -> Step {
         })
         .collect();
     todo.sort_by(|a, b| a.state.name.cmp(&b.state.name));
-    let my_claims = status.part(facts.node).map_or(0, |p| p.claims.len());
 
     let mut claimed = Vec::new();
     let mut waiting = None;
-    let claims_held = status.claims().count();
     if status.phase == RolloutPhase::Progressing && !todo.is_empty() {
         let mut part = status.part(facts.node).cloned().unwrap_or_default();
         match facts.census {
@@ -256,22 +252,10 @@ pub fn step(facts: &Facts) -> Step {
         put_part(&mut status, part);
     }
 
-    let mut wants_census = false;
-    if !status.phase.is_final() {
-        if let Some(census) = facts.census {
-            conclude(&mut status, census, start, now);
-        }
-        let room_by_claims = facts.census.map_or(usize::MAX, |c| {
-            facts.spec.max_unavailable_of(c.matching.len())
-        }) > claims_held;
-        // A census is worth taking to claim (while claims alone leave room), or, with nothing
-        // left to do here, to see whether the rollout has ended or waits on nodes without an
-        // agent.
-        wants_census = (status.phase == RolloutPhase::Progressing
-            && claimed.is_empty()
-            && !todo.is_empty()
-            && room_by_claims)
-            || (todo.is_empty() && my_claims == 0);
+    if !status.phase.is_final()
+        && let Some(census) = facts.census
+    {
+        conclude(&mut status, census, start, now);
     }
     summarize(&mut status, facts.node, facts.generation);
     let has_work = !status.phase.is_final()
@@ -283,7 +267,6 @@ pub fn step(facts: &Facts) -> Step {
         status,
         claimed,
         waiting: if todo.is_empty() { None } else { waiting },
-        wants_census,
         has_work,
     }
 }
@@ -716,14 +699,9 @@ mod tests {
             step.waiting.as_deref(),
             Some("3 of 3 allowed unavailable (2 restarting, 1 unready)")
         );
-        assert!(step.wants_census, "c1 may be ready again: worth counting");
         run.spec = spec(json!({"maxUnavailable": 2}));
         let step = run.step();
         assert!(step.claimed.is_empty());
-        assert!(
-            !step.wants_census,
-            "claims alone fill the budget: nothing to count"
-        );
     }
 
     #[test]
@@ -973,10 +951,6 @@ mod tests {
                 .iter()
                 .all(|c| c.type_ != CONDITION_WAITING)
         );
-        assert!(
-            step.wants_census,
-            "its own part done, the agent keeps looking at the end"
-        );
         run.now = at(LEASE_DURATION.as_secs() as i64);
         let step = run.step();
         let waiting = step
@@ -1071,7 +1045,6 @@ mod tests {
         let step = run.step();
         assert_eq!(step.status.done, 1);
         assert!(step.claimed.is_empty());
-        assert!(step.wants_census);
     }
 
     /// Agents racing over one rollout through a server that orders writes by resourceVersion,

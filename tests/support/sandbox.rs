@@ -49,8 +49,8 @@ pub struct NodeOptions {
     pub kubelet_pod_update_lag: Duration,
     /// The stand-in's crash back-off settings (default: the release's).
     pub crash_loop: CrashLoopSettings,
-    /// Kubelets up to 1.34: where in 10–15 s the stand-in retries a pod in back-off (0.0–1.0;
-    /// default: random, as the kubelet).
+    /// Where in its jitter the stand-in requeues a pod in back-off (0.0–1.0; default: random,
+    /// as the kubelet; see node_sandbox's `KubeletConfig::backoff_retry_jitter`).
     pub backoff_retry_jitter: Option<f64>,
 }
 

@@ -117,7 +117,7 @@ pub fn crr_decoder(data: &[u8]) {
         restart_count: restarts,
         started_at: Some(Timestamp::UNIX_EPOCH),
         ready_in_pod_status: true,
-        backoff_until: None,
+        backoff_hold: None,
     };
     let pod = PodFacts {
         uid: request

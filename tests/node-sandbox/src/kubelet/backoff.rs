@@ -6,12 +6,14 @@
 //! `forget_after` (from the kubelet's last start to the exit) is forgotten. The exit code does not
 //! matter. Written from the kubelet sources, independently of inplaced's prediction of it.
 //!
-//! When the kubelet looks again: from 1.35 at the first sync after the wait (its pod worker
-//! requeues the pod for when the wait ends). Up to 1.34 the back-off reaches the pod worker as a
-//! sync error, and the worker retries the pod `wait.Jitter(10 s, 0.5)` later (10–15 s), unless an
-//! event of the pod (a container changing state, an update of its spec or metadata) syncs it
-//! first; each sync that meets the back-off sets that retry anew (`sync.rs`). Not modelled: a
-//! probe result changing, which also syncs the pod.
+//! When the kubelet looks again: the back-off reaches the pod worker as a sync error, and the
+//! worker requeues the pod, unless an event of the pod (a container changing state, an update
+//! of its spec or metadata) syncs it first; each sync that meets the back-off sets the requeue
+//! anew (`sync.rs`). Up to 1.34 the requeue is `wait.Jitter(10 s, 0.5)`, 10–15 s. From 1.35
+//! (kubernetes PR 133066) the error carries the wait's end and the requeue is for then, with
+//! the same jitter: `wait.Jitter(left, 0.5)`, `left` the time to the wait's end capped at the
+//! one-minute resync interval. Not modelled: a probe result changing, which also syncs the pod,
+//! and the kubelet's 1 s sync tick (the stand-in looks every 200 ms).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -75,7 +77,7 @@ pub(super) struct Backoff {
     entries: HashMap<String, Entry>,
 }
 
-fn nanos(d: Duration) -> i64 {
+pub(super) fn nanos(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
 
@@ -116,16 +118,17 @@ impl Backoff {
     }
 }
 
-/// Kubelets up to 1.34 look at a pod held in back-off again only at their pod worker's retry.
-pub(super) fn retries_late(minor: u32) -> bool {
-    minor <= 34
-}
-
-/// The pod worker's retry after a sync error: `wait.Jitter(backOffPeriod, 0.5)`, 10 s plus up
-/// to half again; `jitter` pins where in that range (0.0–1.0), else it is random as in Go.
-pub(super) fn retry_after(jitter: Option<f64>) -> Duration {
+/// The pod worker's requeue of a pod whose sync met a back-off with `left` to wait:
+/// `wait.Jitter(d, 0.5)`, d plus up to half again, d being 10 s up to 1.34 and `left` (at most
+/// a minute) from 1.35. `jitter` pins where in that range (0.0–1.0), else it is random as in Go.
+pub(super) fn requeue_after(minor: u32, left: Duration, jitter: Option<f64>) -> Duration {
     let fraction = jitter.unwrap_or_else(fastrand::f64).clamp(0.0, 1.0);
-    Duration::from_secs(10) + Duration::from_secs(5).mul_f64(fraction)
+    let base = if minor <= 34 {
+        Duration::from_secs(10)
+    } else {
+        left.min(Duration::from_secs(60))
+    };
+    base + (base / 2).mul_f64(fraction)
 }
 
 /// Go's `time.Duration.String()` for whole seconds: `10s`, `1m20s`, `5m0s`.
@@ -171,17 +174,28 @@ mod tests {
     }
 
     #[test]
-    fn up_to_1_34_a_pod_in_back_off_is_retried_10_to_15_s_later() {
-        assert!(retries_late(34) && retries_late(26) && !retries_late(35));
-        assert_eq!(retry_after(Some(0.0)), Duration::from_secs(10));
-        assert_eq!(retry_after(Some(1.0)), Duration::from_secs(15));
-        assert_eq!(retry_after(Some(0.5)), Duration::from_millis(12_500));
+    fn a_pod_in_back_off_is_requeued_per_release() {
+        let s = Duration::from_secs;
+        let left = s(8);
+        assert_eq!(requeue_after(34, left, Some(0.0)), s(10));
+        assert_eq!(requeue_after(34, left, Some(1.0)), s(15));
+        assert_eq!(
+            requeue_after(26, left, Some(0.5)),
+            Duration::from_millis(12_500)
+        );
+        assert_eq!(requeue_after(35, left, Some(0.0)), s(8));
+        assert_eq!(requeue_after(35, left, Some(1.0)), s(12));
+        assert_eq!(
+            requeue_after(36, s(200), Some(0.0)),
+            s(60),
+            "the resync interval"
+        );
+        assert_eq!(requeue_after(36, Duration::ZERO, Some(1.0)), Duration::ZERO);
         for _ in 0..100 {
-            let random = retry_after(None);
-            assert!(
-                (Duration::from_secs(10)..=Duration::from_secs(15)).contains(&random),
-                "{random:?}"
-            );
+            let random = requeue_after(34, left, None);
+            assert!((s(10)..=s(15)).contains(&random), "{random:?}");
+            let random = requeue_after(35, left, None);
+            assert!((s(8)..=s(12)).contains(&random), "{random:?}");
         }
     }
 

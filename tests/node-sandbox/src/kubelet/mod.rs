@@ -78,9 +78,10 @@ pub struct KubeletConfig {
     /// The crash back-off settings of the release's kubelet config and feature gates (default:
     /// none set, the release's defaults).
     pub crash_loop: CrashLoopSettings,
-    /// Where in its 10–15 s a kubelet up to 1.34 retries a pod held in crash back-off, as a
-    /// fraction of the 5 s jitter (0.0: 10 s, 1.0: 15 s). None: random each time, as the
-    /// kubelet; tests that need exact times pin it.
+    /// Where in its jitter the pod worker requeues a pod held in crash back-off, as a fraction
+    /// of the half added at most (up to 1.34 0.0: 10 s, 1.0: 15 s; from 1.35 0.0: the wait's
+    /// end, 1.0: half the time left later). None: random each time, as the kubelet; tests that
+    /// need exact times pin it.
     pub backoff_retry_jitter: Option<f64>,
     /// Create the Node object and fill its status at start.
     pub register_node: bool,

@@ -43,12 +43,13 @@ struct PodState {
     /// A change of those not yet acted on: the kubelet's sync for it comes `restart_delay`
     /// after the stand-in noticed it (the PLEG's lag, as for restarts).
     event_due: Option<Instant>,
-    /// Kubelets up to 1.34: when the pod worker retries a pod whose last look met a back-off.
+    /// When the pod worker requeued a pod whose last look met a back-off.
     backoff_retry: Option<Instant>,
     /// This sync looks at containers in back-off (else the last look's verdict stands).
     looks_at_backoff: bool,
-    /// This sync found a container held by its back-off.
-    met_backoff: bool,
+    /// This sync looked and found a container held by its back-off: the earliest end of the
+    /// waits met (Unix nanoseconds).
+    met_backoff: Option<i64>,
 }
 
 struct Probe {
@@ -399,8 +400,7 @@ impl Shared {
                     return Outcome::Waiting;
                 }
                 if !st.looks_at_backoff {
-                    // Not looked at since its back-off was met: it waits for the retry.
-                    st.met_backoff = true;
+                    // Not looked at since its back-off was met: it waits for the requeue.
                     return Outcome::Waiting;
                 }
                 // doBackOff: the key names the pod, the container and its hash.
@@ -424,7 +424,8 @@ impl Shared {
                     );
                     st.waiting
                         .insert(name.to_owned(), ("CrashLoopBackOff".to_owned(), msg));
-                    st.met_backoff = true;
+                    let ends = finished.saturating_add(backoff::nanos(delay));
+                    st.met_backoff = Some(st.met_backoff.map_or(ends, |e| e.min(ends)));
                     return Outcome::Waiting;
                 }
                 lock(&self.backoff).next(&self.backoff_rule, &key, finished, now);
@@ -492,8 +493,7 @@ async fn sync_pod(sh: &Shared, spec_pod: &Value, st: &mut PodState) -> anyhow::R
         .to_owned();
     let runtime = sh.list_containers(&sb.id).await?;
     let none: Vec<Container> = Vec::new();
-    // Up to 1.34 a pod held in back-off is looked at again at its retry or at an event of it.
-    let retries_late = backoff::retries_late(sh.version.minor());
+    // A pod held in back-off is looked at again at its requeue or at an event of it.
     let triggers = sync_triggers(spec_pod, &runtime);
     let now = Instant::now();
     if st.sync_triggers.as_ref() != Some(&triggers) {
@@ -501,12 +501,11 @@ async fn sync_pod(sh: &Shared, spec_pod: &Value, st: &mut PodState) -> anyhow::R
         st.event_due.get_or_insert(now + sh.config.restart_delay);
     }
     let event_due = st.event_due.is_some_and(|due| now >= due);
-    st.looks_at_backoff =
-        !retries_late || event_due || st.backoff_retry.is_none_or(|retry| now >= retry);
+    st.looks_at_backoff = event_due || st.backoff_retry.is_none_or(|retry| now >= retry);
     if event_due {
         st.event_due = None;
     }
-    st.met_backoff = false;
+    st.met_backoff = None;
 
     // Init containers in order, each to completion (restartable sidecars only to running).
     let mut init_done = true;
@@ -548,11 +547,12 @@ async fn sync_pod(sh: &Shared, spec_pod: &Value, st: &mut PodState) -> anyhow::R
         }
         st.initialized = true;
     }
-    if retries_late && st.looks_at_backoff {
-        // The worker's retry after the sync error a back-off is; each such sync sets it anew.
-        st.backoff_retry = st
-            .met_backoff
-            .then(|| now + backoff::retry_after(sh.config.backoff_retry_jitter));
+    if st.looks_at_backoff {
+        // The worker's requeue after the sync error a back-off is; each such sync sets it anew.
+        st.backoff_retry = st.met_backoff.map(|ends| {
+            let left = Duration::from_nanos(u64::try_from(ends - now_nanos()).unwrap_or(0));
+            now + backoff::requeue_after(sh.version.minor(), left, sh.config.backoff_retry_jitter)
+        });
     }
     if resizing {
         // Listed again: the actions above may have replaced containers.

@@ -1,0 +1,319 @@
+//! The rollout's namespace as an agent with work in a rollout follows it: its pods and its
+//! PodDisruptionBudgets through two watches (started when the agent first has work in a
+//! rollout of the namespace, stopped a while after it has none), and the agents' Leases, listed
+//! at most every [`LEASES_PERIOD`]. Taking the census from watches makes a claim cost no
+//! request but its status write: listing the namespace's pods before each claim (the first
+//! design) cost 66 of the 91 API requests per restarted pod at 100 nodes (BENCHMARKS.md).
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ::kube::api::{Api, ListParams};
+use ::kube::core::{Selector, SelectorExt};
+use ::kube::runtime::reflector::Store;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Deserializer};
+
+use super::budget::{Budget, PodState};
+use super::plan::{Census, RolloutPod};
+
+/// The least time between two listings of the agents' Leases (only claims of agents that are
+/// gone and nodes without an agent depend on them; a Lease lasts 40 s).
+pub(super) const LEASES_PERIOD: Duration = Duration::from_secs(10);
+/// A namespace's watches outlive the agent's last work there by this much (a rollout ending
+/// and the next one starting do not list the namespace again).
+const LINGER: Duration = Duration::from_secs(60);
+
+/// One pod of the namespace as the census keeps it: identity, labels, node, readiness. The
+/// rest of the pod (its spec, its containers' statuses) is dropped as it is read.
+#[derive(Clone, Debug, Default)]
+pub(super) struct CensusPod {
+    metadata: ObjectMeta,
+    node: String,
+    ready: bool,
+}
+
+impl<'de> Deserialize<'de> for CensusPod {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize, Default)]
+        #[serde(rename_all = "camelCase")]
+        struct Spec {
+            #[serde(default)]
+            node_name: Option<String>,
+        }
+        // Defaults everywhere: a pod the census cannot read in part is kept, not an error that
+        // would make the watch list the namespace again.
+        #[derive(Deserialize)]
+        struct Condition {
+            #[serde(default, rename = "type")]
+            type_: String,
+            #[serde(default)]
+            status: String,
+        }
+        #[derive(Deserialize, Default)]
+        struct Status {
+            #[serde(default)]
+            conditions: Option<Vec<Condition>>,
+        }
+        #[derive(Deserialize)]
+        struct Wire {
+            #[serde(default)]
+            metadata: ObjectMeta,
+            #[serde(default)]
+            spec: Option<Spec>,
+            #[serde(default)]
+            status: Option<Status>,
+        }
+        let wire = Wire::deserialize(deserializer)?;
+        let m = wire.metadata;
+        let metadata = ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            resource_version: m.resource_version,
+            labels: m.labels,
+            creation_timestamp: m.creation_timestamp,
+            deletion_timestamp: m.deletion_timestamp,
+            ..Default::default()
+        };
+        let ready = wire
+            .status
+            .and_then(|s| s.conditions)
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        Ok(CensusPod {
+            metadata,
+            node: wire.spec.and_then(|s| s.node_name).unwrap_or_default(),
+            ready,
+        })
+    }
+}
+
+impl ::kube::Resource for CensusPod {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Pod".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "pods".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl CensusPod {
+    fn state(&self) -> PodState {
+        PodState {
+            name: self.metadata.name.clone().unwrap_or_default(),
+            uid: self.metadata.uid.clone().unwrap_or_default(),
+            labels: self.metadata.labels.clone().unwrap_or_default(),
+            ready: self.ready,
+        }
+    }
+
+    fn labels(&self) -> &BTreeMap<String, String> {
+        static NONE: BTreeMap<String, String> = BTreeMap::new();
+        self.metadata.labels.as_ref().unwrap_or(&NONE)
+    }
+}
+
+/// The watches of one namespace; dropping it stops them.
+pub(super) struct NamespaceWatch {
+    pods: Store<CensusPod>,
+    budgets: Store<PodDisruptionBudget>,
+    listed: [Arc<AtomicBool>; 2],
+    tasks: [tokio::task::JoinHandle<()>; 2],
+    /// The nodes whose agent held an unexpired Lease when last listed, and when.
+    live_agents: Option<(Instant, HashSet<String>)>,
+    /// When an agent last had work in a rollout of this namespace.
+    pub(super) used: Instant,
+}
+
+impl Drop for NamespaceWatch {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl NamespaceWatch {
+    pub(super) fn start(client: &::kube::Client, namespace: &str) -> NamespaceWatch {
+        let (pods, pods_listed, pods_task) =
+            crate::kube::watch_namespaced::<CensusPod>(client.clone(), namespace, "pods");
+        let (budgets, budgets_listed, budgets_task) =
+            crate::kube::watch_namespaced::<PodDisruptionBudget>(
+                client.clone(),
+                namespace,
+                "PodDisruptionBudgets",
+            );
+        NamespaceWatch {
+            pods,
+            budgets,
+            listed: [pods_listed, budgets_listed],
+            tasks: [tokio::spawn(pods_task), tokio::spawn(budgets_task)],
+            live_agents: None,
+            used: Instant::now(),
+        }
+    }
+
+    /// Unused for long enough to be stopped.
+    pub(super) fn idle(&self) -> bool {
+        self.used.elapsed() > LINGER
+    }
+
+    /// Lists the agents' Leases if the last listing is older than [`LEASES_PERIOD`]; a failure
+    /// keeps the last listing (said once; the census waits for a first one).
+    pub(super) async fn refresh_live_agents(&mut self, client: &::kube::Client, namespace: &str) {
+        if self
+            .live_agents
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < LEASES_PERIOD)
+        {
+            return;
+        }
+        let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+        let listed = leases
+            .list(&ListParams::default().labels(super::controller::LABEL_AGENT_LEASE))
+            .await;
+        match listed {
+            Ok(list) => {
+                let now = Timestamp::now();
+                let live = list
+                    .items
+                    .into_iter()
+                    .filter_map(|lease| {
+                        let spec = lease.spec?;
+                        let renewed = spec.renew_time?.0;
+                        let duration = i64::from(spec.lease_duration_seconds?);
+                        (renewed.as_second() + duration > now.as_second())
+                            .then_some(spec.holder_identity?)
+                    })
+                    .collect();
+                self.live_agents = Some((Instant::now(), live));
+            }
+            Err(err) => {
+                let hint = match &err {
+                    ::kube::Error::Api(status) if status.code == 403 => {
+                        ": carrying out rollouts needs the agent's dedicated identity (rbac-dedicated.yaml)"
+                    }
+                    _ => "",
+                };
+                tracing::warn!(namespace = %namespace, error = %err,
+                    "cannot list the agents' Leases{hint}; claims of agents that may be gone are kept until it can");
+                // Tried again at the next period, not on every pass.
+                if let Some((at, _)) = self.live_agents.as_mut() {
+                    *at = Instant::now();
+                }
+            }
+        }
+    }
+
+    /// The census of a rollout's `selector`, once both watches have listed and the Leases have
+    /// been listed once; `foreign_requests` are the requests of gone agents' claims.
+    pub(super) fn census(
+        &self,
+        selector: &Selector,
+        foreign_requests: HashMap<String, super::plan::RequestOutcome>,
+    ) -> Option<Census> {
+        if !self.listed.iter().all(|l| l.load(Ordering::Relaxed)) {
+            return None;
+        }
+        let live_agents = self.live_agents.as_ref()?.1.clone();
+        let pods = self.pods.state();
+        let matching = pods
+            .iter()
+            .filter(|p| selector.matches(p.labels()))
+            .map(|p| RolloutPod {
+                state: p.state(),
+                node: p.node.clone(),
+                created: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                terminating: p.metadata.deletion_timestamp.is_some(),
+            })
+            .collect();
+        let mut budgets = Vec::new();
+        for pdb in self.budgets.state() {
+            match Budget::of(&pdb) {
+                Ok(budget) => budgets.push(budget),
+                Err(message) => {
+                    tracing::warn!(%message, "ignoring a PodDisruptionBudget that cannot be read")
+                }
+            }
+        }
+        let namespace_pods = if budgets.is_empty() {
+            Vec::new()
+        } else {
+            pods.iter().map(|p| p.state()).collect()
+        };
+        Some(Census {
+            matching,
+            budgets,
+            namespace_pods,
+            live_agents,
+            foreign_requests,
+        })
+    }
+
+    /// The live agents as last listed (empty before the first listing).
+    pub(super) fn live_agents(&self) -> Option<&HashSet<String>> {
+        self.live_agents.as_ref().map(|(_, live)| live)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_census_pod_keeps_identity_labels_node_and_readiness_only() {
+        let pod: CensusPod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-1", "namespace": "ns", "uid": "u1",
+                "resourceVersion": "7", "labels": {"app": "web"},
+                "annotations": {"big": "x".repeat(1000)},
+                "managedFields": [{"manager": "kubelet"}],
+                "creationTimestamp": "2026-11-29T08:00:00Z",
+                "deletionTimestamp": "2026-11-29T09:00:00Z"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "i"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "app", "ready": true}]}
+        }))
+        .unwrap();
+        assert_eq!(pod.node, "n1");
+        assert!(pod.ready);
+        assert_eq!(pod.state().labels["app"], "web");
+        assert!(pod.metadata.annotations.is_none() && pod.metadata.managed_fields.is_none());
+        assert!(pod.metadata.deletion_timestamp.is_some());
+        assert_eq!(pod.metadata.resource_version.as_deref(), Some("7"));
+
+        let unready: CensusPod = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "status": {"conditions": [{"type": "Ready", "status": "False"},
+                {"type": "PodScheduled", "status": "True"}]}
+        }))
+        .unwrap();
+        assert!(!unready.ready && unready.node.is_empty());
+        let bare: CensusPod = serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap();
+        assert!(!bare.ready);
+    }
+}
