@@ -203,7 +203,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             }
         };
         heartbeat.beat();
-        if !rebuild {
+        // The kubelet's start is read on any wake at most every 10 s, so that a kubelet restart
+        // is shown when it is seen, not at the next rebuild (up to a minute later when idle).
+        let kubelet_restarted = kubelet_read.is_none_or(|at| at.elapsed() >= KUBELET_PROCESS_READ)
+            && {
+                kubelet_read = Some(std::time::Instant::now());
+                restarts.kubelet_started(kubelet_process.started_at())
+            };
+        if !rebuild && !kubelet_restarted {
             continue;
         }
         idle_ticks = 0;
@@ -216,10 +223,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let snapshot = snapshots.borrow().clone();
         let mut joined = build_view(&config.node_name, sources.as_ref(), &snapshot, &health);
         nodeview::annotate(&mut joined, &mut hash_cache);
-        if kubelet_read.is_none_or(|at| at.elapsed() >= KUBELET_PROCESS_READ) {
-            kubelet_read = Some(std::time::Instant::now());
-            restarts.kubelet_started(kubelet_process.started_at());
-        }
         restarts.observe(&mut joined, &snapshot);
         upgrade_watch.observe(&joined);
         let status = status_line(&joined, &health);

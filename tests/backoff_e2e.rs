@@ -449,3 +449,82 @@ async fn before_1_35_the_kubelet_starts_it_at_its_first_retry_after_the_wait() {
     );
     node.stop().await;
 }
+
+/// A kubelet restart forgets its crash back-off. The agent sees one from the kubelet process's
+/// start time and says of a container held since before it that its back-off is not known (in
+/// the request's state and in `inplaced pods`), giving no time it cannot stand behind. The
+/// kubelet process here is a stand-in for the name the agent is told (`--kubelet-process-name`)
+/// that the test starts anew while a container waits out a 20 s back-off (the stand-in kubelet
+/// itself keeps its entries and holds it to the end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn after_a_kubelet_restart_the_back_off_of_a_held_container_is_said_not_known() {
+    let dir = tempfile::tempdir().unwrap();
+    // A process's name is its executable's, cut to 15 bytes.
+    let name = format!("kl-{:08x}", rand::random::<u32>());
+    let exe = dir.path().join(&name);
+    std::fs::copy("/bin/sleep", &exe).unwrap();
+    let start_kubelet = || {
+        tokio::process::Command::new(&exe)
+            .arg("3600")
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let mut kubelet = start_kubelet();
+    let options = NodeOptions::kubelet("v1.35.2")
+        .backoff_retry_jitter(1.0)
+        .agent_args(&["--kubelet-process-name", &name]);
+    let mut node = Node::start_with(options).await;
+    let pod_name = unique("forgot");
+    node.run_pod(&pod_name, one_container()).await;
+    // The free restart, then one after a 10 s wait: a third stop waits 20 s.
+    for _ in 0..2 {
+        let crr = unique("crr");
+        node.create_crr(&crr, &pod_name, &["app"], json!({})).await;
+        node.wait_completed(&crr, Duration::from_secs(60)).await;
+    }
+    let id = container_id(&node.pod(&pod_name).unwrap(), "app");
+    let c = wait_shown_restart(&mut node, &pod_name, &id).await;
+    assert_eq!(c["crash_backoff"]["next_wait_seconds"], 20, "{c:#}");
+
+    let crr = unique("crr");
+    node.create_crr(&crr, &pod_name, &["app"], json!({})).await;
+    let message = |r: &Value| {
+        r.pointer("/status/containerRecreateStates/0/message")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let held = node
+        .wait_crr(&crr, Duration::from_secs(10), |r| {
+            message(r)
+                .starts_with("the kubelet will start it again after its crash back-off, between ")
+        })
+        .await;
+    assert_eq!(held["status"]["phase"], "Recreating", "{held:#}");
+    // Restarted in a later second than it started (process start times are read to the tick).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    kubelet.kill().await.unwrap();
+    let mut kubelet = start_kubelet();
+    // The agent reads the kubelet's start every 10 s: well within the 20 s and more held.
+    let unknown = node
+        .wait_crr(&crr, Duration::from_secs(18), |r| {
+            message(r).starts_with(
+                "waiting for the kubelet to start it again (its crash back-off is not known: \
+                 the kubelet restarted at ",
+            )
+        })
+        .await;
+    assert_eq!(unknown["status"]["phase"], "Recreating", "{unknown:#}");
+    let c = node.shown_container(&pod_name);
+    let reason = c["crash_backoff"]["uncertain"].as_str().unwrap_or_default();
+    assert!(reason.contains("forgot its back-off"), "{c:#}");
+    assert!(
+        c["crash_backoff"]["until"].is_null(),
+        "no time given: {c:#}"
+    );
+    node.wait_completed(&crr, Duration::from_secs(60)).await;
+    kubelet.kill().await.unwrap();
+    node.stop().await;
+}

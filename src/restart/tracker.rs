@@ -102,19 +102,21 @@ impl RestartTracker {
 
     /// The kubelet process's start time, as read now (`KubeletProcess::started_at`). A later
     /// start than the one seen before is a kubelet restart: its back-off entries are gone, so
-    /// the book is cleared, and what was predicted before it is uncertain.
-    pub fn kubelet_started(&mut self, at: Option<Timestamp>) {
+    /// the book is cleared, and what was predicted before it is uncertain. True on a restart.
+    pub fn kubelet_started(&mut self, at: Option<Timestamp>) -> bool {
         let Some(at) = at else {
-            return;
+            return false;
         };
-        if let Some(before) = self.kubelet_start
-            && at.as_second() > before.as_second()
-        {
+        let restarted = self
+            .kubelet_start
+            .is_some_and(|before| at.as_second() > before.as_second());
+        if restarted {
             tracing::info!(started = %at, "the kubelet restarted: it forgot its crash back-off; predictions made before are uncertain");
             self.backoff = BackoffBook::default();
             self.kubelet_restarted_at = Some(at);
         }
         self.kubelet_start = Some(at);
+        restarted
     }
 
     /// Why a prediction for this container cannot be trusted, if it cannot.
