@@ -149,44 +149,55 @@ pub fn watch_node(
     )
 }
 
-/// A watch of one kind's objects in `namespace` while the returned task runs: the store, and
-/// whether its first list has arrived. For the short-lived watches of a piece of work (a
+/// A watch of `api`'s objects (one namespace's, those matching `labels` if given) while the
+/// returned task runs: the store, and whether its first list has arrived; `on_event` is called
+/// after each change is in the store. For the short-lived watches of a piece of work (a
 /// rollout's census): errors are logged (the repeat limit keeps them brief), not counted in the
 /// agent's readiness, and the watch backs off and resumes as the others do. `what` names it in
 /// the logs.
 pub fn watch_namespaced<K>(
-    client: Client,
-    namespace: &str,
+    api: Api<K>,
+    dynamic: K::DynamicType,
+    labels: Option<&str>,
     what: &'static str,
+    on_event: impl Fn() + Send + 'static,
 ) -> (
     Store<K>,
     Arc<AtomicBool>,
     impl Future<Output = ()> + Send + 'static,
 )
 where
-    K: ::kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    K: ::kube::Resource
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
         + Send
         + Sync
         + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
 {
-    let (reader, writer) = reflector::store();
+    let writer = reflector::store::Writer::new(dynamic);
+    let reader = writer.as_reader();
     let listed = Arc::new(AtomicBool::new(false));
     let seen = listed.clone();
-    let namespace_name = namespace.to_string();
-    let api: Api<K> = Api::namespaced(client, namespace);
+    let namespace = api.namespace().unwrap_or_default().to_string();
     // From the watch cache, unpaged (the API server ignores a limit with resourceVersion 0, as
     // it does for client-go's informers).
     let mut config = watcher::Config::default().any_semantic();
     config.page_size = None;
+    if let Some(labels) = labels {
+        config = config.labels(labels);
+    }
     let stream = relist_promptly(watcher(api, config)).reflect(writer);
     let task = async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
             match item {
-                Ok(watcher::Event::InitDone) => seen.store(true, Ordering::Relaxed),
+                Ok(watcher::Event::InitDone) => {
+                    seen.store(true, Ordering::Relaxed);
+                    on_event();
+                }
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => on_event(),
                 Ok(_) => {}
                 Err(err) => {
                     let forbidden = match &err {
@@ -201,7 +212,7 @@ where
                     } else {
                         ""
                     };
-                    tracing::warn!(namespace = %namespace_name, error = %err,
+                    tracing::warn!(namespace = %namespace, error = %err,
                         "cannot watch the namespace's {what}{hint}; tried again");
                 }
             }

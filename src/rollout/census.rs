@@ -1,7 +1,7 @@
-//! The rollout's namespace as an agent with work in a rollout follows it: its pods and its
-//! PodDisruptionBudgets through two watches (started when the agent first has work in a
-//! rollout of the namespace, stopped a while after it has none), and the agents' Leases, listed
-//! at most every [`LEASES_PERIOD`]. Taking the census from watches makes a claim cost no
+//! The rollout's namespace as an agent with work in a rollout follows it: its pods, its
+//! PodDisruptionBudgets and the requests the rollouts made for this node's pods through three
+//! watches (started when the agent first has work in a rollout of the namespace, stopped a
+//! while after it has none), and the agents' Leases, listed at most every [`LEASES_PERIOD`]. Taking the census from watches makes a claim cost no
 //! request but its status write: listing the namespace's pods before each claim (the first
 //! design) cost 66 of the 91 API requests per restarted pod at 100 nodes (BENCHMARKS.md).
 
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ::kube::api::{Api, ListParams};
+use ::kube::api::{Api, DynamicObject, ListParams};
 use ::kube::core::{Selector, SelectorExt};
 use ::kube::runtime::reflector::Store;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -19,9 +19,13 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Deserializer};
+use tokio::sync::Notify;
 
 use super::budget::{Budget, PodState};
-use super::plan::{Census, RolloutPod};
+use super::object::LABEL_ROLLOUT;
+use super::plan::{Census, RequestOutcome, RolloutPod};
+use crate::restartrequest::request as restart;
+use crate::restartrequest::restart_request_resource;
 
 /// The least time between two listings of the agents' Leases (only claims of agents that are
 /// gone and nodes without an agent depend on them; a Lease lasts 40 s).
@@ -140,8 +144,11 @@ impl CensusPod {
 pub(super) struct NamespaceWatch {
     pods: Store<CensusPod>,
     budgets: Store<PodDisruptionBudget>,
-    listed: [Arc<AtomicBool>; 2],
-    tasks: [tokio::task::JoinHandle<()>; 2],
+    /// The ContainerRestartRequests the rollouts made for this node's pods: how its claims
+    /// stand, without reading each one.
+    requests: Store<DynamicObject>,
+    listed: [Arc<AtomicBool>; 3],
+    tasks: [tokio::task::JoinHandle<()>; 3],
     /// The nodes whose agent held an unexpired Lease when last listed, and when.
     live_agents: Option<(Instant, HashSet<String>)>,
     /// When an agent last had work in a rollout of this namespace.
@@ -157,23 +164,65 @@ impl Drop for NamespaceWatch {
 }
 
 impl NamespaceWatch {
-    pub(super) fn start(client: &::kube::Client, namespace: &str) -> NamespaceWatch {
-        let (pods, pods_listed, pods_task) =
-            crate::kube::watch_namespaced::<CensusPod>(client.clone(), namespace, "pods");
-        let (budgets, budgets_listed, budgets_task) =
-            crate::kube::watch_namespaced::<PodDisruptionBudget>(
-                client.clone(),
-                namespace,
-                "PodDisruptionBudgets",
-            );
+    /// Starts the namespace's watches; `requests_changed` is notified when one of this node's
+    /// rollout requests changes.
+    pub(super) fn start(
+        client: &::kube::Client,
+        namespace: &str,
+        node: &str,
+        requests_changed: Arc<Notify>,
+    ) -> NamespaceWatch {
+        let (pods, pods_listed, pods_task) = crate::kube::watch_namespaced(
+            Api::<CensusPod>::namespaced(client.clone(), namespace),
+            (),
+            None,
+            "pods",
+            || {},
+        );
+        let (budgets, budgets_listed, budgets_task) = crate::kube::watch_namespaced(
+            Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace),
+            (),
+            None,
+            "PodDisruptionBudgets",
+            || {},
+        );
+        let resource = restart_request_resource();
+        let labels = format!("{}={node},{LABEL_ROLLOUT}", restart::LABEL_NODE_NAME);
+        let (requests, requests_listed, requests_task) = crate::kube::watch_namespaced(
+            Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource),
+            resource,
+            Some(&labels),
+            "rollouts' ContainerRestartRequests",
+            move || requests_changed.notify_one(),
+        );
         NamespaceWatch {
             pods,
             budgets,
-            listed: [pods_listed, budgets_listed],
-            tasks: [tokio::spawn(pods_task), tokio::spawn(budgets_task)],
+            requests,
+            listed: [pods_listed, budgets_listed, requests_listed],
+            tasks: [
+                tokio::spawn(pods_task),
+                tokio::spawn(budgets_task),
+                tokio::spawn(requests_task),
+            ],
             live_agents: None,
             used: Instant::now(),
         }
+    }
+
+    /// How this node's request `name` stands, once its watch has listed.
+    pub(super) fn request(&self, name: &str) -> Option<RequestOutcome> {
+        if !self.listed[2].load(Ordering::Relaxed) {
+            return None;
+        }
+        let found = self
+            .requests
+            .state()
+            .into_iter()
+            .find(|r| r.metadata.name.as_deref() == Some(name));
+        Some(found.map_or(RequestOutcome::Absent, |r| {
+            super::controller::outcome_of(&r)
+        }))
     }
 
     /// Unused for long enough to be stopped.
@@ -233,9 +282,9 @@ impl NamespaceWatch {
     pub(super) fn census(
         &self,
         selector: &Selector,
-        foreign_requests: HashMap<String, super::plan::RequestOutcome>,
+        foreign_requests: HashMap<String, RequestOutcome>,
     ) -> Option<Census> {
-        if !self.listed.iter().all(|l| l.load(Ordering::Relaxed)) {
+        if !self.listed[..2].iter().all(|l| l.load(Ordering::Relaxed)) {
             return None;
         }
         let live_agents = self.live_agents.as_ref()?.1.clone();

@@ -14,7 +14,7 @@ use ::kube::core::{Selector, SelectorExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 use super::budget::PodState;
 use super::census::{LEASES_PERIOD, NamespaceWatch};
@@ -33,10 +33,19 @@ use crate::restartrequest::restart_request_resource;
 pub const LABEL_AGENT_LEASE: &str = "inplaced.io/agent-lease";
 /// How often an agent with rollout work renews its Lease.
 const LEASE_RENEWAL: Duration = Duration::from_secs(10);
-/// After a refused status write, the next try comes at a random point within this.
-const CONFLICT_SPREAD: Duration = Duration::from_secs(1);
-/// The least time between two reads of one claimed pod's request.
-const REQUEST_READ_PERIOD: Duration = Duration::from_secs(1);
+/// After a refused status write, the next try comes at a random point within a window of this
+/// much per node taking part (the nodes with a part in the rollout's status), between
+/// [`CONFLICT_SPREAD_MIN`] and [`CONFLICT_SPREAD_MAX`]: the agents that lost a race then try
+/// again about one at a time, whether there are three of them or a hundred.
+const CONFLICT_SPREAD_PER_NODE: Duration = Duration::from_millis(10);
+const CONFLICT_SPREAD_MIN: Duration = Duration::from_millis(50);
+const CONFLICT_SPREAD_MAX: Duration = Duration::from_secs(1);
+
+fn conflict_spread(nodes: usize) -> Duration {
+    CONFLICT_SPREAD_PER_NODE
+        .saturating_mul(u32::try_from(nodes).unwrap_or(u32::MAX))
+        .clamp(CONFLICT_SPREAD_MIN, CONFLICT_SPREAD_MAX)
+}
 
 const WORKER: &str = "restart rollouts";
 
@@ -90,6 +99,7 @@ pub async fn run(
         tracked: HashMap::new(),
         leases: HashMap::new(),
         namespaces: HashMap::new(),
+        requests_changed: Arc::new(Notify::new()),
     };
     let watch_task = tokio::spawn(watch_task);
     run_request_loop(
@@ -107,11 +117,16 @@ struct Controller {
     leases: HashMap<String, Instant>,
     /// Namespace → its census, kept while this agent has rollout work there.
     namespaces: HashMap<String, NamespaceWatch>,
+    /// Notified when one of this node's rollout requests changes.
+    requests_changed: Arc<Notify>,
 }
 
 #[derive(Default)]
 struct Tracked {
-    outcomes: HashMap<String, (Instant, RequestOutcome)>,
+    /// How the requests of this node's claims stand, by pod UID.
+    outcomes: HashMap<String, RequestOutcome>,
+    /// Pod UIDs whose request this agent made (or found made): the watch may not show it yet.
+    made: HashSet<String>,
     /// The requests of the claims of agents that are gone, by pod UID, and when read.
     foreign_requests: Option<(Instant, HashMap<String, RequestOutcome>)>,
     /// A write refused for this resourceVersion: nothing is decided from it again.
@@ -152,13 +167,22 @@ impl RequestController for Controller {
             .filter_map(|o| o.metadata.uid.as_deref())
             .collect();
         self.tracked.retain(|uid, _| live.contains(uid.as_str()));
-        None
+        // A write put off after a conflict is tried when it is due, not at the next second.
+        let now = Instant::now();
+        self.tracked
+            .values()
+            .filter_map(|t| t.write_after)
+            .filter(|after| *after > now)
+            .min()
+            .map(|after| after - now)
     }
 
     fn finish(&mut self, _: ()) {}
 
+    /// Not a status write here: a change of one of this node's rollout requests, so that a
+    /// finished one frees its claim at once rather than at the next second's pass.
     async fn status_written(&mut self) {
-        std::future::pending::<()>().await;
+        self.requests_changed.notified().await;
     }
 
     fn busy(&self) -> bool {
@@ -216,26 +240,34 @@ impl Controller {
         {
             return true;
         }
+        let namespace = rollout.meta.namespace.as_str();
+        let census_source = self
+            .namespaces
+            .entry(namespace.to_string())
+            .or_insert_with(|| {
+                NamespaceWatch::start(
+                    &self.client,
+                    namespace,
+                    &self.node,
+                    self.requests_changed.clone(),
+                )
+            });
+        census_source.used = Instant::now();
+        census_source
+            .refresh_live_agents(&self.client, namespace)
+            .await;
         // Requests of this node's claims: made if missing, read for their outcome.
         if let Some(part) = mine {
             for claim in &part.claims {
                 self.follow(rollout, spec, claim, view).await;
             }
         }
-        let namespace = rollout.meta.namespace.as_str();
-        let census_source = self
+        let live = self
             .namespaces
-            .entry(namespace.to_string())
-            .or_insert_with(|| NamespaceWatch::start(&self.client, namespace));
-        census_source.used = Instant::now();
-        census_source
-            .refresh_live_agents(&self.client, namespace)
-            .await;
-        let foreign = match census_source.live_agents() {
-            Some(live) => {
-                let live = live.clone();
-                self.foreign_requests(rollout, &live).await
-            }
+            .get(namespace)
+            .and_then(|source| source.live_agents().cloned());
+        let foreign = match live {
+            Some(live) => self.foreign_requests(rollout, &live).await,
             None => HashMap::new(),
         };
         let census = self
@@ -243,11 +275,7 @@ impl Controller {
             .get(namespace)
             .and_then(|source| source.census(&selector, foreign));
         let tracked = self.tracked.entry(uid.clone()).or_default();
-        let outcomes: HashMap<String, RequestOutcome> = tracked
-            .outcomes
-            .iter()
-            .map(|(uid, (_, o))| (uid.clone(), o.clone()))
-            .collect();
+        let outcomes = tracked.outcomes.clone();
         let step = plan::step(&Facts {
             node: &self.node,
             now: Timestamp::now(),
@@ -295,7 +323,9 @@ impl Controller {
                     if let Some(t) = self.tracked.get_mut(&uid) {
                         t.conflicted_at = rv;
                         t.write_after = Some(
-                            Instant::now() + CONFLICT_SPREAD.mul_f64(rand::random_range(0.0..1.0)),
+                            Instant::now()
+                                + conflict_spread(rollout.status.nodes.len())
+                                    .mul_f64(rand::random_range(0.0..1.0)),
                         );
                     }
                 }
@@ -347,8 +377,8 @@ impl Controller {
         }
     }
 
-    /// Makes the request of a claimed pod if it does not exist and the claim is fresh (other
-    /// agents may release an older one), and reads how it stands (at most every second).
+    /// How the request of a claimed pod stands (this node's request watch), making it if it
+    /// does not exist and the claim is fresh (other agents may release an older one).
     async fn follow(
         &mut self,
         rollout: &Rollout,
@@ -357,27 +387,35 @@ impl Controller {
         view: &NodeView,
     ) {
         let (pod, pod_uid) = (claim.pod.as_str(), claim.pod_uid.as_str());
-        let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
-        if tracked.outcomes.get(pod_uid).is_some_and(|(at, o)| {
-            at.elapsed() < REQUEST_READ_PERIOD
-                || matches!(o, RequestOutcome::Succeeded | RequestOutcome::Failed(_))
-        }) {
-            return;
-        }
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.client.clone(),
-            &rollout.meta.namespace,
-            &restart_request_resource(),
-        );
         let name = request_name(&rollout.meta.name, pod_uid);
-        let outcome = match read_request(&api, &name).await {
-            RequestOutcome::Absent => {
+        let seen = self
+            .namespaces
+            .get(&rollout.meta.namespace)
+            .and_then(|watch| watch.request(&name));
+        let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
+        let outcome = match seen {
+            None => RequestOutcome::Unknown,
+            // Made by this agent, not yet brought by the watch.
+            Some(RequestOutcome::Absent) if tracked.made.contains(pod_uid) => {
+                RequestOutcome::Underway
+            }
+            Some(RequestOutcome::Absent) => {
                 let still_here = view.pods.iter().any(|p| p.uid == pod_uid);
                 if !plan::fresh(claim, Timestamp::now()) {
                     RequestOutcome::Absent
                 } else if still_here {
+                    let api: Api<DynamicObject> = Api::namespaced_with(
+                        self.client.clone(),
+                        &rollout.meta.namespace,
+                        &restart_request_resource(),
+                    );
                     match make_request(&api, rollout, spec, &name, pod, pod_uid, &self.node).await {
-                        Ok(()) => RequestOutcome::Underway,
+                        Ok(()) => {
+                            if let Some(t) = self.tracked.get_mut(&rollout.meta.uid) {
+                                t.made.insert(pod_uid.to_string());
+                            }
+                            RequestOutcome::Underway
+                        }
                         Err(err) => {
                             tracing::warn!(rollout = %rollout.meta.name, pod = %pod, error = %err,
                                 "cannot make the pod's ContainerRestartRequest; tried again on the next pass");
@@ -388,11 +426,10 @@ impl Controller {
                     RequestOutcome::Unknown
                 }
             }
-            outcome => outcome,
+            Some(outcome) => outcome,
         };
         if let Some(t) = self.tracked.get_mut(&rollout.meta.uid) {
-            t.outcomes
-                .insert(pod_uid.to_string(), (Instant::now(), outcome));
+            t.outcomes.insert(pod_uid.to_string(), outcome);
         }
     }
 
@@ -488,22 +525,27 @@ impl Controller {
 /// A write refused or failed: decided again from a newer version.
 struct Conflict;
 
-/// How the request `name` stands.
+/// How a request stands.
+pub(super) fn outcome_of(object: &DynamicObject) -> RequestOutcome {
+    match RestartRequest::from_object(object) {
+        Ok(request) => match request.status.phase {
+            RestartPhase::Succeeded => RequestOutcome::Succeeded,
+            RestartPhase::Failed => RequestOutcome::Failed(
+                request
+                    .status
+                    .message
+                    .unwrap_or_else(|| "its request failed".into()),
+            ),
+            _ => RequestOutcome::Underway,
+        },
+        Err(err) => RequestOutcome::Failed(format!("its request cannot be read: {err}")),
+    }
+}
+
+/// How the request `name` (of another node's claim) stands, read from the API.
 async fn read_request(api: &Api<DynamicObject>, name: &str) -> RequestOutcome {
     match api.get_opt(name).await {
-        Ok(Some(object)) => match RestartRequest::from_object(&object) {
-            Ok(request) => match request.status.phase {
-                RestartPhase::Succeeded => RequestOutcome::Succeeded,
-                RestartPhase::Failed => RequestOutcome::Failed(
-                    request
-                        .status
-                        .message
-                        .unwrap_or_else(|| "its request failed".into()),
-                ),
-                _ => RequestOutcome::Underway,
-            },
-            Err(err) => RequestOutcome::Failed(format!("its request cannot be read: {err}")),
-        },
+        Ok(Some(object)) => outcome_of(&object),
         Ok(None) => RequestOutcome::Absent,
         Err(err) => {
             tracing::debug!(error = %err, "cannot read a rollout's request");
@@ -575,5 +617,20 @@ async fn make_request(
         // Made already (by this agent before it restarted): followed as it is.
         Err(::kube::Error::Api(status)) if status.code == 409 => Ok(()),
         Err(err) => Err(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_conflict_spread_grows_with_the_nodes_taking_part_within_bounds() {
+        let ms = Duration::from_millis;
+        assert_eq!(conflict_spread(0), ms(50));
+        assert_eq!(conflict_spread(3), ms(50));
+        assert_eq!(conflict_spread(20), ms(200));
+        assert_eq!(conflict_spread(100), ms(1000));
+        assert_eq!(conflict_spread(5000), ms(1000));
     }
 }

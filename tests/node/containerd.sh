@@ -14,6 +14,8 @@
 #   containerd.sh images   only build the test images (an OCI layout tarball in the state
 #                          directory) and print its path: for a containerd run by someone else
 #                          (the VM of tests/vm imports it into the node's own containerd).
+#   containerd.sh fetch    only fetch the release INPLACED_CONTAINERD names (1.7, 2.1) and print
+#                          the directory it is unpacked in (the VM of tests/vm carries 2.1).
 #
 # Environment (optional):
 #   INPLACED_CONTAINERD        the containerd release to run: 1.6 (default: Debian 12's package,
@@ -308,5 +310,7 @@ case "${1:-up}" in
   release) if running; then echo "$RUNNING_RELEASE"; else echo stopped; exit 1; fi ;;
   endpoint) echo "unix://$SOCK" ;;
   images) mkdir -p "$BASE"; build_images; echo "$BASE/images.tar" ;;
+  fetch) [ "$RELEASE" != 1.6 ] || die "fetch: containerd 1.6 is Debian 12's package"
+    mkdir -p "$RUNTIME_CACHE"; fetch_release; echo "$RUNTIME_CACHE/containerd-$RELEASE" ;;
   *) echo "usage: $0 up|down|stop-daemon|start-daemon|status|release|endpoint|images" >&2; exit 2 ;;
 esac

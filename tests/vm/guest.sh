@@ -12,7 +12,9 @@
 #                  a bad config → exit 2 and no restart loop, `systemctl stop` finishes a kill
 #                  under way, `systemd-analyze security` (saved), `dpkg --purge`;
 #   end to end     the Rust end-to-end tests named below, against this node's containerd with the
-#                  kubelet stand-in's systemd driver (pod slices, cri-containerd scopes).
+#                  kubelet stand-in's systemd driver (pod slices, cri-containerd scopes): on
+#                  Debian 12's containerd 1.6, then, with containerd.service switched to Debian
+#                  sid's 2.1 (config version 3) by a drop-in, a part of them again.
 # Prints ok:/FAIL: lines and ends with `vm: N passed, M failed`; /mnt/out/result holds "N M".
 set -uo pipefail
 # Under pipefail a `producer | grep -q` fails when grep stops reading before the producer is done
@@ -264,21 +266,57 @@ wait_until 30 bash -c '! ls -d /sys/fs/cgroup/kubepods.slice/kubepods-burstable.
   && ok "the sandbox's pod slices are gone" || fail "pod slices left: $(ls /sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/)"
 
 # ------------------------------------------------------------------- end to end, systemd driver
-step "end-to-end tests with the systemd cgroup driver"
-# Lines "<test binary name> <path>" written by run.sh; each test runs alone.
-while read -r binary test; do
-  path=$(awk -v b="$binary" '$1 == b {print $2}' "$OUT/test-binaries")
-  [ -x "$path" ] || { fail "$binary: no test binary"; continue; }
-  if INPLACED_TEST_CRI_ENDPOINT=$CRI INPLACED_TEST_CGROUP_DRIVER=systemd \
-    "$path" --ignored --exact "$test" --test-threads=1 > "$OUT/$test.log" 2>&1; then
-    ok "$binary::$test"
-  else
-    fail "$binary::$test (log: target/vm/$test.log)"; tail -30 "$OUT/$test.log"
-  fi
-done <<'TESTS'
+# run_e2e LABEL: the tests named on stdin ("<test binary name> <test>" per line, from the
+# binaries run.sh listed), each alone, against this node's containerd with the systemd driver.
+run_e2e() {
+  local label=$1 binary test path
+  while read -r binary test; do
+    path=$(awk -v b="$binary" '$1 == b {print $2}' "$OUT/test-binaries")
+    [ -x "$path" ] || { fail "$binary: no test binary"; continue; }
+    if INPLACED_TEST_CRI_ENDPOINT=$CRI INPLACED_TEST_CGROUP_DRIVER=systemd \
+      "$path" --ignored --exact "$test" --test-threads=1 > "$OUT/$label-$test.log" 2>&1; then
+      ok "$label $binary::$test"
+    else
+      fail "$label $binary::$test (log: target/vm/$label-$test.log)"; tail -30 "$OUT/$label-$test.log"
+    fi
+  done
+}
+
+step "end-to-end tests with the systemd cgroup driver, containerd 1.6"
+run_e2e containerd-1.6 <<'TESTS'
 resize_e2e cri_actuator_grows_and_shrinks_a_two_container_pod
 resize_e2e a_resize_refused_midway_is_undone
 resize_e2e cri_resize_counts_a_sidecar_in_the_pod_cgroup
+recreate_e2e single_container_is_recreated_once_with_its_exec_pre_stop
+restart_request_e2e ordered_restart_stops_each_container_after_the_one_before_is_ready
+containermeta_e2e restart_trigger_with_an_annotation_and_a_label
+TESTS
+
+# containerd.service switched to Debian sid's 2.1 (config version 3, the systemd driver) with a
+# drop-in, as a platform team upgrading the runtime of a node would; its own root and state.
+step "containerd 2.1 (config version 3) under containerd.service"
+systemctl stop containerd
+mkdir -p /etc/systemd/system/containerd.service.d
+printf '[Service]\nEnvironment=PATH=/opt/containerd-2.1/bin:/usr/sbin:/usr/bin:/sbin:/bin\nExecStart=\nExecStart=/opt/containerd-2.1/bin/containerd --config /etc/containerd/config-2.1.toml\n' \
+  > /etc/systemd/system/containerd.service.d/containerd-2.1.conf
+systemctl daemon-reload
+systemctl start containerd
+ctr21() { /opt/containerd-2.1/bin/ctr "$@"; }
+server_version() { ctr21 version 2>/dev/null | awk '/^Server:/{s=1} s && /Version:/{print $2; exit}'; }
+if wait_until 60 active containerd.service && wait_until 30 bash -c '/opt/containerd-2.1/bin/ctr version >/dev/null 2>&1'; then
+  v=$(server_version)
+  case "$v" in 2.1.*) ok "containerd $v runs under containerd.service" ;; *) fail "containerd.service runs containerd [$v], not 2.1" ;; esac
+else
+  fail "containerd 2.1 did not start: $(journalctl -u containerd --no-pager | tail -5)"
+fi
+if ctr21 -n k8s.io images import "$images" >/dev/null && ctr21 -n k8s.io images ls -q | grep -x localhost/pause:local >/dev/null; then
+  ok "test images imported into containerd 2.1"
+else
+  fail "test images import into containerd 2.1"
+fi
+step "end-to-end tests with the systemd cgroup driver, containerd 2.1"
+run_e2e containerd-2.1 <<'TESTS'
+resize_e2e cri_actuator_grows_and_shrinks_a_two_container_pod
 recreate_e2e single_container_is_recreated_once_with_its_exec_pre_stop
 restart_request_e2e ordered_restart_stops_each_container_after_the_one_before_is_ready
 containermeta_e2e restart_trigger_with_an_annotation_and_a_label

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/vm/run.sh — inplaced on a real node under real systemd: a Debian 12 VM booted with QEMU,
 # systemd 252 as PID 1 on cgroup v2, containerd with the systemd cgroup driver
-# (`SystemdCgroup = true`). The fresh .deb is installed in it and tests/vm/guest.sh checks the
+# (`SystemdCgroup = true`): Debian 12's 1.6, then Debian sid's 2.1 for the end-to-end part. The fresh .deb is installed in it and tests/vm/guest.sh checks the
 # unit, the hardening and the node sandbox end to end there (docs/testing.md, "The VM").
 #
 #   tests/vm/run.sh              build the .deb and the test binaries, then boot, test, power off
@@ -106,6 +106,22 @@ CONTAINERD_CONFIG='version = 2
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = true'
 
+# containerd 2.1 (Debian sid's, config version 3) carried beside Debian 12's 1.6, for the
+# end-to-end part that guest.sh runs on both: production cgroup v2 nodes run 1.7 and 2.x. Not
+# started at boot; guest.sh switches containerd.service to it with a drop-in.
+CONTAINERD21_CONFIG='version = 3
+root = "/var/lib/containerd-2.1"
+state = "/run/containerd-2.1"
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "localhost/pause:local"
+[plugins."io.containerd.cri.v1.runtime".containerd]
+  default_runtime_name = "runc"
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+      SystemdCgroup = true'
+CONTAINERD21=
+
 build_rootfs() {
   local root=$1
   mmdebstrap --quiet --variant=minbase --include="$PACKAGES" \
@@ -120,12 +136,16 @@ build_rootfs() {
   printf '%s\n' "$UNIT" > "$root/etc/systemd/system/inplaced-vm-test.service"
   ln -sf /etc/systemd/system/inplaced-vm-test.service "$root/etc/systemd/system/multi-user.target.wants/inplaced-vm-test.service"
   printf '%s\n' "$CONTAINERD_CONFIG" > "$root/etc/containerd/config.toml"
+  mkdir -p "$root/opt/containerd-2.1/bin"
+  cp "$CONTAINERD21"/usr/bin/* "$root/opt/containerd-2.1/bin/"
+  printf '%s\n' "$CONTAINERD21_CONFIG" > "$root/etc/containerd/config-2.1.toml"
 }
 
 # The cache key: everything the image is made of (the packages come from the suite as it is
 # today; a new key is taken when the recipe changes, not when Debian publishes an update).
 recipe_hash() {
-  { echo "$PACKAGES $SUITE"; echo "$ENTRY"; echo "$UNIT"; echo "$CONTAINERD_CONFIG"; declare -f build_rootfs; } |
+  { echo "$PACKAGES $SUITE"; echo "$ENTRY"; echo "$UNIT"; echo "$CONTAINERD_CONFIG"
+    echo "$CONTAINERD21_CONFIG"; "$CONTAINERD21/usr/bin/containerd" --version; declare -f build_rootfs; } |
     sha256sum | cut -c1-16
 }
 
@@ -151,6 +171,7 @@ build_image() {
 mkdir -p "$CACHE"
 install_mmdebstrap
 fetch_qemu
+CONTAINERD21=$(INPLACED_CONTAINERD=2.1 tests/node/containerd.sh fetch) || die "cannot fetch containerd 2.1"
 build_image
 if [ "${1:-}" = --image-only ]; then exit 0; fi
 
