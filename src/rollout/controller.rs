@@ -1,6 +1,6 @@
 //! The rollout loop: one watch of every ContainerRestartRollout; for each unfinished one with
-//! pods on this node, the facts (the node view, the requests of this node's claims, and the
-//! census of the namespace, kept by watches while this node has work there), one
+//! pods on this node, the facts (the node view, and the census of the namespace and the
+//! requests of this node's claims, kept by watches while this node has work there), one
 //! [`plan::step`], and its result written with the resourceVersion it was decided from. The restarts themselves are
 //! ContainerRestartRequests, named after the rollout and the pod so that a pod is asked once per
 //! rollout whatever happens to the agent; this node's restart-request loop carries them out.
