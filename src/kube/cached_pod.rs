@@ -4,8 +4,6 @@
 //! `Pod` decodes a benchmark pod of 2.7 KB of JSON into 19.5 KB (every `Container` is 2 KB
 //! before its strings); this type holds it in 2.8 KB (BENCHMARKS.md, "Memory").
 
-use std::borrow::Cow;
-
 use k8s_openapi::api::core::v1::{PodCondition, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
@@ -199,29 +197,40 @@ fn null_as_default<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
-impl ::kube::Resource for CachedPod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
+/// `kube::Resource` for a lean pod type (a struct with a `metadata: ObjectMeta` field, decoded
+/// from the API's pods): kube-rs's watcher and reflector take it as they take `Pod`.
+macro_rules! lean_pod_resource {
+    ($lean:ty) => {
+        impl ::kube::Resource for $lean {
+            type DynamicType = ();
+            type Scope = ::k8s_openapi::NamespaceResourceScope;
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Pod".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "pods".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+            fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+                "Pod".into()
+            }
+            fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+                "".into()
+            }
+            fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+                "v1".into()
+            }
+            fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+                "pods".into()
+            }
+            fn meta(&self) -> &::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut ::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
+pub(crate) use lean_pod_resource;
+
+lean_pod_resource!(CachedPod);
 
 #[cfg(test)]
 mod tests {

@@ -21,6 +21,7 @@ use tower::Layer;
 
 use crate::health::Health;
 use crate::metrics::Metrics;
+pub(crate) use cached_pod::lean_pod_resource;
 pub use cached_pod::{
     CachedContainer, CachedContainerStatus, CachedPod, CachedPodSpec, CachedPodStatus,
 };

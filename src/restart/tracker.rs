@@ -188,12 +188,13 @@ impl RestartTracker {
             _ => None,
         };
         let late_by = rule.late_by(Duration::from_secs(next_wait_seconds));
-        let late = window.is_some_and(|w| w.latest > w.earliest);
         (next_wait_seconds > 0 || window.is_some()).then(|| CrashBackoffView {
             next_wait_seconds,
             late_by_seconds: late_by.as_secs_f64().ceil() as u64,
             until: window.map(|w| w.earliest.to_string()),
-            until_latest: window.filter(|_| late).map(|w| w.latest.to_string()),
+            until_latest: window
+                .filter(|w| w.latest > w.earliest)
+                .map(|w| w.latest.to_string()),
             uncertain: None,
         })
     }
@@ -627,6 +628,27 @@ mod tests {
         (backoff, container.crash_backoff.clone())
     }
 
+    /// The exited container of `stopped_three_times` is held from its 20 s wait's end for up to
+    /// `late` seconds more.
+    fn assert_held_from_20_s_for(exited: &NodeView, late: i64) {
+        let held = exited.pods[0].containers[0]
+            .crash_backoff
+            .clone()
+            .expect("held");
+        let window = held.restart_window().expect("a window");
+        assert_eq!(
+            window.latest.duration_since(window.earliest).as_secs(),
+            late,
+            "{held:?}"
+        );
+        let finished = exited.pods[0].containers[0]
+            .runtime
+            .as_ref()
+            .and_then(|r| nanos_to_timestamp(r.times.finished_at))
+            .expect("finished");
+        assert_eq!(window.earliest.duration_since(finished).as_secs(), 20);
+    }
+
     /// From 1.35 the kubelet requeues a pod held in back-off for the wait's end, jittered by up
     /// to half the time left: a start 3 s after the 10 s wait counts as back-off (13 s), and
     /// the next exit is held 20 s and up to 11 s more (half of 20 s and the 1 s sync tick).
@@ -643,22 +665,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(shown(&last), (Some(13.0), Some(expected)));
-        let held = exited.pods[0].containers[0]
-            .crash_backoff
-            .clone()
-            .expect("held");
-        let window = held.restart_window().expect("a window");
-        assert_eq!(
-            window.latest.duration_since(window.earliest).as_secs(),
-            11,
-            "{held:?}"
-        );
-        let finished = exited.pods[0].containers[0]
-            .runtime
-            .as_ref()
-            .and_then(|r| nanos_to_timestamp(r.times.finished_at))
-            .expect("finished");
-        assert_eq!(window.earliest.duration_since(finished).as_secs(), 20);
+        assert_held_from_20_s_for(&exited, 11);
     }
 
     /// Up to 1.34 the kubelet retries a pod held in back-off only every 10–15 s: a start 4 s
@@ -675,21 +682,6 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(shown(&last), (Some(14.0), Some(expected)));
-        let held = exited.pods[0].containers[0]
-            .crash_backoff
-            .clone()
-            .expect("held");
-        let window = held.restart_window().expect("a window");
-        assert_eq!(
-            window.latest.duration_since(window.earliest).as_secs(),
-            16,
-            "{held:?}"
-        );
-        let finished = exited.pods[0].containers[0]
-            .runtime
-            .as_ref()
-            .and_then(|r| nanos_to_timestamp(r.times.finished_at))
-            .expect("finished");
-        assert_eq!(window.earliest.duration_since(finished).as_secs(), 20);
+        assert_held_from_20_s_for(&exited, 16);
     }
 }

@@ -5,7 +5,6 @@
 //! request but its status write: listing the namespace's pods before each claim (the first
 //! design) cost 66 of the 91 API requests per restarted pod at 100 nodes (BENCHMARKS.md).
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use ::kube::api::{Api, DynamicObject, ListParams};
 use ::kube::core::{Selector, SelectorExt};
-use ::kube::runtime::reflector::Store;
+use ::kube::runtime::reflector::{ObjectRef, Store};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -100,29 +99,7 @@ impl<'de> Deserialize<'de> for CensusPod {
     }
 }
 
-impl ::kube::Resource for CensusPod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Pod".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "pods".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+crate::kube::lean_pod_resource!(CensusPod);
 
 impl CensusPod {
     fn state(&self) -> PodState {
@@ -153,6 +130,7 @@ pub(super) struct NamespaceWatch {
     live_agents: Option<(Instant, HashSet<String>)>,
     /// When an agent last had work in a rollout of this namespace.
     pub(super) used: Instant,
+    namespace: String,
 }
 
 impl Drop for NamespaceWatch {
@@ -207,6 +185,7 @@ impl NamespaceWatch {
             ],
             live_agents: None,
             used: Instant::now(),
+            namespace: namespace.to_string(),
         }
     }
 
@@ -215,11 +194,8 @@ impl NamespaceWatch {
         if !self.listed[2].load(Ordering::Relaxed) {
             return None;
         }
-        let found = self
-            .requests
-            .state()
-            .into_iter()
-            .find(|r| r.metadata.name.as_deref() == Some(name));
+        let key = ObjectRef::new_with(name, restart_request_resource()).within(&self.namespace);
+        let found = self.requests.get(&key);
         Some(found.map_or(RequestOutcome::Absent, |r| {
             super::controller::outcome_of(&r)
         }))
