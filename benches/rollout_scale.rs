@@ -267,8 +267,11 @@ async fn main() {
         .expect("the rollout");
     let deadline = started + limit;
     let mut said = Instant::now();
+    // What every landed write of it sends to every agent's watch.
+    let mut largest = 0usize;
     let done = loop {
         let rollout = server.store().get(ROLLOUTS, NS, "web").unwrap_or_default();
+        largest = largest.max(rollout.to_string().len());
         let phase = rollout["status"]["phase"].as_str().unwrap_or("").to_owned();
         if phase == "Succeeded" || phase == "Failed" || Instant::now() > deadline {
             break rollout;
@@ -320,6 +323,7 @@ async fn main() {
         "  most pods unready at once: {} (budget {budget})",
         most_unready.load(Ordering::SeqCst)
     );
+    println!("  the rollout object at its largest: {largest} bytes");
     println!(
         "  wall time {:.1} s; ideal {ideal:.1} s (pods / budget × one restart); {:.1}×",
         took.as_secs_f64(),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use ::kube::api::{Api, DynamicObject, ListParams};
 use ::kube::core::{Selector, SelectorExt};
-use ::kube::runtime::reflector::{ObjectRef, Store};
+use ::kube::runtime::reflector::Store;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 
 use super::budget::{Budget, PodState};
 use super::object::LABEL_ROLLOUT;
-use super::plan::{Census, RequestOutcome, RolloutPod};
+use super::plan::{Census, NodeRequest, NodeRequests, RolloutPod};
 use crate::restartrequest::request as restart;
 use crate::restartrequest::restart_request_resource;
 
@@ -130,7 +130,6 @@ pub(super) struct NamespaceWatch {
     live_agents: Option<(Instant, HashSet<String>)>,
     /// When an agent last had work in a rollout of this namespace.
     pub(super) used: Instant,
-    namespace: String,
 }
 
 impl Drop for NamespaceWatch {
@@ -185,20 +184,21 @@ impl NamespaceWatch {
             ],
             live_agents: None,
             used: Instant::now(),
-            namespace: namespace.to_string(),
         }
     }
 
-    /// How this node's request `name` stands, once its watch has listed.
-    pub(super) fn request(&self, name: &str) -> Option<RequestOutcome> {
+    /// This node's requests of the rollout `uid`, by pod UID, once their watch has listed.
+    pub(super) fn requests_of(&self, rollout_uid: &str) -> Option<HashMap<String, NodeRequest>> {
         if !self.listed[2].load(Ordering::Relaxed) {
             return None;
         }
-        let key = ObjectRef::new_with(name, restart_request_resource()).within(&self.namespace);
-        let found = self.requests.get(&key);
-        Some(found.map_or(RequestOutcome::Absent, |r| {
-            super::controller::outcome_of(&r)
-        }))
+        Some(
+            self.requests
+                .state()
+                .iter()
+                .filter_map(|r| rollout_request(r, rollout_uid))
+                .collect(),
+        )
     }
 
     /// Unused for long enough to be stopped.
@@ -254,11 +254,11 @@ impl NamespaceWatch {
     }
 
     /// The census of a rollout's `selector`, once both watches have listed and the Leases have
-    /// been listed once; `foreign_requests` are the requests of gone agents' claims.
+    /// been listed once; `foreign_requests` are the requests on gone agents' nodes.
     pub(super) fn census(
         &self,
         selector: &Selector,
-        foreign_requests: HashMap<String, RequestOutcome>,
+        foreign_requests: HashMap<String, NodeRequests>,
     ) -> Option<Census> {
         if !self.listed[..2].iter().all(|l| l.load(Ordering::Relaxed)) {
             return None;
@@ -302,6 +302,30 @@ impl NamespaceWatch {
     pub(super) fn live_agents(&self) -> Option<&HashSet<String>> {
         self.live_agents.as_ref().map(|(_, live)| live)
     }
+}
+
+/// A request of the rollout `rollout_uid` (its owner), by its pod's UID; `None` for another
+/// rollout's (a rollout deleted and made again under its name) or one without a pod UID.
+pub(super) fn rollout_request(
+    object: &DynamicObject,
+    rollout_uid: &str,
+) -> Option<(String, NodeRequest)> {
+    let owned = object
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == rollout_uid);
+    let spec = &object.data["spec"];
+    let uid = spec["podUID"].as_str().filter(|_| owned)?;
+    let pod = spec["podName"].as_str().unwrap_or_default();
+    Some((
+        uid.to_string(),
+        NodeRequest {
+            pod: pod.to_string(),
+            outcome: super::controller::outcome_of(object),
+        },
+    ))
 }
 
 #[cfg(test)]

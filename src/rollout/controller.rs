@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use ::kube::core::{Selector, SelectorExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
@@ -17,9 +17,12 @@ use serde_json::json;
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::budget::PodState;
+use super::census::rollout_request;
 use super::census::{LEASES_PERIOD, NamespaceWatch};
 use super::object::{self, Claim, LABEL_ROLLOUT, Rollout, RolloutPhase};
-use super::plan::{self, Facts, LEASE_DURATION, RequestOutcome, RolloutPod};
+use super::plan::{
+    self, Facts, LEASE_DURATION, NodeRequest, NodeRequests, RequestOutcome, RolloutPod,
+};
 use crate::health::Health;
 use crate::kube::{RequestController, Watched, run_request_loop};
 use crate::metrics::Metrics;
@@ -123,12 +126,12 @@ struct Controller {
 
 #[derive(Default)]
 struct Tracked {
-    /// How the requests of this node's claims stand, by pod UID.
-    outcomes: HashMap<String, RequestOutcome>,
-    /// Pod UIDs whose request this agent made (or found made): the watch may not show it yet.
-    made: HashSet<String>,
-    /// The requests of the claims of agents that are gone, by pod UID, and when read.
-    foreign_requests: Option<(Instant, HashMap<String, RequestOutcome>)>,
+    /// Pod UID → pod name of the requests this agent made (or found made): the watch may not
+    /// show them yet.
+    made: HashMap<String, String>,
+    /// The rollout's requests on the nodes of agents that are gone, by node and pod UID, and
+    /// when listed.
+    foreign_requests: Option<(Instant, HashMap<String, NodeRequests>)>,
     /// A write refused for this resourceVersion: nothing is decided from it again.
     conflicted_at: Option<String>,
     /// After a refused write, not before this: the agents that lost a race do not all try
@@ -145,12 +148,12 @@ impl RequestController for Controller {
         if !view.synced {
             return Some(Duration::from_millis(200));
         }
-        let mut namespaces_with_work = HashSet::new();
+        let mut namespaces_taking_part = HashSet::new();
         for object in objects {
             match object::decode(object) {
                 Ok(rollout) => {
                     if self.sync_one(object, &rollout, view).await {
-                        namespaces_with_work.insert(rollout.meta.namespace.clone());
+                        namespaces_taking_part.insert(rollout.meta.namespace.clone());
                     }
                 }
                 Err(err) => {
@@ -158,7 +161,7 @@ impl RequestController for Controller {
                 }
             }
         }
-        for namespace in namespaces_with_work {
+        for namespace in namespaces_taking_part {
             self.renew_lease(&namespace).await;
         }
         self.namespaces.retain(|_, watch| !watch.idle());
@@ -191,7 +194,7 @@ impl RequestController for Controller {
 }
 
 impl Controller {
-    /// One rollout; true when this node has work in it (its agent keeps its Lease).
+    /// One rollout; true when this node takes part in it (its agent keeps its Lease).
     async fn sync_one(
         &mut self,
         object: &DynamicObject,
@@ -219,7 +222,8 @@ impl Controller {
             .filter(|p| selector.matches(&p.state.labels))
             .collect();
         let mine = rollout.status.part(&self.node);
-        if my_pods.is_empty() && mine.is_none_or(|p| p.claims.is_empty()) {
+        // A part is kept up to date (and its Lease renewed) even when its pods are gone.
+        if my_pods.is_empty() && mine.is_none() {
             return false;
         }
         let rv = rollout.meta.resource_version.clone();
@@ -253,13 +257,26 @@ impl Controller {
                 )
             });
         census_source.used = Instant::now();
+        // A pod without a request has not been asked: nothing is decided before the request
+        // watch has listed.
+        let Some(mut requests) = census_source.requests_of(&uid) else {
+            return true;
+        };
         census_source
             .refresh_live_agents(&self.client, namespace)
             .await;
-        // Requests of this node's claims: made if missing, read for their outcome.
+        let tracked = self.tracked.entry(uid.clone()).or_default();
+        for (pod_uid, pod) in &tracked.made {
+            requests.entry(pod_uid.clone()).or_insert(NodeRequest {
+                pod: pod.clone(),
+                outcome: RequestOutcome::Underway,
+            });
+        }
+        // The requests of this node's claims, made if missing.
         if let Some(part) = mine {
             for claim in &part.claims {
-                self.follow(rollout, spec, claim, view).await;
+                self.make_missing(rollout, spec, claim, view, &mut requests)
+                    .await;
             }
         }
         let live = self
@@ -274,8 +291,6 @@ impl Controller {
             .namespaces
             .get(namespace)
             .and_then(|source| source.census(&selector, foreign));
-        let tracked = self.tracked.entry(uid.clone()).or_default();
-        let outcomes = tracked.outcomes.clone();
         let step = plan::step(&Facts {
             node: &self.node,
             now: Timestamp::now(),
@@ -283,7 +298,7 @@ impl Controller {
             spec,
             status: &rollout.status,
             my_pods: &my_pods,
-            outcomes: &outcomes,
+            requests: &requests,
             census: census.as_ref(),
         });
         if let Some(t) = self.tracked.get_mut(&uid)
@@ -301,7 +316,7 @@ impl Controller {
                 Ok(value) => value,
                 Err(err) => {
                     tracing::error!(error = %err, "cannot encode a rollout's status");
-                    return step.has_work;
+                    return step.takes_part;
                 }
             };
             match self.replace_status(rollout, &written).await {
@@ -316,7 +331,8 @@ impl Controller {
                     for claim in &step.claimed {
                         tracing::info!(rollout = %rollout.meta.name, pod = %claim.pod,
                             namespace = %rollout.meta.namespace, "rollout: restarting a pod here");
-                        self.follow(rollout, spec, claim, view).await;
+                        self.make_missing(rollout, spec, claim, view, &mut requests)
+                            .await;
                     }
                 }
                 Err(Conflict) => {
@@ -331,7 +347,7 @@ impl Controller {
                 }
             }
         }
-        step.has_work
+        step.takes_part
     }
 
     async fn replace_status(
@@ -377,85 +393,99 @@ impl Controller {
         }
     }
 
-    /// How the request of a claimed pod stands (this node's request watch), making it if it
-    /// does not exist and the claim is fresh (other agents may release an older one).
-    async fn follow(
+    /// Makes the request of a claimed pod if it has none and the claim is fresh (other agents
+    /// may release an older one), and the pod is still here.
+    async fn make_missing(
         &mut self,
         rollout: &Rollout,
         spec: &object::RolloutSpec,
         claim: &Claim,
         view: &NodeView,
+        requests: &mut HashMap<String, NodeRequest>,
     ) {
         let (pod, pod_uid) = (claim.pod.as_str(), claim.pod_uid.as_str());
+        if requests
+            .get(pod_uid)
+            .is_some_and(|r| r.outcome != RequestOutcome::Absent)
+            || !plan::fresh(claim, Timestamp::now())
+            || !view.pods.iter().any(|p| p.uid == pod_uid)
+        {
+            return;
+        }
         let name = request_name(&rollout.meta.name, pod_uid);
-        let seen = self
-            .namespaces
-            .get(&rollout.meta.namespace)
-            .and_then(|watch| watch.request(&name));
-        let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
-        let outcome = match seen {
-            None => RequestOutcome::Unknown,
-            // Made by this agent, not yet brought by the watch.
-            Some(RequestOutcome::Absent) if tracked.made.contains(pod_uid) => {
-                RequestOutcome::Underway
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &rollout.meta.namespace,
+            &restart_request_resource(),
+        );
+        match make_request(&api, rollout, spec, &name, pod, pod_uid, &self.node).await {
+            Ok(()) => {
+                self.tracked
+                    .entry(rollout.meta.uid.clone())
+                    .or_default()
+                    .made
+                    .insert(pod_uid.to_string(), pod.to_string());
+                requests.insert(
+                    pod_uid.to_string(),
+                    NodeRequest {
+                        pod: pod.to_string(),
+                        outcome: RequestOutcome::Underway,
+                    },
+                );
             }
-            Some(RequestOutcome::Absent) => {
-                let still_here = view.pods.iter().any(|p| p.uid == pod_uid);
-                if !plan::fresh(claim, Timestamp::now()) {
-                    RequestOutcome::Absent
-                } else if still_here {
-                    let api: Api<DynamicObject> = Api::namespaced_with(
-                        self.client.clone(),
-                        &rollout.meta.namespace,
-                        &restart_request_resource(),
-                    );
-                    match make_request(&api, rollout, spec, &name, pod, pod_uid, &self.node).await {
-                        Ok(()) => {
-                            if let Some(t) = self.tracked.get_mut(&rollout.meta.uid) {
-                                t.made.insert(pod_uid.to_string());
-                            }
-                            RequestOutcome::Underway
-                        }
-                        Err(err) => {
-                            tracing::warn!(rollout = %rollout.meta.name, pod = %pod, error = %err,
-                                "cannot make the pod's ContainerRestartRequest; tried again on the next pass");
-                            RequestOutcome::Unknown
-                        }
-                    }
-                } else {
-                    RequestOutcome::Unknown
-                }
+            Err(err) => {
+                tracing::warn!(rollout = %rollout.meta.name, pod = %pod, error = %err,
+                    "cannot make the pod's ContainerRestartRequest; tried again on the next pass");
             }
-            Some(outcome) => outcome,
-        };
-        if let Some(t) = self.tracked.get_mut(&rollout.meta.uid) {
-            t.outcomes.insert(pod_uid.to_string(), outcome);
         }
     }
 
-    /// The requests of the claims held by agents that are gone (read at most every
-    /// [`LEASES_PERIOD`]): what lets another agent release such a claim.
+    /// The rollout's requests on the nodes of agents that are gone and have a part (listed at
+    /// most every [`LEASES_PERIOD`]): what lets another agent release such a node's claims
+    /// and know which of its pods are left.
     async fn foreign_requests(
         &mut self,
         rollout: &Rollout,
         live: &HashSet<String>,
-    ) -> HashMap<String, RequestOutcome> {
+    ) -> HashMap<String, NodeRequests> {
         let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
         if let Some((at, known)) = &tracked.foreign_requests
             && at.elapsed() < LEASES_PERIOD
         {
             return known.clone();
         }
-        let requests: Api<DynamicObject> = Api::namespaced_with(
+        let api: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &rollout.meta.namespace,
             &restart_request_resource(),
         );
         let mut known = HashMap::new();
-        for (node, claim) in rollout.status.claims() {
-            if node != self.node && !live.contains(node) {
-                let name = request_name(&rollout.meta.name, &claim.pod_uid);
-                known.insert(claim.pod_uid.clone(), read_request(&requests, &name).await);
+        // An agent keeps its Lease while its node takes part: a part without one is of an
+        // agent gone (or of a node whose agent cannot take part).
+        for part in &rollout.status.nodes {
+            if part.node == self.node || live.contains(&part.node) {
+                continue;
+            }
+            let labels = format!(
+                "{}={},{LABEL_ROLLOUT}={}",
+                restart::LABEL_NODE_NAME,
+                part.node,
+                rollout.meta.name
+            );
+            match api.list(&ListParams::default().labels(&labels)).await {
+                Ok(list) => {
+                    let asked = list
+                        .items
+                        .iter()
+                        .filter_map(|r| rollout_request(r, &rollout.meta.uid))
+                        .map(|(uid, r)| (uid, r.outcome))
+                        .collect();
+                    known.insert(part.node.clone(), asked);
+                }
+                Err(err) => {
+                    tracing::debug!(node = %part.node, error = %err,
+                        "cannot list a gone agent's rollout requests")
+                }
             }
         }
         if let Some(t) = self.tracked.get_mut(&rollout.meta.uid) {
@@ -539,18 +569,6 @@ pub(super) fn outcome_of(object: &DynamicObject) -> RequestOutcome {
             _ => RequestOutcome::Underway,
         },
         Err(err) => RequestOutcome::Failed(format!("its request cannot be read: {err}")),
-    }
-}
-
-/// How the request `name` (of another node's claim) stands, read from the API.
-async fn read_request(api: &Api<DynamicObject>, name: &str) -> RequestOutcome {
-    match api.get_opt(name).await {
-        Ok(Some(object)) => outcome_of(&object),
-        Ok(None) => RequestOutcome::Absent,
-        Err(err) => {
-            tracing::debug!(error = %err, "cannot read a rollout's request");
-            RequestOutcome::Unknown
-        }
     }
 }
 

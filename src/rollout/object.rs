@@ -238,15 +238,21 @@ pub struct NodePart {
     /// Pods being restarted: each holds one unit of the budget until it is ready again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub claims: Vec<Claim>,
-    /// UIDs of the pods restarted and ready again.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub done: Vec<String>,
+    /// Pods restarted and ready again: this node's requests of the rollout that succeeded
+    /// (the requests, named after the rollout and the pod, are the record of each pod; the
+    /// shared object keeps counts, for every write of it goes to every agent).
+    #[serde(default)]
+    pub done: u32,
     /// The pods that failed to restart, with why (the failure policy bounds them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<Failure>,
-    /// Pods deleted or replaced before their turn came or while restarted.
+    /// Pods deleted or replaced while restarted.
     #[serde(default)]
     pub skipped: u32,
+    /// Pods of the rollout here neither restarted nor being restarted yet: what the other
+    /// agents read to know whether the rollout has ended.
+    #[serde(default)]
+    pub pending: u32,
     /// Matching pods on this node created after the start.
     #[serde(default)]
     pub not_included: u32,
@@ -423,9 +429,10 @@ mod tests {
                     pod_uid: "u".into(),
                     since: "2026-11-29T08:00:00Z".into(),
                 }],
-                done: vec!["u2".into()],
+                done: 1,
                 failures: vec![Failure::new("q", "u3", "boom")],
                 skipped: 1,
+                pending: 1,
                 not_included: 1,
                 waiting: Some("w".into()),
             }],

@@ -4,7 +4,7 @@
 //! resourceVersion it was decided from, so that every claim of every node is decided from the
 //! claims before it: the API server orders them.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -32,7 +32,7 @@ pub struct RolloutPod {
     pub terminating: bool,
 }
 
-/// How the request made for a claimed pod stands.
+/// How a request of the rollout stands.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RequestOutcome {
     /// Not read yet, or the read failed.
@@ -43,6 +43,17 @@ pub enum RequestOutcome {
     Succeeded,
     Failed(String),
 }
+
+/// One of this node's requests of the rollout: the record that its pod was restarted (or is
+/// being), which outlives the pod and the agent.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeRequest {
+    pub pod: String,
+    pub outcome: RequestOutcome,
+}
+
+/// The requests of one node's pods, by pod UID.
+pub type NodeRequests = HashMap<String, RequestOutcome>;
 
 /// The rollout's namespace over every node, as this agent's watches show it (none before they
 /// have listed: nothing is claimed then).
@@ -55,8 +66,10 @@ pub struct Census {
     pub namespace_pods: Vec<PodState>,
     /// Nodes whose agent holds an unexpired Lease.
     pub live_agents: HashSet<String>,
-    /// The requests of the claims of agents that are gone, by pod UID.
-    pub foreign_requests: HashMap<String, RequestOutcome>,
+    /// The rollout's requests on nodes whose agent is gone (those with a part), by node, then
+    /// by pod UID: every one of them, for the nodes listed (a node whose listing failed is
+    /// missing).
+    pub foreign_requests: HashMap<String, NodeRequests>,
 }
 
 pub struct Facts<'a> {
@@ -67,8 +80,10 @@ pub struct Facts<'a> {
     pub status: &'a RolloutStatus,
     /// This node's pods matching the selector (the node view).
     pub my_pods: &'a [RolloutPod],
-    /// The requests of this node's claims, by pod UID.
-    pub outcomes: &'a HashMap<String, RequestOutcome>,
+    /// Every request of the rollout for this node's pods, by pod UID, as this node's request
+    /// watch shows them once it has listed (with those made and not yet brought by it): a pod
+    /// without one has not been asked to restart.
+    pub requests: &'a HashMap<String, NodeRequest>,
     pub census: Option<&'a Census>,
 }
 
@@ -80,8 +95,10 @@ pub struct Step {
     pub claimed: Vec<Claim>,
     /// Why this node claims nothing now, when it has pods left to restart.
     pub waiting: Option<String>,
-    /// This node has pods of the rollout to restart or under way: its agent keeps its Lease.
-    pub has_work: bool,
+    /// This node takes part in the unfinished rollout (pods to restart, under way, or a part
+    /// written): its agent keeps its Lease, so that the others can tell a part whose agent
+    /// is gone (its requests are then listed) from one that is finished.
+    pub takes_part: bool,
 }
 
 fn age(claim: &Claim, now: Timestamp) -> Duration {
@@ -120,27 +137,46 @@ pub fn step(facts: &Facts) -> Step {
             node: facts.node.to_string(),
             ..Default::default()
         });
-    part.matched = facts.my_pods.iter().filter(|p| included(p, start)).count() as u32;
-    part.not_included = facts.my_pods.len() as u32 - part.matched;
+    let here: HashSet<&str> = facts.my_pods.iter().map(|p| p.state.uid.as_str()).collect();
+    let included_here = facts.my_pods.iter().filter(|p| included(p, start)).count();
+    // The pods restarted (or being) and gone since are the rollout's too.
+    let gone_since = facts
+        .requests
+        .keys()
+        .filter(|uid| !here.contains(uid.as_str()))
+        .count();
+    part.matched = (included_here + gone_since) as u32;
+    part.not_included = (facts.my_pods.len() - included_here) as u32;
 
-    // This node's claims, followed to their end.
+    // This node's claims, followed to their end: a finished request is the pod's record.
     let mut kept = Vec::new();
     for claim in std::mem::take(&mut part.claims) {
-        let pod = facts.my_pods.iter().find(|p| p.state.uid == claim.pod_uid);
-        match (pod, facts.outcomes.get(&claim.pod_uid)) {
-            (None, _) => part.skipped += 1,
-            (Some(_), Some(RequestOutcome::Succeeded)) => part.done.push(claim.pod_uid),
-            (Some(_), Some(RequestOutcome::Failed(message))) => {
-                part.failures
-                    .push(Failure::new(&claim.pod, &claim.pod_uid, message))
-            }
+        let outcome = facts.requests.get(&claim.pod_uid).map(|r| &r.outcome);
+        match outcome {
+            Some(RequestOutcome::Succeeded | RequestOutcome::Failed(_)) => {}
+            _ if !here.contains(claim.pod_uid.as_str()) => part.skipped += 1,
             // A claim whose request was not made in time (the agent stopped in between) is
             // let go: other agents may have released it already. The pod is claimed afresh.
-            (Some(_), Some(RequestOutcome::Absent)) if !fresh(&claim, now) => {}
+            None | Some(RequestOutcome::Absent) if !fresh(&claim, now) => {}
             _ => kept.push(claim),
         }
     }
     part.claims = kept;
+    part.done = facts
+        .requests
+        .values()
+        .filter(|r| r.outcome == RequestOutcome::Succeeded)
+        .count() as u32;
+    part.failures = facts
+        .requests
+        .iter()
+        .filter_map(|(uid, r)| match &r.outcome {
+            RequestOutcome::Failed(message) => Some(Failure::new(&r.pod, uid, message)),
+            _ => None,
+        })
+        .collect();
+    part.failures
+        .sort_by(|a, b| (&a.pod, &a.pod_uid).cmp(&(&b.pod, &b.pod_uid)));
     put_part(&mut status, part);
 
     // Claims of agents that are gone: released once their pods are gone, or ready with their
@@ -159,8 +195,12 @@ pub fn step(facts: &Facts) -> Step {
                 else {
                     return false;
                 };
+                let outcome = census
+                    .foreign_requests
+                    .get(&other.node)
+                    .map(|asked| asked.get(&claim.pod_uid).unwrap_or(&RequestOutcome::Absent));
                 let released = pod.state.ready
-                    && match census.foreign_requests.get(&claim.pod_uid) {
+                    && match outcome {
                         Some(RequestOutcome::Succeeded | RequestOutcome::Failed(_)) => true,
                         Some(RequestOutcome::Absent) => age(claim, now) >= 2 * LEASE_DURATION,
                         _ => false,
@@ -203,23 +243,24 @@ pub fn step(facts: &Facts) -> Step {
         }
     }
 
-    // This node's pods left to restart.
-    let finished: HashSet<&str> = status
-        .nodes
-        .iter()
-        .flat_map(|p| {
-            p.done
-                .iter()
-                .map(String::as_str)
-                .chain(p.failures.iter().map(|f| f.pod_uid.as_str()))
-                .chain(p.claims.iter().map(|c| c.pod_uid.as_str()))
-        })
+    // This node's pods left to restart: those without a request and unclaimed.
+    let claimed_here: HashSet<&str> = status
+        .part(facts.node)
+        .into_iter()
+        .flat_map(|p| p.claims.iter().map(|c| c.pod_uid.as_str()))
         .collect();
     let mut todo: Vec<&RolloutPod> = facts
         .my_pods
         .iter()
         .filter(|p| {
-            included(p, start) && !p.terminating && !finished.contains(p.state.uid.as_str())
+            let uid = p.state.uid.as_str();
+            included(p, start)
+                && !p.terminating
+                && !claimed_here.contains(uid)
+                && facts
+                    .requests
+                    .get(uid)
+                    .is_none_or(|r| r.outcome == RequestOutcome::Absent)
         })
         .collect();
     todo.sort_by(|a, b| a.state.name.cmp(&b.state.name));
@@ -246,28 +287,27 @@ pub fn step(facts: &Facts) -> Step {
             None => waiting = Some("not counted yet".into()),
         }
         part.claims.extend(claimed.iter().cloned());
+        part.pending = (todo.len() - claimed.len()) as u32;
         put_part(&mut status, part);
     } else if let Some(mut part) = status.part(facts.node).cloned() {
         part.waiting = None;
+        part.pending = todo.len() as u32;
         put_part(&mut status, part);
     }
 
     if !status.phase.is_final()
         && let Some(census) = facts.census
     {
-        conclude(&mut status, census, start, now);
+        conclude(&mut status, census, facts.node, start, now);
     }
     summarize(&mut status, facts.node, facts.generation);
-    let has_work = !status.phase.is_final()
-        && (!todo.is_empty()
-            || status
-                .part(facts.node)
-                .is_some_and(|p| !p.claims.is_empty()));
+    let takes_part =
+        !status.phase.is_final() && (!todo.is_empty() || status.part(facts.node).is_some());
     Step {
         status,
         claimed,
         waiting: if todo.is_empty() { None } else { waiting },
-        has_work,
+        takes_part,
     }
 }
 
@@ -364,46 +404,71 @@ fn claim(
 }
 
 /// With the whole namespace counted: the rollout's size, its end, and the nodes it waits on.
-fn conclude(status: &mut RolloutStatus, census: &Census, start: Option<Timestamp>, now: Timestamp) {
+/// A node's part says how many of its pods are left (`pending`) as its agent last saw them;
+/// for a node whose agent is gone, its requests listed say it better (its pods may have gone
+/// since), and a node without a part has all its pods left.
+fn conclude(
+    status: &mut RolloutStatus,
+    census: &Census,
+    node: &str,
+    start: Option<Timestamp>,
+    now: Timestamp,
+) {
     let ours: Vec<&RolloutPod> = census
         .matching
         .iter()
         .filter(|p| included(p, start))
         .collect();
     status.not_included = (census.matching.len() - ours.len()) as u32;
-    let recorded: HashSet<&str> = status
-        .nodes
-        .iter()
-        .flat_map(|p| {
-            p.done
-                .iter()
-                .map(String::as_str)
-                .chain(p.failures.iter().map(|f| f.pod_uid.as_str()))
-        })
-        .collect();
-    let claimed: HashSet<String> = status.claims().map(|(_, c)| c.pod_uid.clone()).collect();
-    // Restarted pods still present, and those gone since: the rollout's size.
-    let present_recorded = ours
-        .iter()
-        .filter(|p| recorded.contains(p.state.uid.as_str()))
-        .count();
-    let matched = (ours.len() + recorded.len() - present_recorded) as u32;
-    let recorded: HashSet<String> = recorded.into_iter().map(str::to_owned).collect();
-    status.matched = matched;
-    let mut pending_by_node: BTreeMap<&str, usize> = BTreeMap::new();
+    let claimed: HashSet<&str> = status.claims().map(|(_, c)| c.pod_uid.as_str()).collect();
+    let parts: HashMap<&str, &NodePart> =
+        status.nodes.iter().map(|p| (p.node.as_str(), p)).collect();
+    let mut ours_by_node: BTreeMap<&str, Vec<&RolloutPod>> = BTreeMap::new();
     for pod in &ours {
-        let uid = &pod.state.uid;
-        if !recorded.contains(uid) && !claimed.contains(uid) && !pod.terminating {
-            *pending_by_node.entry(pod.node.as_str()).or_default() += 1;
+        ours_by_node.entry(pod.node.as_str()).or_default().push(pod);
+    }
+    let left_unasked = |pods: &[&RolloutPod], asked: Option<&NodeRequests>| {
+        pods.iter()
+            .filter(|p| {
+                let uid = p.state.uid.as_str();
+                !p.terminating
+                    && !claimed.contains(uid)
+                    && asked.is_none_or(|a| a.get(uid).is_none_or(|o| *o == RequestOutcome::Absent))
+            })
+            .count()
+    };
+    let mut matched = 0usize;
+    let mut pending_by_node: BTreeMap<String, usize> = BTreeMap::new();
+    let nodes: BTreeSet<&str> = ours_by_node.keys().chain(parts.keys()).copied().collect();
+    for name in nodes {
+        let pods = ours_by_node.get(name).map_or(&[][..], Vec::as_slice);
+        let pending = match parts.get(name) {
+            None => {
+                matched += pods.len();
+                left_unasked(pods, None)
+            }
+            Some(part) => {
+                matched += part.matched as usize;
+                let gone = name != node && !census.live_agents.contains(name);
+                match census.foreign_requests.get(name) {
+                    Some(asked) if gone => left_unasked(pods, Some(asked)),
+                    _ => part.pending as usize,
+                }
+            }
+        };
+        if pending > 0 {
+            pending_by_node.insert(name.to_string(), pending);
         }
     }
+    let any_claims = !claimed.is_empty();
+    status.matched = matched as u32;
     // An agent has the Lease's duration from the start to take its part up.
     let grace_over =
         start.is_some_and(|s| now.as_second() >= s.as_second() + LEASE_DURATION.as_secs() as i64);
     let without_agent: Vec<(&str, usize)> = pending_by_node
         .iter()
-        .filter(|(node, _)| grace_over && !census.live_agents.contains(**node))
-        .map(|(node, count)| (*node, *count))
+        .filter(|(name, _)| grace_over && *name != node && !census.live_agents.contains(*name))
+        .map(|(name, count)| (name.as_str(), *count))
         .collect();
     if without_agent.is_empty() {
         set_condition(
@@ -436,8 +501,7 @@ fn conclude(status: &mut RolloutStatus, census: &Census, start: Option<Timestamp
         );
         status.message = Some(named.join("; "));
     }
-    if pending_by_node.is_empty() && claimed.is_empty() && status.phase == RolloutPhase::Progressing
-    {
+    if pending_by_node.is_empty() && !any_claims && status.phase == RolloutPhase::Progressing {
         let failed: usize = status.nodes.iter().map(|p| p.failures.len()).sum();
         let message = if failed == 0 {
             "every pod restarted".to_string()
@@ -521,13 +585,14 @@ fn summarize(status: &mut RolloutStatus, node: &str, generation: Option<i64>) {
         p.node != node
             || p.matched > 0
             || !p.claims.is_empty()
-            || !p.done.is_empty()
+            || p.done > 0
             || !p.failures.is_empty()
             || p.skipped > 0
+            || p.pending > 0
             || p.not_included > 0
     });
     status.nodes.sort_by(|a, b| a.node.cmp(&b.node));
-    status.done = status.nodes.iter().map(|p| p.done.len() as u32).sum();
+    status.done = status.nodes.iter().map(|p| p.done).sum();
     status.failed = status.nodes.iter().map(|p| p.failures.len() as u32).sum();
     status.in_progress = status.nodes.iter().map(|p| p.claims.len() as u32).sum();
     if status.phase == RolloutPhase::Progressing || status.phase == RolloutPhase::Paused {
@@ -616,7 +681,7 @@ mod tests {
         spec: RolloutSpec,
         status: RolloutStatus,
         pods: Vec<RolloutPod>,
-        outcomes: HashMap<String, RequestOutcome>,
+        requests: HashMap<String, NodeRequest>,
         census: Option<Census>,
     }
 
@@ -628,9 +693,15 @@ mod tests {
                 spec: spec(json!({})),
                 status: started(),
                 pods: all.iter().filter(|p| p.node == node).cloned().collect(),
-                outcomes: HashMap::new(),
+                requests: HashMap::new(),
                 census: Some(census(all, &["a", "b", "c"])),
             }
+        }
+
+        /// This node's request for the pod `uid` (`uid-<pod>`) stands so.
+        fn ask(&mut self, uid: String, outcome: RequestOutcome) {
+            let pod = uid.trim_start_matches("uid-").to_string();
+            self.requests.insert(uid, NodeRequest { pod, outcome });
         }
 
         fn step(&self) -> Step {
@@ -641,7 +712,7 @@ mod tests {
                 spec: &self.spec,
                 status: &self.status,
                 my_pods: &self.pods,
-                outcomes: &self.outcomes,
+                requests: &self.requests,
                 census: self.census.as_ref(),
             })
         }
@@ -665,7 +736,7 @@ mod tests {
         assert_eq!(step.status.phase, RolloutPhase::Progressing);
         assert_eq!(claimed(&step), ["a1"]);
         assert_eq!(step.status.in_progress, 1);
-        assert!(step.has_work);
+        assert!(step.takes_part);
     }
 
     #[test]
@@ -727,18 +798,16 @@ mod tests {
         assert_eq!(claimed(&step), ["a1", "a2", "a3"]);
         run.status = step.status;
         run.pods.retain(|p| p.state.name != "a3");
-        run.outcomes
-            .insert("uid-a1".into(), RequestOutcome::Succeeded);
-        run.outcomes
-            .insert("uid-a2".into(), RequestOutcome::Underway);
+        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
+        run.ask("uid-a2".into(), RequestOutcome::Underway);
         let step = run.step();
         let part = step.status.part("a").unwrap();
-        assert_eq!(part.done, ["uid-a1"]);
+        assert_eq!(part.done, 1);
         assert_eq!(part.skipped, 1);
         assert_eq!(part.claims.len(), 1);
         assert_eq!(step.status.phase, RolloutPhase::Progressing);
         run.status = step.status;
-        run.outcomes.insert(
+        run.ask(
             "uid-a2".into(),
             RequestOutcome::Failed("container app did not start".into()),
         );
@@ -755,7 +824,7 @@ mod tests {
             .iter()
             .find(|c| c.type_ == CONDITION_FAILED);
         assert_eq!(failed.map(|c| c.status.as_str()), Some("True"));
-        assert!(!step.has_work);
+        assert!(!step.takes_part);
     }
 
     #[test]
@@ -764,10 +833,8 @@ mod tests {
         let mut run = Run::new("a", &all);
         run.spec = spec(json!({"maxUnavailable": 2, "failurePolicy": {"maxFailedPods": 2}}));
         run.status = run.step().status;
-        run.outcomes
-            .insert("uid-a1".into(), RequestOutcome::Failed("boom".into()));
-        run.outcomes
-            .insert("uid-a2".into(), RequestOutcome::Succeeded);
+        run.ask("uid-a1".into(), RequestOutcome::Failed("boom".into()));
+        run.ask("uid-a2".into(), RequestOutcome::Succeeded);
         let step = run.step();
         assert_eq!(step.status.phase, RolloutPhase::Succeeded);
         assert_eq!(
@@ -790,8 +857,7 @@ mod tests {
         assert_eq!(step.status.not_included, 1);
         assert_eq!(step.status.part("a").unwrap().not_included, 1);
         run.status = step.status;
-        run.outcomes
-            .insert("uid-a1".into(), RequestOutcome::Succeeded);
+        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
         let step = run.step();
         assert_eq!(step.status.phase, RolloutPhase::Succeeded);
         assert_eq!(step.status.matched, 1);
@@ -804,8 +870,7 @@ mod tests {
         let mut run = Run::new("a", &all);
         run.status = run.step().status;
         run.spec = spec(json!({"paused": true}));
-        run.outcomes
-            .insert("uid-a1".into(), RequestOutcome::Succeeded);
+        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
         let step = run.step();
         assert_eq!(step.status.phase, RolloutPhase::Paused);
         assert!(step.claimed.is_empty());
@@ -893,6 +958,8 @@ mod tests {
                 .as_mut()
                 .unwrap()
                 .foreign_requests
+                .entry("b".into())
+                .or_default()
                 .insert(uid.into(), outcome);
         };
         foreign(&mut run, "uid-b1", RequestOutcome::Underway);
@@ -941,8 +1008,7 @@ mod tests {
         run.spec = spec(json!({"maxUnavailable": 3}));
         run.census = Some(census(&all, &["a"]));
         run.status = run.step().status;
-        run.outcomes
-            .insert("uid-a1".into(), RequestOutcome::Succeeded);
+        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
         run.now = at(LEASE_DURATION.as_secs() as i64 - 1);
         let step = run.step();
         assert!(
@@ -963,7 +1029,10 @@ mod tests {
         assert_eq!(waiting.message, "waiting for node n: no agent (2 pods)");
         assert_eq!(step.status.phase, RolloutPhase::Progressing);
         assert_eq!(step.status.done, 1);
-        assert!(!step.has_work);
+        assert!(
+            step.takes_part,
+            "a's part is vouched for until the rollout ends"
+        );
         // An agent comes up on n: it takes its part.
         run.status = step.status;
         let mut on_n = Run::new("n", &all);
@@ -990,12 +1059,11 @@ mod tests {
         run.status.nodes.push(NodePart {
             node: "b".into(),
             matched: 1,
-            done: vec!["uid-b1".into()],
+            done: 1,
             ..Default::default()
         });
         run.status = run.step().status;
-        run.outcomes
-            .insert("uid-a1".into(), RequestOutcome::Succeeded);
+        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
         let step = run.step();
         assert_eq!(step.status.phase, RolloutPhase::Succeeded);
         assert_eq!((step.status.matched, step.status.done), (2, 2));
@@ -1020,7 +1088,7 @@ mod tests {
         let all = [pod("a1", "a", true)];
         let mut run = Run::new("a", &all);
         run.status = run.step().status;
-        run.outcomes.insert("uid-a1".into(), RequestOutcome::Absent);
+        run.ask("uid-a1".into(), RequestOutcome::Absent);
         // Claimed at 1 s: still the agent's to make its request at 40 s, not at 41 s.
         run.now = at(LEASE_DURATION.as_secs() as i64);
         assert!(run.step().claimed.is_empty());
@@ -1040,11 +1108,76 @@ mod tests {
         let mut run = Run::new("a", &all);
         run.status = run.step().status;
         run.census = None;
-        run.outcomes
-            .insert("uid-a1".into(), RequestOutcome::Succeeded);
+        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
         let step = run.step();
         assert_eq!(step.status.done, 1);
         assert!(step.claimed.is_empty());
+    }
+
+    #[test]
+    fn a_pods_request_is_its_record_whoever_released_its_claim() {
+        let all = [
+            pod("a1", "a", true),
+            pod("a2", "a", true),
+            pod("a3", "a", true),
+        ];
+        let mut run = Run::new("a", &all);
+        // a1's claim was released by another agent while this one was away; a9 was restarted
+        // and is gone since.
+        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
+        run.ask("uid-a9".into(), RequestOutcome::Failed("boom".into()));
+        run.spec = spec(json!({"failurePolicy": {"maxFailedPods": 2}}));
+        let step = run.step();
+        assert_eq!(claimed(&step), ["a2"], "a1 is not asked twice");
+        let part = step.status.part("a").unwrap();
+        assert_eq!((part.done, part.matched, part.pending), (1, 4, 1));
+        assert_eq!(part.failures, [Failure::new("a9", "uid-a9", "boom")]);
+        assert_eq!((step.status.done, step.status.failed), (1, 1));
+    }
+
+    #[test]
+    fn a_gone_agents_pods_left_are_read_from_its_requests() {
+        let mut all = vec![
+            pod("a1", "a", true),
+            pod("b1", "b", true),
+            pod("b2", "b", true),
+        ];
+        let mut run = Run::new("a", &all);
+        run.spec = spec(json!({"maxUnavailable": 3}));
+        run.now = at(LEASE_DURATION.as_secs() as i64);
+        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
+        // b's agent restarted b1 and went away with b2 left.
+        run.status.nodes.push(NodePart {
+            node: "b".into(),
+            matched: 2,
+            done: 1,
+            pending: 1,
+            ..Default::default()
+        });
+        run.census = Some(census(&all, &["a"]));
+        let step = run.step();
+        assert_eq!(step.status.phase, RolloutPhase::Progressing);
+        assert_eq!(
+            step.status.message.as_deref(),
+            Some("waiting for node b: no agent (1 pods)")
+        );
+        // b2 is deleted: b's part still says one left, its requests say none.
+        all.retain(|p| p.state.name != "b2");
+        run.census = Some(census(&all, &["a"]));
+        assert_eq!(
+            run.step().status.phase,
+            RolloutPhase::Progressing,
+            "not listed"
+        );
+        let mut listed = census(&all, &["a"]);
+        listed.foreign_requests.insert(
+            "b".into(),
+            [("uid-b1".to_string(), RequestOutcome::Succeeded)].into(),
+        );
+        run.census = Some(listed);
+        let step = run.step();
+        assert_eq!(step.status.phase, RolloutPhase::Succeeded);
+        assert_eq!((step.status.matched, step.status.done), (3, 2));
     }
 
     /// Agents racing over one rollout through a server that orders writes by resourceVersion,
@@ -1113,16 +1246,23 @@ mod tests {
                     .filter(|p| p.node == node)
                     .cloned()
                     .collect();
-                let outcomes: HashMap<String, RequestOutcome> = self
-                    .requests
+                // This node's requests only, as its request watch shows them.
+                let requests: HashMap<String, NodeRequest> = mine
                     .iter()
-                    .map(|(uid, done)| {
-                        let o = if *done {
+                    .filter_map(|p| {
+                        let done = self.requests.get(&p.state.uid)?;
+                        let outcome = if *done {
                             RequestOutcome::Succeeded
                         } else {
                             RequestOutcome::Underway
                         };
-                        (uid.clone(), o)
+                        Some((
+                            p.state.uid.clone(),
+                            NodeRequest {
+                                pod: p.state.name.clone(),
+                                outcome,
+                            },
+                        ))
                     })
                     .collect();
                 let census = census(
@@ -1137,7 +1277,7 @@ mod tests {
                     spec: &self.spec,
                     status: &status,
                     my_pods: &mine,
-                    outcomes: &outcomes,
+                    requests: &requests,
                     census: Some(&census),
                 });
                 if step.status == status || rv != self.server.0 {

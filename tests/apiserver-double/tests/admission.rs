@@ -504,12 +504,12 @@ fn rollout_resource() -> ApiResource {
     )
 }
 
-fn part(node: &str, claims: &[&str], done: &[&str]) -> Value {
+fn part(node: &str, claims: &[&str], done: u32) -> Value {
     let claims: Vec<Value> = claims
         .iter()
         .map(|p| json!({"pod": p, "podUID": format!("uid-{p}"), "since": "2026-11-29T08:00:00Z"}))
         .collect();
-    json!({"node": node, "matched": 3, "claims": claims, "done": done, "skipped": 0, "notIncluded": 0})
+    json!({"node": node, "matched": 3, "claims": claims, "done": done, "skipped": 0, "pending": 1, "notIncluded": 0})
 }
 
 /// A rollout with parts for n1 and n2, stored as a user made it and agents wrote it.
@@ -531,7 +531,7 @@ fn stored_rollout(server: &ApiServer) -> Value {
     object["status"] = json!({
         "phase": "Progressing",
         "inProgress": 2,
-        "nodes": [part("n1", &["a"], &[]), part("n2", &["b", "c"], &["uid-d"])],
+        "nodes": [part("n1", &["a"], 0), part("n2", &["b", "c"], 1)],
     });
     store.replace(ROLLOUTS, object).expect("its status")
 }
@@ -574,20 +574,17 @@ async fn a_node_writes_only_its_own_part_of_a_rollout() {
     };
     for token in ["node-n1", "agent-n1"] {
         // Its own part: claims added and ended, counts changed.
-        let own = vec![
-            part("n1", &["a", "e"], &["uid-f"]),
-            part("n2", &["b", "c"], &["uid-d"]),
-        ];
+        let own = vec![part("n1", &["a", "e"], 1), part("n2", &["b", "c"], 1)];
         write_parts(&server, token, own)
             .await
             .expect("its own part");
         // Another node's claims released: allowed.
-        let released = vec![part("n1", &["a"], &[]), part("n2", &["c"], &["uid-d"])];
+        let released = vec![part("n1", &["a"], 0), part("n2", &["c"], 1)];
         write_parts(&server, token, released)
             .await
             .expect("releases another node's claim");
         // Its own part added to a rollout without one.
-        let only_n2 = vec![part("n2", &["b", "c"], &["uid-d"])];
+        let only_n2 = vec![part("n2", &["b", "c"], 1)];
         let api: Api<DynamicObject> = Api::namespaced_with(
             client_for(&server, Some(token)).await,
             "default",
@@ -600,36 +597,37 @@ async fn a_node_writes_only_its_own_part_of_a_rollout() {
             .replace(ROLLOUTS, serde_json::to_value(&object).unwrap())
             .unwrap();
         let mut object: DynamicObject = typed(stored);
-        object.data["status"]["nodes"] =
-            json!([part("n1", &["a"], &[]), part("n2", &["b", "c"], &["uid-d"])]);
+        object.data["status"]["nodes"] = json!([part("n1", &["a"], 0), part("n2", &["b", "c"], 1)]);
         api.replace_status("web", &PostParams::default(), &object)
             .await
             .expect("adds its own part");
 
         let refusals = [
             (
-                vec![
-                    part("n1", &["a"], &[]),
-                    part("n2", &["b", "c", "x"], &["uid-d"]),
-                ],
+                vec![part("n1", &["a"], 0), part("n2", &["b", "c", "x"], 1)],
+                "remove claims from the part of another node in a rollout",
+            ),
+            (
+                vec![part("n1", &["a"], 0), part("n2", &["b", "c"], 2)],
+                "remove claims from the part of another node in a rollout",
+            ),
+            (
+                vec![part("n1", &["a"], 0)],
+                "remove claims from the part of another node in a rollout",
+            ),
+            (
+                vec![part("n1", &["a"], 0), {
+                    let mut n2 = part("n2", &["b", "c"], 1);
+                    n2["pending"] = json!(0);
+                    n2
+                }],
                 "remove claims from the part of another node in a rollout",
             ),
             (
                 vec![
-                    part("n1", &["a"], &[]),
-                    part("n2", &["b", "c"], &["uid-d", "uid-x"]),
-                ],
-                "remove claims from the part of another node in a rollout",
-            ),
-            (
-                vec![part("n1", &["a"], &[])],
-                "remove claims from the part of another node in a rollout",
-            ),
-            (
-                vec![
-                    part("n1", &["a"], &[]),
-                    part("n2", &["b", "c"], &["uid-d"]),
-                    part("n3", &["z"], &[]),
+                    part("n1", &["a"], 0),
+                    part("n2", &["b", "c"], 1),
+                    part("n3", &["z"], 0),
                 ],
                 "add its own part to a rollout",
             ),
@@ -676,7 +674,7 @@ async fn a_node_writes_only_its_own_part_of_a_rollout() {
         )
         .await
         .expect("a user pauses a rollout");
-    write_parts(&server, "alice", vec![part("n3", &[], &[])])
+    write_parts(&server, "alice", vec![part("n3", &[], 0)])
         .await
         .expect("a user may write any status");
 }
