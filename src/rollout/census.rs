@@ -5,7 +5,7 @@
 //! request but its status write: listing the namespace's pods before each claim (the first
 //! design) cost 66 of the 91 API requests per restarted pod at 100 nodes (BENCHMARKS.md).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -33,13 +33,14 @@ pub(super) const LEASES_PERIOD: Duration = Duration::from_secs(10);
 /// and the next one starting do not list the namespace again).
 const LINGER: Duration = Duration::from_secs(60);
 
-/// One pod of the namespace as the census keeps it: identity, labels, node, readiness. The
-/// rest of the pod (its spec, its containers' statuses) is dropped as it is read.
-#[derive(Clone, Debug, Default)]
+/// One pod of the namespace as the census keeps it: identity, labels, node, readiness, made
+/// once as it is read (a census is taken on every pass). The rest of the pod (its spec, its
+/// containers' statuses) is dropped as it is read.
+#[derive(Clone, Debug)]
 pub(super) struct CensusPod {
+    /// What the watch's store needs: name, namespace, UID, resourceVersion.
     metadata: ObjectMeta,
-    node: String,
-    ready: bool,
+    pod: Arc<RolloutPod>,
 }
 
 impl<'de> Deserialize<'de> for CensusPod {
@@ -75,47 +76,37 @@ impl<'de> Deserialize<'de> for CensusPod {
         }
         let wire = Wire::deserialize(deserializer)?;
         let m = wire.metadata;
-        let metadata = ObjectMeta {
-            name: m.name,
-            namespace: m.namespace,
-            uid: m.uid,
-            resource_version: m.resource_version,
-            labels: m.labels,
-            creation_timestamp: m.creation_timestamp,
-            deletion_timestamp: m.deletion_timestamp,
-            ..Default::default()
-        };
         let ready = wire
             .status
             .and_then(|s| s.conditions)
             .into_iter()
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True");
-        Ok(CensusPod {
-            metadata,
+        let pod = Arc::new(RolloutPod {
+            state: PodState {
+                name: m.name.clone().unwrap_or_default(),
+                uid: m.uid.clone().unwrap_or_default(),
+                labels: m.labels.unwrap_or_default(),
+                ready,
+            },
             node: wire.spec.and_then(|s| s.node_name).unwrap_or_default(),
-            ready,
+            created: m.creation_timestamp.map(|t| t.0),
+            terminating: m.deletion_timestamp.is_some(),
+        });
+        Ok(CensusPod {
+            metadata: ObjectMeta {
+                name: m.name,
+                namespace: m.namespace,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                ..Default::default()
+            },
+            pod,
         })
     }
 }
 
 crate::kube::lean_pod_resource!(CensusPod);
-
-impl CensusPod {
-    fn state(&self) -> PodState {
-        PodState {
-            name: self.metadata.name.clone().unwrap_or_default(),
-            uid: self.metadata.uid.clone().unwrap_or_default(),
-            labels: self.metadata.labels.clone().unwrap_or_default(),
-            ready: self.ready,
-        }
-    }
-
-    fn labels(&self) -> &BTreeMap<String, String> {
-        static NONE: BTreeMap<String, String> = BTreeMap::new();
-        self.metadata.labels.as_ref().unwrap_or(&NONE)
-    }
-}
 
 /// The watches of one namespace; dropping it stops them.
 pub(super) struct NamespaceWatch {
@@ -267,13 +258,8 @@ impl NamespaceWatch {
         let pods = self.pods.state();
         let matching = pods
             .iter()
-            .filter(|p| selector.matches(p.labels()))
-            .map(|p| RolloutPod {
-                state: p.state(),
-                node: p.node.clone(),
-                created: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                terminating: p.metadata.deletion_timestamp.is_some(),
-            })
+            .filter(|p| selector.matches(&p.pod.state.labels))
+            .map(|p| p.pod.clone())
             .collect();
         let mut budgets = Vec::new();
         for pdb in self.budgets.state() {
@@ -287,7 +273,7 @@ impl NamespaceWatch {
         let namespace_pods = if budgets.is_empty() {
             Vec::new()
         } else {
-            pods.iter().map(|p| p.state()).collect()
+            pods.iter().map(|p| p.pod.state.clone()).collect()
         };
         Some(Census {
             matching,
@@ -348,11 +334,15 @@ mod tests {
                 "containerStatuses": [{"name": "app", "ready": true}]}
         }))
         .unwrap();
-        assert_eq!(pod.node, "n1");
-        assert!(pod.ready);
-        assert_eq!(pod.state().labels["app"], "web");
+        assert_eq!(pod.pod.node, "n1");
+        assert!(pod.pod.state.ready);
+        assert_eq!(pod.pod.state.labels["app"], "web");
+        assert!(pod.pod.terminating);
+        assert_eq!(
+            pod.pod.created,
+            Some("2026-11-29T08:00:00Z".parse().unwrap())
+        );
         assert!(pod.metadata.annotations.is_none() && pod.metadata.managed_fields.is_none());
-        assert!(pod.metadata.deletion_timestamp.is_some());
         assert_eq!(pod.metadata.resource_version.as_deref(), Some("7"));
 
         let unready: CensusPod = serde_json::from_value(json!({
@@ -361,8 +351,8 @@ mod tests {
                 {"type": "PodScheduled", "status": "True"}]}
         }))
         .unwrap();
-        assert!(!unready.ready && unready.node.is_empty());
+        assert!(!unready.pod.state.ready && unready.pod.node.is_empty());
         let bare: CensusPod = serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap();
-        assert!(!bare.ready);
+        assert!(!bare.pod.state.ready);
     }
 }

@@ -5,6 +5,7 @@
 //! claims before it: the API server orders them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -59,8 +60,9 @@ pub type NodeRequests = HashMap<String, RequestOutcome>;
 /// have listed: nothing is claimed then).
 #[derive(Clone, Debug, Default)]
 pub struct Census {
-    /// The pods matching the selector, on every node.
-    pub matching: Vec<RolloutPod>,
+    /// The pods matching the selector, on every node (shared with the watch's copy: a census
+    /// is taken on every pass).
+    pub matching: Vec<Arc<RolloutPod>>,
     pub budgets: Vec<Budget>,
     /// Every pod of the namespace (for the budgets; empty without budgets).
     pub namespace_pods: Vec<PodState>,
@@ -417,6 +419,7 @@ fn conclude(
     let ours: Vec<&RolloutPod> = census
         .matching
         .iter()
+        .map(Arc::as_ref)
         .filter(|p| included(p, start))
         .collect();
     status.not_included = (census.matching.len() - ours.len()) as u32;
@@ -669,7 +672,7 @@ mod tests {
 
     fn census(pods: &[RolloutPod], live: &[&str]) -> Census {
         Census {
-            matching: pods.to_vec(),
+            matching: pods.iter().cloned().map(Arc::new).collect(),
             live_agents: live.iter().map(|n| n.to_string()).collect(),
             ..Default::default()
         }
