@@ -232,9 +232,9 @@ async fn three_nodes_restart_every_pod_once_never_more_unavailable_than_the_budg
         Some(json!("True"))
     );
     assert!(status["completionTime"].is_string());
-    let parts = status["nodes"].as_array().unwrap();
-    assert_eq!(parts.len(), 3, "one part per node: {status:#}");
-    assert!(parts.iter().all(|p| p["done"] == 2 && p["pending"] == 0));
+    let parts = status["nodes"].as_object().unwrap();
+    assert_eq!(parts.len(), 3, "one part per node, by its name: {status:#}");
+    assert!(parts.values().all(|p| p["done"] == 2 && p["pending"] == 0));
     let most = *most.lock().unwrap();
     assert!(most <= 2, "{most} pods unavailable at once, budget 2");
     assert!(most >= 1, "the watch saw the restarts");
@@ -287,11 +287,9 @@ async fn a_rollout_outlives_an_agent_killed_while_it_holds_a_claim() {
     .await;
     let node0 = cluster.nodes[0].name.clone();
     wait_rollout(&cluster, "web", Duration::from_secs(60), |r| {
-        r["status"]["nodes"].as_array().is_some_and(|parts| {
-            parts.iter().any(|p| {
-                p["node"] == node0.as_str() && p["claims"].as_array().is_some_and(|c| !c.is_empty())
-            })
-        })
+        r["status"]["nodes"][node0.as_str()]["claims"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty())
     })
     .await;
     cluster.kill_agent(0);
@@ -473,22 +471,15 @@ async fn another_agent_releases_the_claim_of_an_agent_gone_for_good() {
         "phase": "Paused",
         "startTime": seconds(now),
         "inProgress": 1,
-        "nodes": [{"node": node1, "matched": 2, "skipped": 0, "notIncluded": 0,
-                   "claims": [{"pod": orphan, "podUID": orphan_uid, "since": seconds(long_ago)}]}],
+        "nodes": {node1.as_str(): {"matched": 2, "skipped": 0, "notIncluded": 0,
+                   "claims": [{"pod": orphan, "podUID": orphan_uid, "since": seconds(long_ago)}]}},
     });
     store.replace(ROLLOUTS, object).unwrap();
     store
         .merge_patch(ROLLOUTS, NS, "web", json!({"spec": {"paused": false}}))
         .unwrap();
     let released = wait_rollout(&cluster, "web", Duration::from_secs(60), |r| {
-        let parts = r["status"]["nodes"].as_array().cloned().unwrap_or_default();
-        let part = |node: &str| {
-            parts
-                .iter()
-                .find(|p| p["node"] == node)
-                .cloned()
-                .unwrap_or_default()
-        };
+        let part = |node: &str| &r["status"]["nodes"][node];
         part(&node1)["claims"].as_array().is_none_or(Vec::is_empty) && part(&node0)["done"] == 2
     })
     .await;

@@ -127,8 +127,10 @@ pub(crate) fn schema_violations(
     match (field("type").and_then(serde_yaml_ng::Value::as_str), value) {
         (Some("object"), Value::Object(map)) => {
             let properties = field("properties");
+            // A map (`additionalProperties`): every key's value has the one schema.
+            let any_key = field("additionalProperties").filter(|a| a.is_mapping());
             for (key, inner) in map {
-                match properties.and_then(|p| p.get(key.as_str())) {
+                match properties.and_then(|p| p.get(key.as_str())).or(any_key) {
                     Some(inner_schema) => out.extend(schema_violations(
                         inner,
                         inner_schema,

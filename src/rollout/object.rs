@@ -222,8 +222,35 @@ pub struct RolloutStatus {
     pub not_included: u32,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// On the wire a map from node name to part, so that the admission policy finds a node's
+    /// part by its key rather than by a scan of every part (its cost grows with the nodes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "parts_by_node")]
     pub nodes: Vec<NodePart>,
+}
+
+/// `status.nodes` as the API has it, `{node: part}`, read into parts in node order.
+mod parts_by_node {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::NodePart;
+
+    pub fn serialize<S: Serializer>(parts: &[NodePart], serializer: S) -> Result<S::Ok, S::Error> {
+        let by_node: BTreeMap<&str, &NodePart> =
+            parts.iter().map(|p| (p.node.as_str(), p)).collect();
+        by_node.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<NodePart>, D::Error> {
+        let by_node = BTreeMap::<String, NodePart>::deserialize(deserializer)?;
+        Ok(by_node
+            .into_iter()
+            .map(|(node, part)| NodePart { node, ..part })
+            .collect())
+    }
 }
 
 /// One node's part, written by that node's agent (others may only remove claims of an agent
@@ -231,6 +258,8 @@ pub struct RolloutStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodePart {
+    /// The key of the part in `status.nodes`.
+    #[serde(skip)]
     pub node: String,
     /// The rollout's pods on this node.
     #[serde(default)]
@@ -443,5 +472,29 @@ mod tests {
         let written = serde_json::to_value(&status).unwrap();
         let violations = request::schema_violations(&written, &schema, "status");
         assert!(violations.is_empty(), "{violations:?}");
+    }
+
+    #[test]
+    fn the_parts_are_a_map_by_node_name_on_the_wire() {
+        let status: RolloutStatus = serde_json::from_value(json!({"nodes": {
+            "n2": {"matched": 1, "pending": 1},
+            "n1": {"matched": 2, "done": 2},
+        }}))
+        .unwrap();
+        let nodes: Vec<(&str, u32)> = status
+            .nodes
+            .iter()
+            .map(|p| (p.node.as_str(), p.matched))
+            .collect();
+        assert_eq!(nodes, [("n1", 2), ("n2", 1)], "in node order");
+        assert_eq!(status.part("n2").map(|p| p.pending), Some(1));
+        let written = serde_json::to_value(&status).unwrap();
+        assert_eq!(written["nodes"]["n1"]["done"], 2);
+        assert!(
+            written["nodes"]["n1"].get("node").is_none(),
+            "the key names it"
+        );
+        let bad = serde_json::from_value::<RolloutStatus>(json!({"nodes": [{"node": "n1"}]}));
+        assert!(bad.is_err(), "a list of parts is not read");
     }
 }

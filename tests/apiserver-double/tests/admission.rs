@@ -512,6 +512,22 @@ fn part(node: &str, claims: &[&str], done: u32) -> Value {
     json!({"node": node, "matched": 3, "claims": claims, "done": done, "skipped": 0, "pending": 1, "notIncluded": 0})
 }
 
+/// `status.nodes` as the API has it: the parts by node name.
+fn by_node(parts: Vec<Value>) -> Value {
+    let mut map = serde_json::Map::new();
+    for mut part in parts {
+        let node = part["node"]
+            .as_str()
+            .expect("a part names its node")
+            .to_string();
+        if let Some(fields) = part.as_object_mut() {
+            fields.remove("node");
+        }
+        map.insert(node, part);
+    }
+    Value::Object(map)
+}
+
 /// A rollout with parts for n1 and n2, stored as a user made it and agents wrote it.
 fn stored_rollout(server: &ApiServer) -> Value {
     let store = server.store();
@@ -531,7 +547,7 @@ fn stored_rollout(server: &ApiServer) -> Value {
     object["status"] = json!({
         "phase": "Progressing",
         "inProgress": 2,
-        "nodes": [part("n1", &["a"], 0), part("n2", &["b", "c"], 1)],
+        "nodes": by_node(vec![part("n1", &["a"], 0), part("n2", &["b", "c"], 1)]),
     });
     store.replace(ROLLOUTS, object).expect("its status")
 }
@@ -554,7 +570,7 @@ async fn write_parts(
         .get(ROLLOUTS, "default", "web")
         .expect("stored");
     let mut object: DynamicObject = typed(stored);
-    object.data["status"]["nodes"] = json!(parts);
+    object.data["status"]["nodes"] = by_node(parts);
     object.data["status"]["inProgress"] = json!(7);
     api.replace_status("web", &PostParams::default(), &object)
         .await
@@ -591,13 +607,14 @@ async fn a_node_writes_only_its_own_part_of_a_rollout() {
             &rollout_resource(),
         );
         let mut object: DynamicObject = typed(stored_rollout(&server));
-        object.data["status"]["nodes"] = json!(only_n2);
+        object.data["status"]["nodes"] = by_node(only_n2);
         let stored = server
             .store()
             .replace(ROLLOUTS, serde_json::to_value(&object).unwrap())
             .unwrap();
         let mut object: DynamicObject = typed(stored);
-        object.data["status"]["nodes"] = json!([part("n1", &["a"], 0), part("n2", &["b", "c"], 1)]);
+        object.data["status"]["nodes"] =
+            by_node(vec![part("n1", &["a"], 0), part("n2", &["b", "c"], 1)]);
         api.replace_status("web", &PostParams::default(), &object)
             .await
             .expect("adds its own part");
