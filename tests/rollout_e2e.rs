@@ -471,7 +471,7 @@ async fn another_agent_releases_the_claim_of_an_agent_gone_for_good() {
         "phase": "Paused",
         "startTime": seconds(now),
         "inProgress": 1,
-        "nodes": {node1.as_str(): {"matched": 2, "skipped": 0, "notIncluded": 0,
+        "nodes": {node1.as_str(): {"matched": 2, "pending": 1, "skipped": 0, "notIncluded": 0,
                    "claims": [{"pod": orphan, "podUID": orphan_uid, "since": seconds(long_ago)}]}},
     });
     store.replace(ROLLOUTS, object).unwrap();
@@ -490,5 +490,22 @@ async fn another_agent_releases_the_claim_of_an_agent_gone_for_good() {
     );
     // The orphan's pod was not restarted by anyone.
     assert_eq!(cluster.nodes[1].proxy.stop_counts().len(), 0);
+    // Node 1's pods are deleted: its part still says one pod is left (its agent's last word),
+    // but the agents left read a gone agent's node from the census and its requests, listed:
+    // no pod of the rollout is left there, so the rollout ends.
+    let on_node1: Vec<String> = ids
+        .keys()
+        .filter(|name| cluster.pod(name).unwrap()["spec"]["nodeName"] == node1.as_str())
+        .cloned()
+        .collect();
+    for name in &on_node1 {
+        store.delete("pods", NS, name).unwrap();
+    }
+    let ended = wait_rollout(&cluster, "web", Duration::from_secs(60), |r| {
+        r["status"]["phase"] == "Succeeded"
+    })
+    .await;
+    assert_eq!(ended["status"]["done"], 2, "{:#}", ended["status"]);
+    assert_eq!(ended["status"]["nodes"][node1.as_str()]["pending"], 1);
     cluster.stop().await;
 }
