@@ -15,7 +15,7 @@
 //! `failurePolicy` decides.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use cel::common::types::{CelInt, DYN_TYPE, LIST_TYPE};
 use cel::common::value::{CowVal, Val};
@@ -289,6 +289,10 @@ pub(crate) struct Activation<'c> {
     namespace_object: Box<dyn Val>,
     variables: &'c [Variable],
     memo: Mutex<Vec<Option<Result<CelValue, String>>>>,
+    /// Each variable's value as the interpreter takes it, made once: converting a large value
+    /// (a list or map of an object's parts) on every `variables.x` would cost the size of the
+    /// value per reference, where kube-apiserver's lookups into it cost nothing of the kind.
+    as_val: Vec<OnceLock<Box<dyn Val>>>,
 }
 
 /// The JSON inputs of an [`Activation`].
@@ -310,6 +314,7 @@ impl<'c> Activation<'c> {
             namespace_object: cel(inputs.namespace_object),
             variables,
             memo: Mutex::new(vec![None; variables.len()]),
+            as_val: variables.iter().map(|_| OnceLock::new()).collect(),
         }
     }
 
@@ -388,8 +393,13 @@ impl VariableResolver for Scope<'_, '_> {
                 let i = a.variables[..self.visible]
                     .iter()
                     .position(|v| v.name == wanted)?;
+                if let Some(val) = a.as_val[i].get() {
+                    return Some(CowVal::Borrowed(val.as_ref()));
+                }
                 match a.variable(i) {
-                    Ok(v) => Some(CowVal::Owned(boxed(v))),
+                    Ok(v) => Some(CowVal::Borrowed(
+                        a.as_val[i].get_or_init(|| boxed(v)).as_ref(),
+                    )),
                     Err(e) => {
                         *lock(&self.failed) = Some(format!("variables.{wanted}: {e}"));
                         None
