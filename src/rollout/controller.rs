@@ -116,8 +116,9 @@ struct Controller {
     client: ::kube::Client,
     /// Rollout UID → what this agent keeps of it between passes.
     tracked: HashMap<String, Tracked>,
-    /// Namespace → when this agent's Lease there was last renewed.
-    leases: HashMap<String, Instant>,
+    /// Namespace → when this agent's Lease there was last renewed, and the Lease as written:
+    /// the next renewal is one write of it while nobody else has changed it.
+    leases: HashMap<String, (Instant, Lease)>,
     /// Namespace → its census, kept while this agent has rollout work there.
     namespaces: HashMap<String, NamespaceWatch>,
     /// Notified when one of this node's rollout requests changes.
@@ -494,27 +495,49 @@ impl Controller {
         known
     }
 
-    /// Creates or renews this agent's Lease in `namespace` (at most every ten seconds).
+    /// Creates or renews this agent's Lease in `namespace` (at most every ten seconds): one
+    /// write of the Lease as last written, read afresh only when that is refused.
     async fn renew_lease(&mut self, namespace: &str) {
         if self
             .leases
             .get(namespace)
-            .is_some_and(|at| at.elapsed() < LEASE_RENEWAL)
+            .is_some_and(|(at, _)| at.elapsed() < LEASE_RENEWAL)
         {
             return;
         }
         let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
         let name = lease_name(&self.node);
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(Timestamp::now());
+        let renewed = |mut lease: Lease| {
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            spec.holder_identity = Some(self.node.clone());
+            spec.lease_duration_seconds = Some(LEASE_DURATION.as_secs() as i32);
+            spec.renew_time = Some(now.clone());
+            lease
+        };
+        if let Some((_, written)) = self.leases.get(namespace) {
+            match api
+                .replace(&name, &PostParams::default(), &renewed(written.clone()))
+                .await
+            {
+                Ok(lease) => {
+                    self.leases
+                        .insert(namespace.to_string(), (Instant::now(), lease));
+                    return;
+                }
+                // Changed or deleted by someone else: read afresh.
+                Err(::kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
+                Err(err) => {
+                    tracing::warn!(namespace = %namespace, error = %err,
+                        "cannot renew this agent's Lease; other agents may take it for gone");
+                    return;
+                }
+            }
+        }
         let result = match api.get_opt(&name).await {
-            Ok(Some(mut lease)) => {
-                let spec = lease.spec.get_or_insert_with(Default::default);
-                spec.holder_identity = Some(self.node.clone());
-                spec.lease_duration_seconds = Some(LEASE_DURATION.as_secs() as i32);
-                spec.renew_time = Some(now);
-                api.replace(&name, &PostParams::default(), &lease)
+            Ok(Some(lease)) => {
+                api.replace(&name, &PostParams::default(), &renewed(lease))
                     .await
-                    .map(|_| ())
             }
             Ok(None) => {
                 let lease: Lease = match serde_json::from_value(json!({
@@ -533,18 +556,18 @@ impl Controller {
                     Ok(lease) => lease,
                     Err(_) => return,
                 };
-                let mut lease = lease;
+                let mut lease = renewed(lease);
                 if let Some(spec) = lease.spec.as_mut() {
                     spec.acquire_time = Some(now.clone());
-                    spec.renew_time = Some(now);
                 }
-                api.create(&PostParams::default(), &lease).await.map(|_| ())
+                api.create(&PostParams::default(), &lease).await
             }
             Err(err) => Err(err),
         };
         match result {
-            Ok(()) => {
-                self.leases.insert(namespace.to_string(), Instant::now());
+            Ok(lease) => {
+                self.leases
+                    .insert(namespace.to_string(), (Instant::now(), lease));
             }
             Err(err) => tracing::warn!(namespace = %namespace, error = %err,
                 "cannot renew this agent's Lease; other agents may take it for gone"),
