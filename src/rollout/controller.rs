@@ -405,9 +405,7 @@ impl Controller {
         requests: &mut HashMap<String, NodeRequest>,
     ) {
         let (pod, pod_uid) = (claim.pod.as_str(), claim.pod_uid.as_str());
-        if requests
-            .get(pod_uid)
-            .is_some_and(|r| r.outcome != RequestOutcome::Absent)
+        if requests.contains_key(pod_uid)
             || !plan::fresh(claim, Timestamp::now())
             || !view.pods.iter().any(|p| p.uid == pod_uid)
         {

@@ -33,13 +33,9 @@ pub struct RolloutPod {
     pub terminating: bool,
 }
 
-/// How a request of the rollout stands.
+/// How a request of the rollout stands (a pod without one has none in the maps below).
 #[derive(Clone, Debug, PartialEq)]
 pub enum RequestOutcome {
-    /// Not read yet, or the read failed.
-    Unknown,
-    /// There is none: the claim's agent had not made it (yet).
-    Absent,
     Underway,
     Succeeded,
     Failed(String),
@@ -159,7 +155,7 @@ pub fn step(facts: &Facts) -> Step {
             _ if !here.contains(claim.pod_uid.as_str()) => part.skipped += 1,
             // A claim whose request was not made in time (the agent stopped in between) is
             // let go: other agents may have released it already. The pod is claimed afresh.
-            None | Some(RequestOutcome::Absent) if !fresh(&claim, now) => {}
+            None if !fresh(&claim, now) => {}
             _ => kept.push(claim),
         }
     }
@@ -197,16 +193,16 @@ pub fn step(facts: &Facts) -> Step {
                 else {
                     return false;
                 };
-                let outcome = census
-                    .foreign_requests
-                    .get(&other.node)
-                    .map(|asked| asked.get(&claim.pod_uid).unwrap_or(&RequestOutcome::Absent));
+                // A node whose requests could not be listed: nothing is known of them.
                 let released = pod.state.ready
-                    && match outcome {
-                        Some(RequestOutcome::Succeeded | RequestOutcome::Failed(_)) => true,
-                        Some(RequestOutcome::Absent) => age(claim, now) >= 2 * LEASE_DURATION,
-                        _ => false,
-                    };
+                    && census
+                        .foreign_requests
+                        .get(&other.node)
+                        .is_some_and(|asked| match asked.get(&claim.pod_uid) {
+                            Some(RequestOutcome::Succeeded | RequestOutcome::Failed(_)) => true,
+                            Some(RequestOutcome::Underway) => false,
+                            None => age(claim, now) >= 2 * LEASE_DURATION,
+                        });
                 !released
             });
         }
@@ -259,10 +255,7 @@ pub fn step(facts: &Facts) -> Step {
             included(p, start)
                 && !p.terminating
                 && !claimed_here.contains(uid)
-                && facts
-                    .requests
-                    .get(uid)
-                    .is_none_or(|r| r.outcome == RequestOutcome::Absent)
+                && !facts.requests.contains_key(uid)
         })
         .collect();
     todo.sort_by(|a, b| a.state.name.cmp(&b.state.name));
@@ -436,7 +429,7 @@ fn conclude(
                 let uid = p.state.uid.as_str();
                 !p.terminating
                     && !claimed.contains(uid)
-                    && asked.is_none_or(|a| a.get(uid).is_none_or(|o| *o == RequestOutcome::Absent))
+                    && asked.is_none_or(|a| !a.contains_key(uid))
             })
             .count()
     };
@@ -972,7 +965,10 @@ mod tests {
             2,
             "b1's request under way"
         );
-        foreign(&mut run, "uid-b1", RequestOutcome::Absent);
+        // b's requests listed, none for b1.
+        if let Some(asked) = run.census.as_mut().unwrap().foreign_requests.get_mut("b") {
+            asked.remove("uid-b1");
+        }
         run.now = at(2 * LEASE_DURATION.as_secs() as i64 - 1);
         let step = run.step();
         assert_eq!(
@@ -1091,8 +1087,7 @@ mod tests {
         let all = [pod("a1", "a", true)];
         let mut run = Run::new("a", &all);
         run.status = run.step().status;
-        run.ask("uid-a1".into(), RequestOutcome::Absent);
-        // Claimed at 1 s: still the agent's to make its request at 40 s, not at 41 s.
+        // No request made for a1. Claimed at 1 s: still the agent's to make its request at 40 s, not at 41 s.
         run.now = at(LEASE_DURATION.as_secs() as i64);
         assert!(run.step().claimed.is_empty());
         run.now = at(LEASE_DURATION.as_secs() as i64 + 1);
