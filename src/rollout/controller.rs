@@ -513,54 +513,50 @@ impl Controller {
             spec.renew_time = Some(now.clone());
             lease
         };
-        if let Some((_, written)) = self.leases.get(namespace) {
-            match api
-                .replace(&name, &PostParams::default(), &renewed(written.clone()))
+        // The Lease as last written, renewed in one write; read afresh when this agent has not
+        // written it yet, or someone else changed or deleted it.
+        let written = match self.leases.get(namespace) {
+            Some((_, lease)) => match api
+                .replace(&name, &PostParams::default(), &renewed(lease.clone()))
                 .await
             {
-                Ok(lease) => {
-                    self.leases
-                        .insert(namespace.to_string(), (Instant::now(), lease));
-                    return;
+                Err(::kube::Error::Api(status)) if status.code == 409 || status.code == 404 => None,
+                other => Some(other),
+            },
+            None => None,
+        };
+        let result = match written {
+            Some(result) => result,
+            None => match api.get_opt(&name).await {
+                Ok(Some(lease)) => {
+                    api.replace(&name, &PostParams::default(), &renewed(lease))
+                        .await
                 }
-                // Changed or deleted by someone else: read afresh.
-                Err(::kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
-                Err(err) => {
-                    tracing::warn!(namespace = %namespace, error = %err,
-                        "cannot renew this agent's Lease; other agents may take it for gone");
-                    return;
-                }
-            }
-        }
-        let result = match api.get_opt(&name).await {
-            Ok(Some(lease)) => {
-                api.replace(&name, &PostParams::default(), &renewed(lease))
-                    .await
-            }
-            Ok(None) => {
-                let lease: Lease = match serde_json::from_value(json!({
-                    "metadata": {
-                        "name": name,
-                        "labels": {
-                            LABEL_AGENT_LEASE: "true",
-                            restart::LABEL_NODE_NAME: self.node,
+                Ok(None) => {
+                    let lease: Lease = match serde_json::from_value(json!({
+                        "metadata": {
+                            "name": name,
+                            "labels": {
+                                LABEL_AGENT_LEASE: "true",
+                                restart::LABEL_NODE_NAME: self.node,
+                            },
                         },
-                    },
-                    "spec": {
-                        "holderIdentity": self.node,
-                        "leaseDurationSeconds": LEASE_DURATION.as_secs(),
-                    },
-                })) {
-                    Ok(lease) => lease,
-                    Err(_) => return,
-                };
-                let mut lease = renewed(lease);
-                if let Some(spec) = lease.spec.as_mut() {
-                    spec.acquire_time = Some(now.clone());
+                        "spec": {
+                            "holderIdentity": self.node,
+                            "leaseDurationSeconds": LEASE_DURATION.as_secs(),
+                        },
+                    })) {
+                        Ok(lease) => lease,
+                        Err(_) => return,
+                    };
+                    let mut lease = renewed(lease);
+                    if let Some(spec) = lease.spec.as_mut() {
+                        spec.acquire_time = Some(now.clone());
+                    }
+                    api.create(&PostParams::default(), &lease).await
                 }
-                api.create(&PostParams::default(), &lease).await
-            }
-            Err(err) => Err(err),
+                Err(err) => Err(err),
+            },
         };
         match result {
             Ok(lease) => {
