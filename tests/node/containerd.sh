@@ -34,7 +34,8 @@
 #
 # Facts this relies on are in docs/containerd.md: PID 1 is not systemd (we start
 # containerd ourselves, cgroupfs driver), root lacks CAP_SYS_RESOURCE (restrict_oom_score_adj), no
-# registry (images are built here from busybox-static and imported), one containerd per machine.
+# registry (images are built here from busybox-static and imported), one directory per containerd
+# (INPLACED_TEST_CRI_BASE: socket, root, state and runc root; several may run side by side).
 set -euo pipefail
 
 RELEASE=${INPLACED_CONTAINERD:-1.6}
@@ -142,6 +143,7 @@ state = "$BASE/state"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "$BASE/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$BASE/cni/net.d"
@@ -170,6 +172,7 @@ state = "$BASE/state"
       runtime_type = "io.containerd.runc.v2"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "$BASE/runc"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$BASE/cni/net.d"
@@ -229,11 +232,13 @@ up() {
   [ "$(id -u)" = 0 ] || die "must run as root"
   if running; then
     [ "$RUNNING_RELEASE" = "$RELEASE" ] \
-      || die "containerd $RUNNING_RELEASE is up; run '$0 down' before starting $RELEASE (one containerd per machine)"
+      || die "containerd $RUNNING_RELEASE is up in $BASE; run '$0 down' before starting $RELEASE there"
     log "containerd already running (pid $(cat "$PIDFILE"))"; echo "unix://$SOCK"; return 0
   fi
-  if pgrep -x containerd >/dev/null; then
-    die "another containerd is running on this machine (pid $(pgrep -x containerd | tr '\n' ' ')); containerd 1.6 allows one per machine"
+  # Several run side by side (the suite's, and one per real test node), each with its own
+  # directory: socket, root, state and runc root (below, in the config) all live in it.
+  if pgrep -f -- "--config $BASE/config.toml" >/dev/null; then
+    die "a containerd with $BASE/config.toml is running without its pid file (pid $(pgrep -f -- "--config $BASE/config.toml" | tr '\n' ' ')); stop it first"
   fi
   mkdir -p "$BASE"
   install_packages

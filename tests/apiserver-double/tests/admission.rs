@@ -16,7 +16,8 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 
-const POLICY: &str = "inplaced-own-node-only";
+const POLICY: &str = "inplaced-own-node-requests";
+const PODS_POLICY: &str = "inplaced-own-node-pods";
 const CRR: &str = "containerrecreaterequests.apps.kruise.io";
 const RESIZE: &str = "containerresizerequests.inplaced.io";
 const RESTART: &str = "containerrestartrequests.inplaced.io";
@@ -41,7 +42,7 @@ fn shipped_documents() -> Vec<Value> {
 async fn apply_shipped_policy(server: &ApiServer) {
     let admin = client(server).await;
     let documents = shipped_documents();
-    assert_eq!(documents.len(), 4, "two policies and their bindings");
+    assert_eq!(documents.len(), 8, "four policies and their bindings");
     for doc in documents {
         match doc["kind"].as_str() {
             Some("ValidatingAdmissionPolicy") => {
@@ -221,10 +222,10 @@ async fn the_shipped_policy_and_binding_are_served_as_applied() {
     let policy = policies.get(POLICY).await.expect("the policy is served");
     let spec = policy.spec.expect("a spec");
     assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
-    assert_eq!(spec.validations.map(|v| v.len()), Some(3));
+    assert_eq!(spec.validations.map(|v| v.len()), Some(2));
     assert_eq!(
         server.store().list(VALIDATING_ADMISSION_POLICIES, "").len(),
-        2
+        4
     );
     let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client(&server).await);
     let binding = bindings.get(POLICY).await.expect("the binding is served");
@@ -287,8 +288,8 @@ async fn a_node_updates_only_its_own_pods() {
             assert_eq!(
                 message,
                 format!(
-                    "pods \"theirs\" is forbidden: ValidatingAdmissionPolicy '{POLICY}' with binding \
-                     '{POLICY}' denied request: node n1 may only modify pods bound to it"
+                    "pods \"theirs\" is forbidden: ValidatingAdmissionPolicy '{PODS_POLICY}' with binding \
+                     '{PODS_POLICY}' denied request: node n1 may only modify pods bound to it"
                 )
             );
         }
@@ -696,39 +697,54 @@ async fn a_node_writes_only_its_own_part_of_a_rollout() {
         .expect("a user may write any status");
 }
 
-/// An agent holds only the Lease named after its node.
+/// A dedicated agent holds only the Lease named after its node; the policy leaves the node-bound
+/// identity's Leases alone: that is the kubelet's own, which NodeRestriction keeps to its node
+/// (the double has no NodeRestriction), and which a refusal would stop renewing.
 #[tokio::test]
 async fn a_node_writes_only_its_own_lease() {
     use k8s_openapi::api::coordination::v1::Lease;
     let server = cluster().await;
-    for token in ["node-n1", "agent-n1"] {
-        let leases: Api<Lease> = Api::namespaced(client_for(&server, Some(token)).await, "default");
-        let lease = |name: &str| -> Lease {
-            typed(
-                json!({"metadata": {"name": name}, "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40}}),
-            )
-        };
-        let created = leases
-            .create(&PostParams::default(), &lease("inplaced-agent-n1"))
-            .await
-            .expect("its own Lease");
+    let lease = |name: &str| -> Lease {
+        typed(
+            json!({"metadata": {"name": name}, "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40}}),
+        )
+    };
+    let leases: Api<Lease> =
+        Api::namespaced(client_for(&server, Some("agent-n1")).await, "default");
+    let created = leases
+        .create(&PostParams::default(), &lease("inplaced-agent-n1"))
+        .await
+        .expect("its own Lease");
+    leases
+        .replace("inplaced-agent-n1", &PostParams::default(), &created)
+        .await
+        .expect("renewed");
+    let (code, _, said) = refused(
         leases
-            .replace("inplaced-agent-n1", &PostParams::default(), &created)
-            .await
-            .expect("renewed");
-        let (code, _, said) = refused(
-            leases
-                .create(&PostParams::default(), &lease("inplaced-agent-n2"))
-                .await,
-        );
-        assert_eq!(code, 403);
-        assert!(
-            said.ends_with("node n1 may only write the Lease inplaced-agent-n1"),
-            "{said}"
-        );
-        leases
-            .delete("inplaced-agent-n1", &DeleteParams::default())
-            .await
-            .expect("deleted");
-    }
+            .create(&PostParams::default(), &lease("inplaced-agent-n2"))
+            .await,
+    );
+    assert_eq!(code, 403);
+    assert!(
+        said.ends_with("node n1 may only write the Lease inplaced-agent-n1"),
+        "{said}"
+    );
+    leases
+        .delete("inplaced-agent-n1", &DeleteParams::default())
+        .await
+        .expect("deleted");
+
+    // The kubelet's node Lease, written with the node-bound identity.
+    let node_leases: Api<Lease> = Api::namespaced(
+        client_for(&server, Some("node-n1")).await,
+        "kube-node-lease",
+    );
+    let heartbeat = node_leases
+        .create(&PostParams::default(), &lease("n1"))
+        .await
+        .expect("the kubelet's node Lease");
+    node_leases
+        .replace("n1", &PostParams::default(), &heartbeat)
+        .await
+        .expect("the kubelet's node Lease renewed");
 }

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes components the real-cluster tests run, from the Go modules beside
+# this script (each pins one release in its go.mod and go.sum):
+#   k8s-1.36/  kube-apiserver, kubelet, kube-controller-manager, kubectl  (k8s.io/kubernetes v1.36.x)
+#   k8s-1.32/  kube-apiserver, kubelet, kube-controller-manager, etcd (3.5, the line 1.32 requires),
+#              kruise-manager (github.com/openkruise/kruise v1.9.0, built on the 1.32 libraries)
+#
+#   tests/kube/build.sh [RELEASE...]   build (default: 1.32 1.36); prints nothing but errors and times
+#   tests/kube/build.sh --bin RELEASE  print the directory of that release's binaries (built or not)
+#
+# Binaries land in a cache outside the work tree, keyed by the release and a hash of its go.mod
+# and go.sum, so a second run (another stage, another checkout on the same machine) builds
+# nothing; Go's own build and module caches sit beside them, so a go.sum change rebuilds only
+# what changed. INPLACED_TEST_RUNTIME_CACHE moves the cache (default /var/cache/inplaced-test).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+CACHE=${INPLACED_TEST_RUNTIME_CACHE:-/var/cache/inplaced-test}/kube
+export GOCACHE=$CACHE/go-build GOMODCACHE=$CACHE/go-mod GOFLAGS=-mod=mod GOTOOLCHAIN=local
+# No cgo: the components are pure Go, and a static binary does not care which libc runs it.
+export CGO_ENABLED=0
+
+die() { echo "tests/kube/build.sh: $*" >&2; exit 1; }
+
+bin_dir() {
+  local release=$1 dir=$here/k8s-$1 key
+  [ -f "$dir/go.mod" ] || die "no module for release $release (have: $(cd "$here" && ls -d k8s-* | tr '\n' ' '))"
+  key=$(cat "$dir/go.mod" "$dir/go.sum" | sha256sum | cut -c1-12)
+  echo "$CACHE/$release-$key/bin"
+}
+
+# The release's exact version, from its module's requirement of k8s.io/kubernetes.
+kube_version() { awk '$1 == "k8s.io/kubernetes" { print $2 }' "$here/k8s-$1/go.mod"; }
+
+build() {
+  local release=$1 dir=$here/k8s-$1 out version major minor started flags lock
+  out=$(bin_dir "$release")
+  [ -f "$out/.complete" ] && return 0
+  # One build of a release at a time on the machine: a second caller (the suite, while CI's
+  # background job builds) waits for the first and then finds the binaries there.
+  mkdir -p "$CACHE"
+  exec {lock}>"$CACHE/build-$release.lock"
+  flock "$lock"
+  if [ -f "$out/.complete" ]; then exec {lock}>&-; return 0; fi
+  version=$(kube_version "$release")
+  [ -n "$version" ] || die "k8s-$release/go.mod names no k8s.io/kubernetes version"
+  major=${version#v}; major=${major%%.*}
+  minor=${version#v*.}; minor=${minor%%.*}
+  # Without these the components say v0.0.0: the kubelet's Node object too, and the agent
+  # reads nodeInfo.kubeletVersion.
+  flags=""
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+    flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  mkdir -p "$out"
+  local tool name
+  while read -r tool; do
+    [ -n "$tool" ] || continue
+    case "$tool" in
+      github.com/openkruise/kruise) name=kruise-manager ;;
+      go.etcd.io/etcd/server/v3) name=etcd ;;
+      *) name=${tool##*/} ;;
+    esac
+    started=$(date +%s)
+    (cd "$dir" && go build -tags providerless -ldflags "-s -w $flags" -o "$out/$name.new" "$tool")
+    mv "$out/$name.new" "$out/$name"
+    echo "built $name $version in $(( $(date +%s) - started )) s"
+  done < <(sed -n '/^tool (/,/^)/p' "$dir/go.mod" | sed '1d;$d' | tr -d '\t'; grep '^tool [^(]' "$dir/go.mod" | cut -d' ' -f2)
+  # The CRDs of the kruise release the module builds (the tests apply them as kruise ships them).
+  local kruise
+  kruise=$(cd "$dir" && go list -m -f '{{.Dir}}' github.com/openkruise/kruise 2>/dev/null || true)
+  if [ -n "$kruise" ]; then
+    rm -rf "$out/kruise-crds"
+    cp -r "$kruise/config/crd/bases" "$out/kruise-crds"
+    chmod -R u+w "$out/kruise-crds"
+  fi
+  echo "$version" > "$out/VERSION"
+  touch "$out/.complete"
+  exec {lock}>&-
+}
+
+if [ "${1:-}" = --bin ]; then
+  [ $# -eq 2 ] || die "usage: --bin RELEASE"
+  bin_dir "$2"
+  exit 0
+fi
+releases=("$@")
+[ ${#releases[@]} -gt 0 ] || releases=(1.32 1.36)
+for release in "${releases[@]}"; do build "$release"; done

@@ -1,0 +1,421 @@
+//! etcd, kube-apiserver and (with the controllers a test needs) kube-controller-manager of one
+//! release, on loopback, with the authorization a production cluster has (Node and RBAC, the
+//! NodeRestriction admission plugin), x509 client certificates for nodes and agents, a token
+//! for the administrator, and an audit log of every request (who asked what).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde_json::Value;
+
+use crate::binaries::Binaries;
+use crate::pki::{Ca, Credential, signing_key_pem};
+use crate::process::{Component, wait_until};
+
+#[derive(Debug, Clone)]
+pub struct ControlPlaneConfig {
+    /// "1.36" or "1.32" (a module under tests/kube).
+    pub release: String,
+    /// kube-controller-manager's `--controllers`; empty: no controller-manager.
+    pub controllers: Vec<String>,
+    /// `--feature-gates` of the apiserver and the controller-manager (e.g.
+    /// "InPlacePodVerticalScaling=true").
+    pub feature_gates: Vec<String>,
+}
+
+impl ControlPlaneConfig {
+    /// What most tests need: namespaces get their `default` ServiceAccount and
+    /// `kube-root-ca.crt`, deleted owners' dependents are collected, deleted namespaces go, and
+    /// admission policies get their type-checking status.
+    pub fn new(release: &str) -> ControlPlaneConfig {
+        ControlPlaneConfig {
+            release: release.to_string(),
+            controllers: [
+                "serviceaccount",
+                "root-ca-cert-publisher",
+                "garbagecollector",
+                "namespace",
+                "validatingadmissionpolicy-status",
+            ]
+            .map(String::from)
+            .to_vec(),
+            feature_gates: Vec::new(),
+        }
+    }
+}
+
+pub struct ControlPlane {
+    binaries: Binaries,
+    // Dropped in reverse order of start: the controller-manager, the apiserver, then etcd.
+    controller_manager: Option<Component>,
+    apiserver: Component,
+    etcd: Component,
+    pub ca: Ca,
+    /// https://127.0.0.1:PORT
+    pub url: String,
+    admin_kubeconfig: PathBuf,
+    audit_log: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+/// A free loopback port (bound and released: the component binds it right after).
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Who authenticates how in a kubeconfig.
+enum Identity<'a> {
+    Token(&'a str),
+    Certificate(&'a Credential),
+}
+
+impl ControlPlane {
+    pub async fn start(config: ControlPlaneConfig) -> anyhow::Result<ControlPlane> {
+        let binaries = Binaries::of(&config.release)?;
+        // etcd is built once, in the 1.32 module (the 3.5 line 1.32 requires); 1.36's apiserver
+        // works with it too.
+        let etcd_binaries = Binaries::of(crate::BEFORE_RESIZE_BETA)?;
+        let dir = tempfile::Builder::new()
+            .prefix("inplaced-kube-")
+            .tempdir()
+            .context("control plane directory")?;
+        let path = |name: &str| dir.path().join(name);
+
+        let ca = Ca::new("inplaced-test-cluster-ca")?;
+        let serving = ca.serving(
+            "kube-apiserver",
+            &[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+            ],
+            &["127.0.0.1", "10.96.0.1"],
+        )?;
+        std::fs::write(path("ca.crt"), ca.cert_pem())?;
+        std::fs::write(path("ca.key"), ca.key_pem())?;
+        std::fs::write(path("apiserver.crt"), &serving.cert_pem)?;
+        std::fs::write(path("apiserver.key"), &serving.key_pem)?;
+        std::fs::write(path("service-accounts.key"), signing_key_pem()?)?;
+        let admin_token = format!("admin-{:016x}", rand::random::<u64>());
+        std::fs::write(
+            path("tokens.csv"),
+            format!("{admin_token},admin,admin-uid,\"system:masters\"\n"),
+        )?;
+        // Metadata of every request but the apiserver's own loopback calls: who, verb, what,
+        // and the answer's code, for the tests that count the agent's requests.
+        std::fs::write(
+            path("audit-policy.yaml"),
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
+             rules:\n- level: None\n  users: [\"system:apiserver\"]\n- level: Metadata\n",
+        )?;
+
+        let etcd_client = format!("http://127.0.0.1:{}", free_port()?);
+        let etcd_peer = format!("http://127.0.0.1:{}", free_port()?);
+        let mut etcd_command = Command::new(etcd_binaries.path("etcd")?);
+        etcd_command
+            .arg(format!("--data-dir={}", path("etcd").display()))
+            .arg("--name=inplaced-test")
+            .arg(format!("--listen-client-urls={etcd_client}"))
+            .arg(format!("--advertise-client-urls={etcd_client}"))
+            .arg(format!("--listen-peer-urls={etcd_peer}"))
+            .arg(format!("--initial-advertise-peer-urls={etcd_peer}"))
+            .arg(format!("--initial-cluster=inplaced-test={etcd_peer}"))
+            // A test's data is thrown away at the end: no fsync on every write.
+            .arg("--unsafe-no-fsync")
+            .arg("--log-level=warn");
+        let mut etcd = Component::spawn("etcd", etcd_command, &path("etcd.log"))?;
+
+        let port = free_port()?;
+        let url = format!("https://127.0.0.1:{port}");
+        let mut apiserver_command = Command::new(binaries.path("kube-apiserver")?);
+        apiserver_command
+            .arg(format!("--etcd-servers={etcd_client}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
+            .arg(format!(
+                "--tls-cert-file={}",
+                path("apiserver.crt").display()
+            ))
+            .arg(format!(
+                "--tls-private-key-file={}",
+                path("apiserver.key").display()
+            ))
+            .arg(format!("--client-ca-file={}", path("ca.crt").display()))
+            .arg(format!(
+                "--token-auth-file={}",
+                path("tokens.csv").display()
+            ))
+            .arg("--authorization-mode=Node,RBAC")
+            .arg("--enable-admission-plugins=NodeRestriction")
+            .arg("--service-cluster-ip-range=10.96.0.0/16")
+            .arg("--service-account-issuer=https://kubernetes.default.svc")
+            .arg(format!(
+                "--service-account-key-file={}",
+                path("service-accounts.key").display()
+            ))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                path("service-accounts.key").display()
+            ))
+            // No `kubernetes` Service endpoints to keep for a one-machine control plane.
+            .arg("--endpoint-reconciler-type=none")
+            .arg("--allow-privileged=true")
+            .arg(format!(
+                "--audit-policy-file={}",
+                path("audit-policy.yaml").display()
+            ))
+            .arg(format!("--audit-log-path={}", path("audit.log").display()))
+            .arg("--audit-log-format=json")
+            .arg("--audit-log-mode=blocking")
+            .arg("--profiling=false")
+            .arg("--v=1");
+        if !config.feature_gates.is_empty() {
+            apiserver_command.arg(format!(
+                "--feature-gates={}",
+                config.feature_gates.join(",")
+            ));
+        }
+        let mut apiserver = Component::spawn(
+            "kube-apiserver",
+            apiserver_command,
+            &path("kube-apiserver.log"),
+        )?;
+
+        write_kubeconfig(
+            &path("admin.kubeconfig"),
+            &url,
+            &ca.cert_pem(),
+            Identity::Token(&admin_token),
+        )?;
+        let admin_kubeconfig = path("admin.kubeconfig");
+        let client = client_from(&admin_kubeconfig).await?;
+        let started = std::time::Instant::now();
+        let ready = wait_until("kube-apiserver /readyz", Duration::from_secs(120), || {
+            let client = client.clone();
+            let running = etcd
+                .check_running()
+                .and_then(|()| apiserver.check_running());
+            async move {
+                running?;
+                let request = http::Request::get("/readyz").body(Vec::new())?;
+                Ok(client
+                    .request_text(request)
+                    .await
+                    .ok()
+                    .filter(|t| t == "ok"))
+            }
+        })
+        .await;
+        if let Err(e) = ready {
+            bail!(
+                "{e:#}\nkube-apiserver's log ends:\n{}",
+                apiserver.log_tail(30)
+            );
+        }
+        eprintln!(
+            "real-cluster: kube-apiserver {} ready in {:.1} s ({})",
+            binaries.version(),
+            started.elapsed().as_secs_f64(),
+            dir.path().display()
+        );
+
+        let controller_manager = if config.controllers.is_empty() {
+            None
+        } else {
+            let mut command = Command::new(binaries.path("kube-controller-manager")?);
+            command
+                .arg(format!("--kubeconfig={}", admin_kubeconfig.display()))
+                .arg(format!("--controllers={}", config.controllers.join(",")))
+                .arg("--leader-elect=false")
+                .arg(format!("--root-ca-file={}", path("ca.crt").display()))
+                .arg(format!(
+                    "--cluster-signing-cert-file={}",
+                    path("ca.crt").display()
+                ))
+                .arg(format!(
+                    "--cluster-signing-key-file={}",
+                    path("ca.key").display()
+                ))
+                .arg("--secure-port=0")
+                .arg("--v=1");
+            if !config.feature_gates.is_empty() {
+                command.arg(format!(
+                    "--feature-gates={}",
+                    config.feature_gates.join(",")
+                ));
+            }
+            Some(Component::spawn(
+                "kube-controller-manager",
+                command,
+                &path("kube-controller-manager.log"),
+            )?)
+        };
+
+        let audit_log = path("audit.log");
+        Ok(ControlPlane {
+            binaries,
+            controller_manager,
+            apiserver,
+            etcd,
+            ca,
+            url,
+            admin_kubeconfig,
+            audit_log,
+            dir,
+        })
+    }
+
+    /// The exact version of the running components, e.g. `v1.36.3`.
+    pub fn version(&self) -> &str {
+        self.binaries.version()
+    }
+
+    pub fn binaries(&self) -> &Binaries {
+        &self.binaries
+    }
+
+    /// The control plane's working directory (certificates, kubeconfigs, logs, etcd's data).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The administrator's kubeconfig (a token in `system:masters`).
+    pub fn admin_kubeconfig(&self) -> &Path {
+        &self.admin_kubeconfig
+    }
+
+    pub async fn admin_client(&self) -> anyhow::Result<kube::Client> {
+        client_from(&self.admin_kubeconfig).await
+    }
+
+    /// A kubeconfig for a client certificate of `user` in `group`, written to the control
+    /// plane's directory as `<file>`.
+    pub fn kubeconfig_for(
+        &self,
+        file: &str,
+        user: &str,
+        group: Option<&str>,
+    ) -> anyhow::Result<PathBuf> {
+        let credential = self.ca.client(user, group)?;
+        self.kubeconfig_with(file, &credential)
+    }
+
+    /// A kubeconfig for `credential`, written to the control plane's directory as `<file>`.
+    pub fn kubeconfig_with(&self, file: &str, credential: &Credential) -> anyhow::Result<PathBuf> {
+        let path = self.dir.path().join(file);
+        write_kubeconfig(
+            &path,
+            &self.url,
+            &self.ca.cert_pem(),
+            Identity::Certificate(credential),
+        )?;
+        Ok(path)
+    }
+
+    /// kubectl of the newest release, as the administrator.
+    pub fn kubectl(&self) -> anyhow::Result<Command> {
+        let kubectl = Binaries::of(crate::NEWEST)?.path("kubectl")?;
+        let mut command = Command::new(kubectl);
+        command.arg(format!("--kubeconfig={}", self.admin_kubeconfig.display()));
+        Ok(command)
+    }
+
+    /// Runs kubectl with `args` as the administrator; its stdout, or an error with its stderr.
+    pub fn kubectl_run(&self, args: &[&str]) -> anyhow::Result<String> {
+        let output = self
+            .kubectl()?
+            .args(args)
+            .output()
+            .context("running kubectl")?;
+        if !output.status.success() {
+            bail!(
+                "kubectl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Every audit event so far (JSON lines), in the order the apiserver logged them.
+    pub fn audit_events(&self) -> anyhow::Result<Vec<Value>> {
+        let text = std::fs::read_to_string(&self.audit_log).unwrap_or_default();
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).context("an audit line"))
+            .collect()
+    }
+
+    /// An error with the log tails of any component that has exited.
+    pub fn check_running(&mut self) -> anyhow::Result<()> {
+        self.etcd.check_running()?;
+        self.apiserver.check_running()?;
+        if let Some(cm) = &mut self.controller_manager {
+            cm.check_running()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        // Kept for a look after a failure: INPLACED_TEST_KEEP_CLUSTER=1 keeps the directory.
+        if std::env::var_os("INPLACED_TEST_KEEP_CLUSTER").is_some() {
+            let kept = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir"));
+            eprintln!("real-cluster: kept {}", kept.keep().display());
+        }
+        if let Some(cm) = &mut self.controller_manager {
+            cm.stop(Duration::from_secs(10));
+        }
+        self.apiserver.stop(Duration::from_secs(20));
+        self.etcd.stop(Duration::from_secs(10));
+    }
+}
+
+/// A kube client for `kubeconfig`, with the timeouts of the project's own clients.
+pub async fn client_from(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    let text = std::fs::read_to_string(kubeconfig)?;
+    let parsed = kube::config::Kubeconfig::from_yaml(&text)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(parsed, &kube::config::KubeConfigOptions::default())
+            .await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+fn write_kubeconfig(
+    path: &Path,
+    url: &str,
+    ca_pem: &str,
+    identity: Identity,
+) -> anyhow::Result<()> {
+    let user = match identity {
+        Identity::Token(token) => serde_json::json!({ "token": token }),
+        Identity::Certificate(credential) => serde_json::json!({
+            "client-certificate-data": BASE64.encode(&credential.cert_pem),
+            "client-key-data": BASE64.encode(&credential.key_pem),
+        }),
+    };
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": url,
+            "certificate-authority-data": BASE64.encode(ca_pem),
+        }}],
+        "users": [{"name": "test", "user": user}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+        "current-context": "test",
+    });
+    // JSON is YAML: every client reads it.
+    std::fs::write(path, serde_json::to_vec_pretty(&kubeconfig)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(())
+}

@@ -1,0 +1,459 @@
+//! The agent against real Kubernetes: the real etcd, kube-apiserver and kube-controller-manager
+//! of a release, a real kubelet on a containerd of its own, the shipped CRDs, RBAC and admission
+//! policies applied as shipped with kubectl (tests/real-cluster; binaries from tests/kube).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, PostParams};
+use real_cluster::{ControlPlane, ControlPlaneConfig, NEWEST, NodeConfig, RealNode, wait_until};
+use serde_json::{Value, json};
+use support::agent::AgentProcess;
+
+const NS: &str = "inplaced-e2e";
+const WAIT: Duration = Duration::from_secs(90);
+
+fn shipped(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("packaging/kubernetes")
+        .join(file)
+}
+
+/// Every shipped manifest, applied as docs/install.md says (server-side, so that a large CRD's
+/// annotation limit does not matter), with the CRDs established before the rest.
+fn apply_shipped(cluster: &ControlPlane, rbac: &str) {
+    let crds: Vec<PathBuf> = std::fs::read_dir(shipped(""))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("crd-"))
+        .collect();
+    let mut args = vec!["apply".to_string(), "--server-side".into()];
+    for crd in &crds {
+        args.push(format!("-f={}", crd.display()));
+    }
+    // OpenKruise's ContainerRecreateRequest, as kruise ships it (the policies match it too).
+    let kruise_crr =
+        real_cluster::kruise_crd("apps.kruise.io_containerrecreaterequests.yaml").unwrap();
+    args.push(format!("-f={}", kruise_crr.display()));
+    kubectl(cluster, &args);
+    kubectl(
+        cluster,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd",
+            "--all",
+        ],
+    );
+    kubectl(
+        cluster,
+        &[
+            "apply",
+            "--server-side",
+            &format!("-f={}", shipped(rbac).display()),
+            &format!("-f={}", shipped("admission-policy.yaml").display()),
+        ],
+    );
+}
+
+fn kubectl<S: AsRef<str>>(cluster: &ControlPlane, args: &[S]) -> String {
+    let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
+    cluster
+        .kubectl_run(&args)
+        .unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+fn control_plane_config() -> ControlPlaneConfig {
+    ControlPlaneConfig::new(NEWEST)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn every_shipped_admission_policy_is_type_checked_without_warnings() {
+    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
+    apply_shipped(&cluster, "rbac-dedicated.yaml");
+
+    // The type checker skips a rule whose apiVersions is "*": every rule names its versions.
+    let policies: Value = serde_json::from_str(&kubectl(
+        &cluster,
+        &[
+            "get",
+            "validatingadmissionpolicies",
+            "-l=app.kubernetes.io/name=inplaced",
+            "-o=json",
+        ],
+    ))
+    .unwrap();
+    let names: Vec<String> = policies["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(names.len() >= 2, "the shipped policies: {names:?}");
+    for policy in policies["items"].as_array().unwrap() {
+        for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+            .as_array()
+            .unwrap()
+        {
+            assert!(
+                !rule["apiVersions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|v| v == "*"),
+                "{}: a rule with apiVersions \"*\" is never type-checked: {rule}",
+                policy["metadata"]["name"]
+            );
+        }
+    }
+
+    // A policy that must draw a warning shows that the checker runs on these kinds here: a
+    // ContainerRecreateRequest has no spec.nodeName.
+    let control = cluster.dir().join("control-policy.json");
+    std::fs::write(
+        &control,
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": "inplaced-test-checker-runs"},
+            "spec": {
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": ["apps.kruise.io"], "apiVersions": ["v1alpha1"],
+                    "resources": ["containerrecreaterequests"], "operations": ["CREATE"],
+                }]},
+                "validations": [{"expression": "object.spec.nodeName == ''"}],
+            },
+        })
+        .to_string(),
+    )
+    .unwrap();
+    kubectl(
+        &cluster,
+        &[
+            "apply",
+            "--server-side",
+            &format!("-f={}", control.display()),
+        ],
+    );
+    let mut names = names;
+    names.push("inplaced-test-checker-runs".into());
+    let statuses = wait_until("every policy's type-checking status", WAIT, || {
+        let names = names.clone();
+        let output = cluster.kubectl_run(&["get", "validatingadmissionpolicies", "-o=json"]);
+        async move {
+            let all: Value = serde_json::from_str(&output?)?;
+            let checked: Vec<Value> = all["items"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|p| {
+                    names.iter().any(|n| p["metadata"]["name"] == n.as_str())
+                        && p["status"]["observedGeneration"] == p["metadata"]["generation"]
+                        && p["status"].get("typeChecking").is_some()
+                })
+                .collect();
+            Ok((checked.len() == names.len()).then_some(checked))
+        }
+    })
+    .await
+    .unwrap();
+    let (control, statuses): (Vec<Value>, Vec<Value>) = statuses
+        .into_iter()
+        .partition(|p| p["metadata"]["name"] == "inplaced-test-checker-runs");
+    assert!(
+        control[0]["status"]["typeChecking"]["expressionWarnings"]
+            .as_array()
+            .is_some_and(|w| !w.is_empty()),
+        "the type checker found nothing wrong in a policy that reads a field CRRs do not have: \
+         it did not check: {:#}",
+        control[0]["status"]
+    );
+    let warnings: Vec<String> = statuses
+        .iter()
+        .flat_map(|p| {
+            p["status"]["typeChecking"]["expressionWarnings"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |w| format!("{}: {w}", p["metadata"]["name"]))
+        })
+        .collect();
+    assert!(
+        warnings.is_empty(),
+        "type-checking warnings:\n{}",
+        warnings.join("\n")
+    );
+}
+
+/// An `app` container that stops at once on SIGTERM, on `node`, host network (no CNI here).
+fn pod(name: &str, node: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"app": name}},
+        "spec": {
+            "nodeName": node,
+            "hostNetwork": true,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{
+                "name": "app",
+                "image": "localhost/busybox:local",
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"],
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+async fn namespace(cluster: &ControlPlane) {
+    kubectl(cluster, &["create", "namespace", NS]);
+    // The controller-manager gives it its ServiceAccount; a pod waits for it to be admitted.
+    wait_until("the namespace's default ServiceAccount", WAIT, || {
+        let found = cluster.kubectl_run(&["get", "serviceaccount", "default", "-n", NS]);
+        async move { Ok(found.ok().map(|_| ())) }
+    })
+    .await
+    .unwrap();
+}
+
+async fn running(pods: &Api<Pod>, name: &str) -> Pod {
+    wait_until(&format!("pod {name} running and ready"), WAIT, || {
+        let pods = pods.clone();
+        let name = name.to_string();
+        async move {
+            let pod = pods.get(&name).await?;
+            let ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            Ok(ready.then_some(pod))
+        }
+    })
+    .await
+    .unwrap()
+}
+
+fn app_status(pod: &Pod) -> (i32, String) {
+    let status = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.iter().find(|c| c.name == "app"))
+        .expect("app's status");
+    (
+        status.restart_count,
+        status.container_id.clone().unwrap_or_default(),
+    )
+}
+
+fn agent_for(node: &RealNode, kubeconfig: &Path) -> AgentProcess {
+    let agent = AgentProcess::start(
+        &[
+            "--node-name",
+            &node.name,
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--cri-endpoint",
+            &node.cri_endpoint,
+        ],
+        None,
+    );
+    agent.wait_http("/readyz", 200, Duration::from_secs(60));
+    agent
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn a_restart_request_restarts_a_real_kubelets_container_with_the_kubelets_identity() {
+    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
+    apply_shipped(&cluster, "rbac-node-bound.yaml");
+    let node = RealNode::start(&cluster, NodeConfig::new("node-a", NEWEST))
+        .await
+        .unwrap();
+    namespace(&cluster).await;
+    let client = cluster.admin_client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.create(&PostParams::default(), &pod("web", &node.name))
+        .await
+        .unwrap();
+    let before = running(&pods, "web").await;
+    let (restarts, container) = app_status(&before);
+    assert_eq!(restarts, 0);
+
+    // The node-bound identity: the kubelet's own kubeconfig.
+    let _agent = agent_for(&node, node.kubelet_kubeconfig());
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("inplaced.io", "v1alpha1", "ContainerRestartRequest"),
+        "containerrestartrequests",
+    );
+    let requests: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &resource);
+    let request: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "inplaced.io/v1alpha1",
+        "kind": "ContainerRestartRequest",
+        "metadata": {"name": "restart-web", "namespace": NS,
+                     "labels": {"inplaced.io/node-name": node.name}},
+        "spec": {"podName": "web"},
+    }))
+    .unwrap();
+    requests
+        .create(&PostParams::default(), &request)
+        .await
+        .unwrap();
+    let done = wait_until("the request's end", WAIT, || {
+        let requests = requests.clone();
+        async move {
+            let r = requests.get("restart-web").await?;
+            let phase = r.data["status"]["phase"].as_str().unwrap_or("").to_string();
+            Ok(matches!(phase.as_str(), "Succeeded" | "Failed").then_some(r))
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
+
+    let after = running(&pods, "web").await;
+    let (restarts, restarted) = app_status(&after);
+    assert_eq!(restarts, 1, "the kubelet started the container once more");
+    assert_ne!(restarted, container, "a new container");
+    assert_eq!(after.metadata.uid, before.metadata.uid, "the same pod");
+
+    // The shipped policies match the node-bound identity, which is the kubelet's too: they must
+    // never refuse the kubelet's own writes. Its node Lease (renewed every 10 s) goes on.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "kube-node-lease");
+    let renewed = |lease: &k8s_openapi::api::coordination::v1::Lease| {
+        lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.renew_time.clone())
+            .map(|t| t.0)
+    };
+    let first = renewed(&leases.get(&node.name).await.unwrap());
+    wait_until(
+        "the kubelet's node Lease renewed",
+        Duration::from_secs(30),
+        || {
+            let leases = leases.clone();
+            let name = node.name.clone();
+            async move {
+                let now = renewed(&leases.get(&name).await?);
+                Ok((now > first).then_some(()))
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\nthe kubelet's log ends:\n{}",
+            node.kubelet_log_tail(30)
+        )
+    });
+}
+
+/// `count` nodes' parts of a rollout, each with two claims and some counts.
+fn parts(count: usize, since: &str) -> Value {
+    let mut nodes = serde_json::Map::new();
+    for i in 0..count {
+        let claims: Vec<Value> = (0..2)
+            .map(|c| json!({"pod": format!("web-{i}-{c}"), "podUID": format!("uid-{i}-{c}"), "since": since}))
+            .collect();
+        nodes.insert(
+            format!("node-{i}"),
+            json!({"matched": 10, "done": 3, "pending": 5, "claims": claims, "failures": []}),
+        );
+    }
+    Value::Object(nodes)
+}
+
+/// The rollout policy on a real apiserver, with a rollout of 100 and of 1000 nodes: an agent's
+/// heaviest ordinary write (its own part changed and a claim of another node released) is
+/// admitted within kube-apiserver's CEL cost limits, and a forbidden one is refused by the rule
+/// itself, not by a cost limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn the_rollout_policy_admits_an_agents_writes_within_the_cel_cost_limits_at_1000_nodes() {
+    let mut config = control_plane_config();
+    config.controllers.clear();
+    let cluster = ControlPlane::start(config).await.unwrap();
+    apply_shipped(&cluster, "rbac-dedicated.yaml");
+    kubectl(&cluster, &["create", "namespace", NS]);
+    let admin = cluster.admin_client().await.unwrap();
+    let agent = real_cluster::client_from(
+        &cluster
+            .kubeconfig_for(
+                "agent-node-0.kubeconfig",
+                "inplaced:node:node-0",
+                Some("inplaced:agents"),
+            )
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("inplaced.io", "v1alpha1", "ContainerRestartRollout"),
+        "containerrestartrollouts",
+    );
+    let as_admin: Api<DynamicObject> = Api::namespaced_with(admin, NS, &resource);
+    let as_agent: Api<DynamicObject> = Api::namespaced_with(agent, NS, &resource);
+    let since = "2026-12-06T00:00:00Z";
+    for count in [100, 1000] {
+        let name = format!("web-{count}");
+        let rollout: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "inplaced.io/v1alpha1",
+            "kind": "ContainerRestartRollout",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 100},
+        }))
+        .unwrap();
+        let mut stored = as_admin
+            .create(&PostParams::default(), &rollout)
+            .await
+            .unwrap();
+        stored.data["status"] = json!({"phase": "Progressing", "nodes": parts(count, since)});
+        let stored = as_admin
+            .replace_status(&name, &PostParams::default(), &stored)
+            .await
+            .unwrap();
+        let size = serde_json::to_vec(&stored).unwrap().len();
+
+        // Node 0 claims a third pod and releases a claim of node 1 (whose agent is gone).
+        let mut write = stored.clone();
+        let nodes = &mut write.data["status"]["nodes"];
+        nodes["node-0"]["claims"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"pod": "web-0-2", "podUID": "uid-0-2", "since": since}));
+        nodes["node-1"]["claims"].as_array_mut().unwrap().remove(0);
+        let started = std::time::Instant::now();
+        let admitted = as_agent
+            .replace_status(&name, &PostParams::default(), &write)
+            .await
+            .unwrap_or_else(|e| panic!("{count} nodes ({size} bytes): the agent's write: {e}"));
+        eprintln!(
+            "{count} nodes ({size} bytes): an agent's write admitted in {:.0} ms",
+            started.elapsed().as_secs_f64() * 1000.0
+        );
+
+        // Another node's count changed: refused by the rule.
+        let mut forbidden = admitted.clone();
+        forbidden.data["status"]["nodes"]["node-2"]["done"] = json!(9);
+        let refused = as_agent
+            .replace_status(&name, &PostParams::default(), &forbidden)
+            .await
+            .expect_err("changing another node's part is refused");
+        let message = refused.to_string();
+        assert!(
+            message.contains("may only remove claims from the part of another node"),
+            "{count} nodes: refused for another reason: {message}"
+        );
+    }
+}
