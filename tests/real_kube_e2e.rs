@@ -337,7 +337,14 @@ async fn a_restart_request_restarts_a_real_kubelets_container_with_the_kubelets_
             .and_then(|s| s.renew_time.clone())
             .map(|t| t.0)
     };
-    let first = renewed(&leases.get(&node.name).await.unwrap());
+    // The kubelet makes it once its Node object is there (it owns the Lease).
+    let first = wait_until("the kubelet's node Lease", WAIT, || {
+        let leases = leases.clone();
+        let name = node.name.clone();
+        async move { Ok(leases.get_opt(&name).await?.map(|l| renewed(&l))) }
+    })
+    .await
+    .unwrap();
     wait_until(
         "the kubelet's node Lease renewed",
         Duration::from_secs(30),
@@ -456,4 +463,95 @@ async fn the_rollout_policy_admits_an_agents_writes_within_the_cel_cost_limits_a
             "{count} nodes: refused for another reason: {message}"
         );
     }
+}
+
+/// The agent's requests in the real apiserver's audit log (its User-Agent names it), from
+/// stage ResponseStarted (a watch opened) or ResponseComplete (any other request done).
+fn agent_requests(cluster: &ControlPlane) -> Vec<Value> {
+    cluster
+        .audit_events()
+        .unwrap()
+        .into_iter()
+        .filter(|e| {
+            e["userAgent"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("inplaced/"))
+                && (e["stage"] == "ResponseComplete" && e["verb"] != "watch"
+                    || e["stage"] == "ResponseStarted")
+        })
+        .collect()
+}
+
+fn describe(event: &Value) -> String {
+    format!(
+        "{} {} {} -> {}",
+        event["stageTimestamp"].as_str().unwrap_or(""),
+        event["verb"].as_str().unwrap_or(""),
+        event["requestURI"].as_str().unwrap_or(""),
+        event["responseStatus"]["code"]
+    )
+}
+
+/// An idle agent with the dedicated identity, every shipped CRD installed, a pod on its node:
+/// the real apiserver's audit log shows its start-up requests all granted by the shipped role,
+/// and then, for a minute, nothing at all (its watches stay open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn an_idle_agent_sends_the_real_apiserver_nothing_but_its_open_watches() {
+    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
+    apply_shipped(&cluster, "rbac-dedicated.yaml");
+    let node = RealNode::start(&cluster, NodeConfig::new("node-idle", NEWEST))
+        .await
+        .unwrap();
+    namespace(&cluster).await;
+    let pods: Api<Pod> = Api::namespaced(cluster.admin_client().await.unwrap(), NS);
+    pods.create(&PostParams::default(), &pod("idle", &node.name))
+        .await
+        .unwrap();
+    running(&pods, "idle").await;
+    let kubeconfig = cluster
+        .kubeconfig_for(
+            "agent.kubeconfig",
+            &format!("inplaced:node:{}", node.name),
+            Some("inplaced:agents"),
+        )
+        .unwrap();
+    let _agent = agent_for(&node, &kubeconfig);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let start_up = agent_requests(&cluster);
+    let refused: Vec<String> = start_up
+        .iter()
+        .filter(|e| {
+            e["responseStatus"]["code"]
+                .as_u64()
+                .is_some_and(|c| c >= 400)
+        })
+        .map(describe)
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "requests the shipped role or the policies refused:\n{}",
+        refused.join("\n")
+    );
+    eprintln!(
+        "the agent's {} start-up requests:\n{}",
+        start_up.len(),
+        start_up.iter().map(describe).collect::<Vec<_>>().join("\n")
+    );
+    assert!(
+        start_up.iter().any(|e| e["verb"] == "watch"),
+        "the agent opened no watch"
+    );
+
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let later: Vec<String> = agent_requests(&cluster)
+        .iter()
+        .skip(start_up.len())
+        .map(describe)
+        .collect();
+    assert!(
+        later.is_empty(),
+        "an idle agent sent, within a minute:\n{}",
+        later.join("\n")
+    );
 }

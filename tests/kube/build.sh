@@ -15,7 +15,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 CACHE=${INPLACED_TEST_RUNTIME_CACHE:-/var/cache/inplaced-test}/kube
-export GOCACHE=$CACHE/go-build GOMODCACHE=$CACHE/go-mod GOFLAGS=-mod=mod GOTOOLCHAIN=local
+# go.mod and go.sum are committed and tidy: a build never changes them (-mod=readonly).
+export GOCACHE=$CACHE/go-build GOMODCACHE=$CACHE/go-mod GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local
 # No cgo: the components are pure Go, and a static binary does not care which libc runs it.
 export CGO_ENABLED=0
 

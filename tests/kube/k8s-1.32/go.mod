@@ -2,7 +2,12 @@ module inplaced.test/kube/k8s132
 
 go 1.26.0
 
+// kruise v1.9.0 brings selinux v1.13 and with it securejoin v0.6, whose API runc v1.2 (the
+// kubelet's and the controller-manager's, Kubernetes 1.32) no longer finds; kruise uses neither
+// directly, so the versions Kubernetes 1.32.13 requires serve both.
 replace (
+	github.com/cyphar/filepath-securejoin => github.com/cyphar/filepath-securejoin v0.3.4
+	github.com/opencontainers/selinux => github.com/opencontainers/selinux v1.11.1
 	k8s.io/api => k8s.io/api v0.32.13
 	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.32.13
 	k8s.io/apimachinery => k8s.io/apimachinery v0.32.13
@@ -44,11 +49,10 @@ tool (
 	k8s.io/kubernetes/cmd/kubelet
 )
 
-require go.etcd.io/etcd/server/v3 v3.5.16
+require go.etcd.io/etcd/server/v3 v3.5.16 // indirect
 
 require (
 	cel.dev/expr v0.18.0 // indirect
-	cyphar.com/go-pathrs v0.2.1 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20230124172434-306776ec8161 // indirect
 	github.com/JeffAshton/win_pdh v0.0.0-20161109143554-76bb4ee9f0ab // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect

@@ -36,11 +36,11 @@ impl ControlPlaneConfig {
         ControlPlaneConfig {
             release: release.to_string(),
             controllers: [
-                "serviceaccount",
-                "root-ca-cert-publisher",
-                "garbagecollector",
-                "namespace",
-                "validatingadmissionpolicy-status",
+                "serviceaccount-controller",
+                "root-ca-certificate-publisher-controller",
+                "garbage-collector-controller",
+                "namespace-controller",
+                "validatingadmissionpolicy-status-controller",
             ]
             .map(String::from)
             .to_vec(),
@@ -101,7 +101,9 @@ impl ControlPlane {
         std::fs::write(path("ca.key"), ca.key_pem())?;
         std::fs::write(path("apiserver.crt"), &serving.cert_pem)?;
         std::fs::write(path("apiserver.key"), &serving.key_pem)?;
-        std::fs::write(path("service-accounts.key"), signing_key_pem()?)?;
+        let (signing_key, verifying_key) = signing_key_pem()?;
+        std::fs::write(path("service-accounts.key"), signing_key)?;
+        std::fs::write(path("service-accounts.pub"), verifying_key)?;
         let admin_token = format!("admin-{:016x}", rand::random::<u64>());
         std::fs::write(
             path("tokens.csv"),
@@ -137,6 +139,7 @@ impl ControlPlane {
         apiserver_command
             .arg(format!("--etcd-servers={etcd_client}"))
             .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
             .arg(format!("--secure-port={port}"))
             .arg(format!(
                 "--tls-cert-file={}",
@@ -157,7 +160,7 @@ impl ControlPlane {
             .arg("--service-account-issuer=https://kubernetes.default.svc")
             .arg(format!(
                 "--service-account-key-file={}",
-                path("service-accounts.key").display()
+                path("service-accounts.pub").display()
             ))
             .arg(format!(
                 "--service-account-signing-key-file={}",

@@ -4,7 +4,8 @@
 //! from Go modules by `tests/kube/build.sh` into a cache outside the work tree ([`Binaries`]).
 //!
 //! Everything listens on loopback, except each kubelet, which needs a node IP that is not
-//! loopback: a /32 of TEST-NET-1 (192.0.2.0/24, RFC 5737) added to `lo` for the node's life.
+//! loopback: a /32 of the benchmarking range (198.18.0.0/15, RFC 2544) added to `lo` for the
+//! node's life, so that its traffic, too, never leaves the machine.
 //! What this starts it ends, by PID (a process group each), and removes what it wrote.
 
 mod binaries;
@@ -17,7 +18,7 @@ pub use binaries::Binaries;
 pub use control_plane::{ControlPlane, ControlPlaneConfig, client_from};
 pub use node::{NodeConfig, RealNode};
 pub use pki::{Ca, Credential};
-pub use process::{Component, wait_until};
+pub use process::{Component, Exited, wait_until};
 
 /// The newest release the tier runs, and the one before the 1.33 resize beta.
 pub const NEWEST: &str = "1.36";

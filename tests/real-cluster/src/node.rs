@@ -51,7 +51,8 @@ const KUBELET_SYSCTLS: &[&str] = &[
 
 pub struct RealNode {
     pub name: String,
-    /// The node IP: a /32 of TEST-NET-1 on `lo` (the kubelet refuses a loopback node IP).
+    /// The node IP: a /32 of the benchmarking range 198.18.0.0/15 (RFC 2544) on `lo`: the
+    /// kubelet refuses a loopback node IP, and traffic to an address on `lo` stays on the machine.
     pub ip: String,
     config: NodeConfig,
     binaries: Binaries,
@@ -59,6 +60,9 @@ pub struct RealNode {
     cgroup_root: String,
     kubelet: Option<Component>,
     kubelet_kubeconfig: PathBuf,
+    /// The kubelet's log, in the control plane's directory (kept with it for a look after a
+    /// failure; the node's own directory goes with its containerd).
+    kubelet_log: PathBuf,
     /// The CRI endpoint of the node's containerd (unix://...).
     pub cri_endpoint: String,
     sysctls: Vec<(String, String)>,
@@ -77,7 +81,7 @@ impl RealNode {
         let binaries = Binaries::of(&config.release)?;
         let (index, base) = claim_slot()?;
         let cgroup_root = format!("inplaced-kube-{index}");
-        let ip = format!("192.0.2.{}", 10 + index);
+        let ip = format!("198.18.0.{}", 10 + index);
         let sysctls = KUBELET_SYSCTLS
             .iter()
             .filter_map(|key| {
@@ -93,6 +97,9 @@ impl RealNode {
             cgroup_root,
             kubelet: None,
             kubelet_kubeconfig: PathBuf::new(),
+            kubelet_log: control_plane
+                .dir()
+                .join(format!("kubelet-{}.log", config.name)),
             cri_endpoint: String::new(),
             sysctls,
             address_added: false,
@@ -245,7 +252,7 @@ impl RealNode {
         self.kubelet = Some(Component::spawn(
             &format!("kubelet {}", self.name),
             command,
-            &self.base.join("kubelet.log"),
+            &self.kubelet_log,
         )?);
         Ok(())
     }

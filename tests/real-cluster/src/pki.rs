@@ -114,9 +114,11 @@ impl Ca {
     }
 }
 
-/// A new private key, PEM (PKCS#8): the service-account token signing key.
-pub fn signing_key_pem() -> anyhow::Result<String> {
-    Ok(KeyPair::generate().context("signing key")?.serialize_pem())
+/// A new key pair, PEM: the private key (PKCS#8) and its public key (SubjectPublicKeyInfo), the
+/// service-account token signing key and the key tokens are verified with.
+pub fn signing_key_pem() -> anyhow::Result<(String, String)> {
+    let key = KeyPair::generate().context("signing key")?;
+    Ok((key.serialize_pem(), key.public_key_pem()))
 }
 
 #[cfg(test)]

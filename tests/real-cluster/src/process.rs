@@ -45,14 +45,15 @@ impl Component {
         self.child.id()
     }
 
-    /// An error with the log's last lines when the component has exited.
+    /// An [`Exited`] error with the log's last lines when the component has exited.
     pub fn check_running(&mut self) -> anyhow::Result<()> {
         if let Some(status) = self.child.try_wait()? {
-            bail!(
+            return Err(Exited(format!(
                 "{} exited ({status}); its log ends:\n{}",
                 self.name,
                 self.log_tail(40)
-            );
+            ))
+            .into());
         }
         Ok(())
     }
@@ -99,8 +100,20 @@ impl Drop for Component {
     }
 }
 
+/// A component that has exited: waiting on it any longer is pointless.
+#[derive(Debug)]
+pub struct Exited(pub String);
+
+impl std::fmt::Display for Exited {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Exited {}
+
 /// Polls `check` every 200 ms until it answers `Some`, failing after `timeout` with `what` and
-/// the last error it returned.
+/// the last error it returned; at once when that error is [`Exited`].
 pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
@@ -112,6 +125,7 @@ where
         match check().await {
             Ok(Some(found)) => return Ok(found),
             Ok(None) => {}
+            Err(e) if e.is::<Exited>() => return Err(e.context(what.to_string())),
             Err(e) => last = Some(e),
         }
         if Instant::now() >= deadline {
