@@ -553,3 +553,114 @@ async fn an_idle_agent_sends_the_real_apiserver_nothing_but_its_open_watches() {
         later.join("\n")
     );
 }
+
+/// A Burstable pod whose `app` container may be resized (cpu limit 200m).
+fn resizable_pod(name: &str, node: &str) -> Pod {
+    let mut pod = pod(name, node);
+    let container = &mut pod.spec.as_mut().unwrap().containers[0];
+    container.resources = Some(
+        serde_json::from_value(json!({
+            "requests": {"cpu": "100m", "memory": "32Mi"},
+            "limits": {"cpu": "200m", "memory": "64Mi"},
+        }))
+        .unwrap(),
+    );
+    pod
+}
+
+/// The cpu quota (µs per period) in the cgroup of the container `id` (its directory under the
+/// node's cgroup root in the cpu hierarchy, or the unified one), as the kernel holds it.
+fn cpu_quota(node: &RealNode, id: &str) -> Option<i64> {
+    let id = id.rsplit("://").next().unwrap_or(id);
+    for root in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup"] {
+        let base = Path::new(root).join(node.cgroup_root());
+        let found = std::process::Command::new("find")
+            .arg(&base)
+            .args(["-type", "d", "-name", &format!("*{id}*")])
+            .output()
+            .ok()?;
+        let dir = String::from_utf8_lossy(&found.stdout).lines().next()?.to_string();
+        if let Ok(quota) = std::fs::read_to_string(Path::new(&dir).join("cpu.cfs_quota_us")) {
+            return quota.trim().parse().ok();
+        }
+        if let Ok(max) = std::fs::read_to_string(Path::new(&dir).join("cpu.max")) {
+            return max.split_whitespace().next()?.parse().ok();
+        }
+    }
+    None
+}
+
+/// A ContainerResizeRequest raising `app`'s cpu limit from 200m to 400m on a real node of
+/// `release`, with the dedicated identity: carried out by `actuator`, and the container's cgroup
+/// then holds the new quota (40 ms per 100 ms period).
+async fn resize_on(release: &str, actuator: &str) {
+    let cluster = ControlPlane::start(ControlPlaneConfig::new(release)).await.unwrap();
+    apply_shipped(&cluster, "rbac-dedicated.yaml");
+    let node = RealNode::start(&cluster, NodeConfig::new("node-r", release))
+        .await
+        .unwrap();
+    namespace(&cluster).await;
+    let client = cluster.admin_client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.create(&PostParams::default(), &resizable_pod("sized", &node.name))
+        .await
+        .unwrap();
+    let before = running(&pods, "sized").await;
+    let (_, container) = app_status(&before);
+    assert_eq!(cpu_quota(&node, &container), Some(20_000), "the kubelet's quota for 200m");
+    let kubeconfig = cluster
+        .kubeconfig_for(
+            "agent.kubeconfig",
+            &format!("inplaced:node:{}", node.name),
+            Some("inplaced:agents"),
+        )
+        .unwrap();
+    let _agent = agent_for(&node, &kubeconfig);
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("inplaced.io", "v1alpha1", "ContainerResizeRequest"),
+        "containerresizerequests",
+    );
+    let requests: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &resource);
+    let request: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "inplaced.io/v1alpha1",
+        "kind": "ContainerResizeRequest",
+        "metadata": {"name": "more-cpu", "namespace": NS,
+                     "labels": {"inplaced.io/node-name": node.name}},
+        "spec": {"podName": "sized", "containers": [
+            {"name": "app", "resources": {"limits": {"cpu": "400m"}}}]},
+    }))
+    .unwrap();
+    requests.create(&PostParams::default(), &request).await.unwrap();
+    let done = wait_until("the resize's end", WAIT, || {
+        let requests = requests.clone();
+        async move {
+            let r = requests.get("more-cpu").await?;
+            let phase = r.data["status"]["phase"].as_str().unwrap_or("").to_string();
+            Ok(matches!(phase.as_str(), "Succeeded" | "Failed" | "Infeasible").then_some(r))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\nthe kubelet's log ends:\n{}", node.kubelet_log_tail(20)));
+    assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
+    assert_eq!(done.data["status"]["actuator"], actuator, "{:#}", done.data);
+    wait_until("the new quota in the container's cgroup", WAIT, || {
+        let quota = cpu_quota(&node, &container);
+        async move { Ok((quota == Some(40_000)).then_some(())) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}: {:?}", cpu_quota(&node, &container)));
+    let after = pods.get("sized").await.unwrap();
+    assert_eq!(app_status(&after), app_status(&before), "resized in place: no restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn a_resize_request_goes_through_pods_resize_on_a_1_36_kubelet() {
+    resize_on(NEWEST, "kubelet").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn a_resize_request_goes_through_cri_on_a_1_32_kubelet_without_the_gate() {
+    resize_on(real_cluster::BEFORE_RESIZE_BETA, "cri").await;
+}
