@@ -256,17 +256,28 @@ fn app_status(pod: &Pod) -> (i32, String) {
 }
 
 fn agent_for(node: &RealNode, kubeconfig: &Path) -> AgentProcess {
-    let agent = AgentProcess::start(
-        &[
-            "--node-name",
-            &node.name,
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--cri-endpoint",
-            &node.cri_endpoint,
-        ],
-        None,
-    );
+    agent_with(node, kubeconfig, &[])
+}
+
+/// The agent on `node` as a node's systemd unit would run it, pointed at the node's kubelet
+/// files, with `extra` arguments.
+fn agent_with(node: &RealNode, kubeconfig: &Path, extra: &[&str]) -> AgentProcess {
+    let root_dir = node.kubelet_root_dir();
+    let config = node.kubelet_config_file();
+    let mut args = vec![
+        "--node-name",
+        &node.name,
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--cri-endpoint",
+        &node.cri_endpoint,
+        "--kubelet-root-dir",
+        root_dir.to_str().unwrap(),
+        "--kubelet-config",
+        config.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let agent = AgentProcess::start(&args, None);
     agent.wait_http("/readyz", 200, Duration::from_secs(60));
     agent
 }
@@ -663,4 +674,150 @@ async fn a_resize_request_goes_through_pods_resize_on_a_1_36_kubelet() {
 #[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
 async fn a_resize_request_goes_through_cri_on_a_1_32_kubelet_without_the_gate() {
     resize_on(real_cluster::BEFORE_RESIZE_BETA, "cri").await;
+}
+
+/// The dedicated identity's kubeconfig for `node`'s agent.
+fn dedicated(cluster: &ControlPlane, node: &RealNode) -> PathBuf {
+    cluster
+        .kubeconfig_for(
+            &format!("agent-{}.kubeconfig", node.name),
+            &format!("inplaced:node:{}", node.name),
+            Some("inplaced:agents"),
+        )
+        .unwrap()
+}
+
+/// `inplaced upgrade-check --fleet` as a workstation runs it, with the administrator's
+/// kubeconfig; its JSON answer.
+fn fleet_upgrade_check(cluster: &ControlPlane, to: &str) -> Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_inplaced"))
+        .args(["upgrade-check", "--fleet", "--to", to, "-o", "json", "--kubeconfig"])
+        .arg(cluster.admin_kubeconfig())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "upgrade-check --fleet: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// The agent's answer for a kubelet upgrade, then the upgrade itself: a 1.32 kubelet under a
+/// 1.36 control plane, its answer for 1.36 read with `upgrade-check --fleet`, then the node's
+/// kubelet replaced by the real 1.36 one. What the new kubelet restarts is what the answer said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn the_upgrade_check_answer_is_what_the_real_new_kubelet_does() {
+    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
+    apply_shipped(&cluster, "rbac-dedicated.yaml");
+    let mut node = RealNode::start(
+        &cluster,
+        NodeConfig::new("node-u", real_cluster::BEFORE_RESIZE_BETA),
+    )
+    .await
+    .unwrap();
+    namespace(&cluster).await;
+    let pods: Api<Pod> = Api::namespaced(cluster.admin_client().await.unwrap(), NS);
+    for name in ["plain", "sized"] {
+        let pod = if name == "sized" {
+            resizable_pod(name, &node.name)
+        } else {
+            pod(name, &node.name)
+        };
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let mut before = Vec::new();
+    for name in ["plain", "sized"] {
+        before.push(app_status(&running(&pods, name).await));
+    }
+    let kubeconfig = dedicated(&cluster, &node);
+    let agent = agent_with(&node, &kubeconfig, &["--upgrade-targets", "1.36"]);
+    let answer = wait_until("the node's answer for 1.36", WAIT, || {
+        let answer = fleet_upgrade_check(&cluster, "1.36");
+        async move {
+            let answered = answer["nodesWithoutAnswer"] == 0
+                && answer["nodes"].as_array().is_some_and(|n| n.len() == 1);
+            Ok(answered.then_some(answer))
+        }
+    })
+    .await
+    .unwrap();
+    drop(agent);
+    assert_eq!(
+        answer["restart"].as_u64().unwrap() + answer["keep"].as_u64().unwrap(),
+        2,
+        "both running containers counted: {answer:#}"
+    );
+    assert_hashes_match(&node, &pods, "1.32").await;
+
+    node.replace_kubelet(&cluster, NEWEST).await.unwrap();
+    // The new kubelet syncs every pod at start; a container it would restart is gone by then.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let mut after = Vec::new();
+    for name in ["plain", "sized"] {
+        after.push(app_status(&running(&pods, name).await));
+    }
+    let restarted = before.iter().zip(&after).filter(|(b, a)| b != a).count() as u64;
+    assert_eq!(
+        restarted,
+        answer["restart"].as_u64().unwrap(),
+        "the real 1.36 kubelet restarted {restarted} containers; the answer was {answer:#}"
+    );
+    assert_hashes_match(&node, &pods, "1.36").await;
+}
+
+/// Every running container's hash as the node's real kubelet stored it (the runtime's
+/// `io.kubernetes.container.hash` annotation) equals `inplaced hash --pod` of the pod as the
+/// apiserver serves it, for the kubelet's release.
+async fn assert_hashes_match(node: &RealNode, pods: &Api<Pod>, release: &str) {
+    let cri = inplaced::cri::CriClient::new(inplaced::cri::CriConfig::new(
+        inplaced::cri::CriEndpoint::parse(&node.cri_endpoint).unwrap(),
+    ));
+    for pod in pods.list(&Default::default()).await.unwrap() {
+        let served = serde_json::to_vec(&pod).unwrap();
+        let mut hash = std::process::Command::new(env!("CARGO_BIN_EXE_inplaced"))
+            .args(["hash", "--pod", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        hash.stdin.take().unwrap().write_all(&served).unwrap();
+        let output = hash.wait_with_output().unwrap();
+        assert!(output.status.success());
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            let row: Value = serde_json::from_str(line).unwrap();
+            let ours = row["releases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| release_in(release, &r["from"], &r["to"]))
+                .map(|r| r["hash"].as_str().unwrap().to_string())
+                .unwrap();
+            let (_, id) = app_status(&pod);
+            let id = id.rsplit("://").next().unwrap().to_string();
+            let status = cri.container_status(&id, false).await.unwrap();
+            let stored = status
+                .status
+                .unwrap()
+                .annotations
+                .get(inplaced::cri::labels::CONTAINER_HASH)
+                .cloned()
+                .unwrap();
+            assert_eq!(
+                stored,
+                ours,
+                "pod {}: the {release} kubelet's stored hash and inplaced's",
+                row["pod"]
+            );
+        }
+    }
+}
+
+/// Whether `release` (X.Y) lies in the range `from`..=`to` of an `inplaced hash` row.
+fn release_in(release: &str, from: &Value, to: &Value) -> bool {
+    let minor = |v: &str| v.split('.').nth(1).and_then(|m| m.parse::<u32>().ok()).unwrap_or(0);
+    let m = minor(release);
+    minor(from.as_str().unwrap()) <= m && m <= minor(to.as_str().unwrap())
 }

@@ -257,6 +257,51 @@ impl RealNode {
         Ok(())
     }
 
+    /// Upgrades (or downgrades) the node's kubelet to `release` as an operator does: the old
+    /// one stopped, the new one started on the same root directory, containerd and
+    /// configuration; returns once the Node object reports the new version.
+    pub async fn replace_kubelet(
+        &mut self,
+        control_plane: &ControlPlane,
+        release: &str,
+    ) -> anyhow::Result<()> {
+        let binaries = Binaries::of(release)?;
+        self.stop_kubelet();
+        self.binaries = binaries;
+        self.config.release = release.to_string();
+        self.write_kubelet_config()?;
+        self.start_kubelet()?;
+        let version = self.binaries.version().to_string();
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
+            kube::Api::all(control_plane.admin_client().await?);
+        let name = self.name.clone();
+        wait_until("the Node object's new kubelet version", Duration::from_secs(120), || {
+            let nodes = nodes.clone();
+            let name = name.clone();
+            let version = version.clone();
+            async move {
+                let node = nodes.get(&name).await?;
+                let now = node
+                    .status
+                    .and_then(|s| s.node_info)
+                    .map(|i| i.kubelet_version)
+                    .unwrap_or_default();
+                Ok((now == version).then_some(()))
+            }
+        })
+        .await
+    }
+
+    /// The kubelet's root directory (`--root-dir`: pod volumes, checkpoint files).
+    pub fn kubelet_root_dir(&self) -> PathBuf {
+        self.base.join("kubelet")
+    }
+
+    /// The kubelet's configuration file (KubeletConfiguration, JSON).
+    pub fn kubelet_config_file(&self) -> PathBuf {
+        self.base.join("kubelet.json")
+    }
+
     /// Stops the kubelet (SIGTERM); its containers keep running.
     pub fn stop_kubelet(&mut self) {
         if let Some(mut kubelet) = self.kubelet.take() {
