@@ -590,7 +590,10 @@ fn cpu_quota(node: &RealNode, id: &str) -> Option<i64> {
             .args(["-type", "d", "-name", &format!("*{id}*")])
             .output()
             .ok()?;
-        let dir = String::from_utf8_lossy(&found.stdout).lines().next()?.to_string();
+        let dir = String::from_utf8_lossy(&found.stdout)
+            .lines()
+            .next()?
+            .to_string();
         if let Ok(quota) = std::fs::read_to_string(Path::new(&dir).join("cpu.cfs_quota_us")) {
             return quota.trim().parse().ok();
         }
@@ -605,7 +608,9 @@ fn cpu_quota(node: &RealNode, id: &str) -> Option<i64> {
 /// `release`, with the dedicated identity: carried out by `actuator`, and the container's cgroup
 /// then holds the new quota (40 ms per 100 ms period).
 async fn resize_on(release: &str, actuator: &str) {
-    let cluster = ControlPlane::start(ControlPlaneConfig::new(release)).await.unwrap();
+    let cluster = ControlPlane::start(ControlPlaneConfig::new(release))
+        .await
+        .unwrap();
     apply_shipped(&cluster, "rbac-dedicated.yaml");
     let node = RealNode::start(&cluster, NodeConfig::new("node-r", release))
         .await
@@ -618,7 +623,11 @@ async fn resize_on(release: &str, actuator: &str) {
         .unwrap();
     let before = running(&pods, "sized").await;
     let (_, container) = app_status(&before);
-    assert_eq!(cpu_quota(&node, &container), Some(20_000), "the kubelet's quota for 200m");
+    assert_eq!(
+        cpu_quota(&node, &container),
+        Some(20_000),
+        "the kubelet's quota for 200m"
+    );
     let kubeconfig = cluster
         .kubeconfig_for(
             "agent.kubeconfig",
@@ -641,7 +650,10 @@ async fn resize_on(release: &str, actuator: &str) {
             {"name": "app", "resources": {"limits": {"cpu": "400m"}}}]},
     }))
     .unwrap();
-    requests.create(&PostParams::default(), &request).await.unwrap();
+    requests
+        .create(&PostParams::default(), &request)
+        .await
+        .unwrap();
     let done = wait_until("the resize's end", WAIT, || {
         let requests = requests.clone();
         async move {
@@ -651,7 +663,12 @@ async fn resize_on(release: &str, actuator: &str) {
         }
     })
     .await
-    .unwrap_or_else(|e| panic!("{e:#}\nthe kubelet's log ends:\n{}", node.kubelet_log_tail(20)));
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\nthe kubelet's log ends:\n{}",
+            node.kubelet_log_tail(20)
+        )
+    });
     assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
     assert_eq!(done.data["status"]["actuator"], actuator, "{:#}", done.data);
     wait_until("the new quota in the container's cgroup", WAIT, || {
@@ -661,7 +678,11 @@ async fn resize_on(release: &str, actuator: &str) {
     .await
     .unwrap_or_else(|e| panic!("{e:#}: {:?}", cpu_quota(&node, &container)));
     let after = pods.get("sized").await.unwrap();
-    assert_eq!(app_status(&after), app_status(&before), "resized in place: no restart");
+    assert_eq!(
+        app_status(&after),
+        app_status(&before),
+        "resized in place: no restart"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -691,7 +712,15 @@ fn dedicated(cluster: &ControlPlane, node: &RealNode) -> PathBuf {
 /// kubeconfig; its JSON answer.
 fn fleet_upgrade_check(cluster: &ControlPlane, to: &str) -> Value {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_inplaced"))
-        .args(["upgrade-check", "--fleet", "--to", to, "-o", "json", "--kubeconfig"])
+        .args([
+            "upgrade-check",
+            "--fleet",
+            "--to",
+            to,
+            "-o",
+            "json",
+            "--kubeconfig",
+        ])
         .arg(cluster.admin_kubeconfig())
         .output()
         .unwrap();
@@ -806,8 +835,7 @@ async fn assert_hashes_match(node: &RealNode, pods: &Api<Pod>, release: &str) {
                 .cloned()
                 .unwrap();
             assert_eq!(
-                stored,
-                ours,
+                stored, ours,
                 "pod {}: the {release} kubelet's stored hash and inplaced's",
                 row["pod"]
             );
@@ -817,7 +845,115 @@ async fn assert_hashes_match(node: &RealNode, pods: &Api<Pod>, release: &str) {
 
 /// Whether `release` (X.Y) lies in the range `from`..=`to` of an `inplaced hash` row.
 fn release_in(release: &str, from: &Value, to: &Value) -> bool {
-    let minor = |v: &str| v.split('.').nth(1).and_then(|m| m.parse::<u32>().ok()).unwrap_or(0);
+    let minor = |v: &str| {
+        v.split('.')
+            .nth(1)
+            .and_then(|m| m.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
     let m = minor(release);
     minor(from.as_str().unwrap()) <= m && m <= minor(to.as_str().unwrap())
+}
+
+/// The test namespace, with kruise's webhooks acting in it.
+async fn kruise_namespace(cluster: &ControlPlane) {
+    namespace(cluster).await;
+    kubectl(
+        cluster,
+        &[
+            "label",
+            "namespace",
+            NS,
+            &format!("{}=on", real_cluster::WEBHOOK_NAMESPACE_LABEL),
+        ],
+    );
+}
+
+/// Creates `object` (JSON) with kubectl as the administrator, through every webhook.
+fn kubectl_create(cluster: &ControlPlane, name: &str, object: Value) {
+    let file = cluster.dir().join(format!("{name}.json"));
+    std::fs::write(&file, object.to_string()).unwrap();
+    kubectl(cluster, &["create", &format!("-f={}", file.display())]);
+}
+
+fn kruise_resource(kind: &str, plural: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("apps.kruise.io", "v1alpha1", kind),
+        plural,
+    )
+}
+
+/// The real kruise-manager v1.9.0 with no kruise-daemon, the agent (with the kubelet's identity)
+/// as its node half: a ContainerRecreateRequest made with kubectl goes through kruise's webhook
+/// (which labels it for the node), the agent recreates the container on the real kubelet, and
+/// kruise's manager sees it completed (it drops the CRR's active label).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn a_crr_made_with_kubectl_under_the_real_kruise_manager_is_carried_out_by_the_agent() {
+    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
+    apply_shipped(&cluster, "rbac-node-bound.yaml");
+    let node = RealNode::start(&cluster, NodeConfig::new("node-k", NEWEST))
+        .await
+        .unwrap();
+    kruise_namespace(&cluster).await;
+    let kruise = real_cluster::KruiseManager::start(&cluster, &[])
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.create(&PostParams::default(), &pod("web", &node.name))
+        .await
+        .unwrap();
+    let before = running(&pods, "web").await;
+    let _agent = agent_for(&node, node.kubelet_kubeconfig());
+
+    kubectl_create(
+        &cluster,
+        "crr",
+        json!({
+            "apiVersion": "apps.kruise.io/v1alpha1",
+            "kind": "ContainerRecreateRequest",
+            "metadata": {"name": "recreate-web", "namespace": NS},
+            "spec": {"podName": "web", "containers": [{"name": "app"}],
+                     "strategy": {"terminationGracePeriodSeconds": 5}},
+        }),
+    );
+    let crrs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NS,
+        &kruise_resource("ContainerRecreateRequest", "containerrecreaterequests"),
+    );
+    let labelled = crrs.get("recreate-web").await.unwrap();
+    assert_eq!(
+        labelled
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("crr.apps.kruise.io/node-name")),
+        Some(&node.name),
+        "kruise's webhook labels the CRR with the pod's node"
+    );
+    let done = wait_until("kruise's manager sees the CRR completed", WAIT, || {
+        let crrs = crrs.clone();
+        async move {
+            let crr = crrs.get("recreate-web").await?;
+            let completed = crr.data["status"]["phase"] == "Completed"
+                && !crr
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key("crr.apps.kruise.io/active"));
+            Ok(completed.then_some(crr))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\nkruise-manager's log ends:\n{}", kruise.log_tail(20)));
+    assert_eq!(
+        done.data["status"]["containerRecreateStates"][0]["phase"], "Succeeded",
+        "{:#}",
+        done.data
+    );
+    let after = running(&pods, "web").await;
+    assert_eq!(after.metadata.uid, before.metadata.uid, "the same pod");
+    assert_eq!(app_status(&after).0, 1, "the container recreated once");
 }

@@ -683,7 +683,7 @@ async fn a_status_decided_from_an_older_version_does_not_undo_a_newer_one() {
 
     let mut writer = StatusWriter::<Value>::new(
         node.client.clone(),
-        inplaced::recreate::crr_resource(),
+        inplaced::recreate::crr_resource("v1alpha1"),
         "ContainerRecreateRequest",
         Target::Status {
             clear: &["message", "completionTime"],
@@ -784,7 +784,7 @@ async fn a_status_decided_again_from_the_version_of_its_own_write_is_not_sent() 
     };
     let mut writer = StatusWriter::<Value>::new(
         node.client.clone(),
-        inplaced::recreate::crr_resource(),
+        inplaced::recreate::crr_resource("v1alpha1"),
         "ContainerRecreateRequest",
         Target::Status {
             clear: &["message", "completionTime"],

@@ -39,11 +39,27 @@ pub struct RecreateConfig {
     pub stops: StopGate,
 }
 
-pub fn crr_resource() -> ApiResource {
+/// The ContainerRecreateRequest resource of `version` (see [`served_crr_version`]).
+pub fn crr_resource(version: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(crr::GROUP, crr::VERSION, crr::KIND),
+        &GroupVersionKind::gvk(crr::GROUP, version, crr::KIND),
         crr::PLURAL,
     )
+}
+
+/// The version to read and write ContainerRecreateRequests in: v1beta1 where the API server
+/// serves it (kruise 1.9 and later), else v1alpha1, as kruise-daemon of the same release does.
+/// One discovery request at start; where kruise is not installed yet the agent takes v1alpha1
+/// (kruise up to 1.8), and a kruise 1.9 installed later needs the agent restarted.
+pub async fn served_crr_version(client: &::kube::Client) -> &'static str {
+    let [preferred, fallback] = crr::VERSIONS;
+    match client
+        .list_api_group_resources(&format!("{}/{preferred}", crr::GROUP))
+        .await
+    {
+        Ok(list) if list.resources.iter().any(|r| r.name == crr::PLURAL) => preferred,
+        _ => fallback,
+    }
 }
 
 const HEALTH_KEY: &str = "recreate";
@@ -72,7 +88,12 @@ pub async fn run(
 ) {
     let progress = health.worker(WORKER, crate::kube::REQUEST_LOOP_IDLE);
     let ledger = config.ledger.clone();
-    let resource = crr_resource();
+    let version = served_crr_version(&client).await;
+    tracing::info!(
+        version,
+        "ContainerRecreateRequests read and written as apps.kruise.io/{version}"
+    );
+    let resource = crr_resource(version);
     let selector = format!(
         "{}={},{}=true",
         crr::LABEL_NODE_NAME,
@@ -540,7 +561,7 @@ mod tests {
     use super::*;
 
     fn crr(uid: &str) -> DynamicObject {
-        let mut object = DynamicObject::new("r", &crr_resource());
+        let mut object = DynamicObject::new("r", &crr_resource("v1alpha1"));
         object.metadata.uid = Some(uid.to_owned());
         object
     }

@@ -1,4 +1,5 @@
-//! The ContainerRecreateRequest (apps.kruise.io/v1alpha1) as the node agent reads and writes it.
+//! The ContainerRecreateRequest (apps.kruise.io v1beta1 where the CRD serves it, as kruise 1.9
+//! does, else v1alpha1) as the node agent reads and writes it.
 //! Objects are decoded one by one (`kube::request::decode`), so a malformed CRR is reported on
 //! its own status instead of breaking the watch for every other CRR.
 
@@ -12,7 +13,13 @@ use crate::kube::request::{self, Decoded};
 use crate::restart::{ContainerPort, PreStop};
 
 pub(crate) const GROUP: &str = "apps.kruise.io";
-pub(crate) const VERSION: &str = "v1alpha1";
+/// The versions the agent speaks, preferred first. kruise 1.9 stores v1beta1 and syncs the
+/// container statuses into `status.containerStatusSnapshot` and the unready mark into the
+/// `PreRecreateGrace` condition, fields v1alpha1's schema does not have (the apiserver prunes
+/// them from a v1alpha1 read); kruise up to 1.8 serves only v1alpha1 and writes annotations.
+pub(crate) const VERSIONS: [&str; 2] = ["v1beta1", "v1alpha1"];
+/// kruise 1.9's condition whose `lastTransitionTime` is when the pod was marked unready.
+pub(crate) const CONDITION_PRE_RECREATE_GRACE: &str = "PreRecreateGrace";
 pub(crate) const KIND: &str = "ContainerRecreateRequest";
 pub(crate) const PLURAL: &str = "containerrecreaterequests";
 
@@ -157,8 +164,30 @@ pub(crate) struct SyncedContainerStatus {
     pub container_id: String,
 }
 
+/// What kruise 1.9's manager writes into a v1beta1 status, read apart from [`CrrStatus`] (the
+/// part the agent writes back, so that it never writes these).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ManagerStatus {
+    #[serde(default)]
+    container_status_snapshot: Option<Vec<SyncedContainerStatus>>,
+    #[serde(default)]
+    conditions: Vec<Condition>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Condition {
+    #[serde(rename = "type", default)]
+    type_: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    last_transition_time: Option<String>,
+}
+
 /// A CRR as the controller works with it: identity, decoded spec and status, the labels and
-/// annotations the webhook and manager wrote.
+/// annotations the webhook and manager wrote, and what the manager wrote into its status.
 #[derive(Clone, Debug)]
 pub struct Crr {
     pub namespace: String,
@@ -172,6 +201,10 @@ pub struct Crr {
     pub annotations: BTreeMap<String, String>,
     pub spec: Result<CrrSpec, String>,
     pub status: CrrStatus,
+    /// kruise 1.9's `status.containerStatusSnapshot` (v1beta1), when written.
+    snapshot: Option<Vec<SyncedContainerStatus>>,
+    /// When kruise 1.9's `PreRecreateGrace` condition turned true (v1beta1).
+    pre_recreate_grace_since: Option<Timestamp>,
 }
 
 impl Crr {
@@ -179,6 +212,16 @@ impl Crr {
     /// error so that it can be reported on the object's status.
     pub fn from_object(object: &DynamicObject) -> Result<Crr, String> {
         let Decoded { meta, spec, status } = request::decode(object, validate)?;
+        let manager: ManagerStatus = object
+            .data
+            .get("status")
+            .and_then(|s| ManagerStatus::deserialize(s).ok())
+            .unwrap_or_default();
+        let pre_recreate_grace_since = manager
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_PRE_RECREATE_GRACE && c.status == "True")
+            .and_then(|c| c.last_transition_time.as_deref()?.parse().ok());
         Ok(Crr {
             namespace: meta.namespace,
             name: meta.name,
@@ -190,21 +233,32 @@ impl Crr {
             annotations: meta.annotations,
             spec,
             status,
+            snapshot: manager.container_status_snapshot,
+            pre_recreate_grace_since,
         })
     }
 
+    /// The container statuses the manager synced: kruise 1.9's snapshot, or the annotation of
+    /// the releases before it.
     pub(crate) fn synced_statuses(&self) -> Vec<SyncedContainerStatus> {
+        if let Some(snapshot) = &self.snapshot {
+            return snapshot.clone();
+        }
         self.annotations
             .get(ANNOTATION_SYNC_CONTAINER_STATUSES)
             .and_then(|text| serde_json::from_str(text).ok())
             .unwrap_or_default()
     }
 
+    /// When the manager marked the pod unready: kruise 1.9's condition, or the annotation of the
+    /// releases before it.
     pub(crate) fn unready_acquired_at(&self) -> Option<Timestamp> {
-        self.annotations
-            .get(ANNOTATION_UNREADY_ACQUIRED)?
-            .parse()
-            .ok()
+        self.pre_recreate_grace_since.or_else(|| {
+            self.annotations
+                .get(ANNOTATION_UNREADY_ACQUIRED)?
+                .parse()
+                .ok()
+        })
     }
 }
 
@@ -273,6 +327,63 @@ mod tests {
                             "creationTimestamp": "2026-11-22T06:00:00Z",
                             "labels": {LABEL_POD_UID: "p1"}},
                "spec": spec})
+    }
+
+    /// kruise 1.9's v1beta1 status, shaped as its CRD (config/crd/bases) and its manager's
+    /// writes have it: the snapshot and the PreRecreateGrace condition take the place of the
+    /// annotations, and the agent never writes them back.
+    #[test]
+    fn reads_what_kruise_1_9_writes_into_a_v1beta1_status() {
+        let mut v1beta1 = object(json!({"podName": "web-0", "containers": [{"name": "app"}]}));
+        v1beta1["status"] = json!({
+            "phase": "Recreating",
+            "containerRecreateStates": [{"name": "app", "phase": "Recreating", "isKilled": true}],
+            "containerStatusSnapshot": [{"name": "app", "ready": true, "restartCount": 1,
+                                         "containerID": "containerd://new"}],
+            "conditions": [
+                {"type": "Other", "status": "True", "lastTransitionTime": "2026-11-22T06:00:01Z"},
+                {"type": CONDITION_PRE_RECREATE_GRACE, "status": "True",
+                 "lastTransitionTime": "2026-11-22T06:00:02Z", "reason": "PodNotReady"},
+            ],
+        });
+        let crr = decode_crr(v1beta1.clone()).unwrap();
+        assert_eq!(
+            crr.synced_statuses(),
+            vec![SyncedContainerStatus {
+                name: "app".into(),
+                ready: true,
+                restart_count: 1,
+                container_id: "containerd://new".into(),
+            }]
+        );
+        assert_eq!(
+            crr.unready_acquired_at(),
+            Some("2026-11-22T06:00:02Z".parse().unwrap())
+        );
+        let written = serde_json::to_value(&crr.status).unwrap();
+        assert_eq!(written.get("containerStatusSnapshot"), None);
+        assert_eq!(written.get("conditions"), None);
+
+        // A condition not (yet) true marks nothing.
+        v1beta1["status"]["conditions"][1]["status"] = json!("False");
+        assert_eq!(decode_crr(v1beta1).unwrap().unready_acquired_at(), None);
+    }
+
+    /// kruise up to 1.8 (v1alpha1): the manager's annotations.
+    #[test]
+    fn reads_what_kruise_1_8_writes_into_annotations() {
+        let mut v1alpha1 = object(json!({"podName": "web-0", "containers": [{"name": "app"}]}));
+        v1alpha1["metadata"]["annotations"] = json!({
+            ANNOTATION_SYNC_CONTAINER_STATUSES:
+                r#"[{"name":"app","ready":false,"restartCount":2,"containerID":"containerd://x"}]"#,
+            ANNOTATION_UNREADY_ACQUIRED: "2026-11-22T06:00:03Z",
+        });
+        let crr = decode_crr(v1alpha1).unwrap();
+        assert_eq!(crr.synced_statuses()[0].restart_count, 2);
+        assert_eq!(
+            crr.unready_acquired_at(),
+            Some("2026-11-22T06:00:03Z".parse().unwrap())
+        );
     }
 
     #[test]

@@ -6,4 +6,4 @@ mod controller;
 pub mod crr;
 pub mod plan;
 
-pub use controller::{RecreateConfig, crr_resource, run};
+pub use controller::{RecreateConfig, crr_resource, run, served_crr_version};

@@ -25,7 +25,8 @@ die() { echo "tests/kube/build.sh: $*" >&2; exit 1; }
 bin_dir() {
   local release=$1 dir=$here/k8s-$1 key
   [ -f "$dir/go.mod" ] || die "no module for release $release (have: $(cd "$here" && ls -d k8s-* | tr '\n' ' '))"
-  key=$(cat "$dir/go.mod" "$dir/go.sum" | sha256sum | cut -c1-12)
+  # This script is in the key too: what it puts beside the binaries changes with it.
+  key=$(cat "$dir/go.mod" "$dir/go.sum" "$here/build.sh" | sha256sum | cut -c1-12)
   echo "$CACHE/$release-$key/bin"
 }
 
@@ -67,16 +68,23 @@ build() {
     mv "$out/$name.new" "$out/$name"
     echo "built $name $version in $(( $(date +%s) - started )) s"
   done < <(sed -n '/^tool (/,/^)/p' "$dir/go.mod" | sed '1d;$d' | tr -d '\t'; grep '^tool [^(]' "$dir/go.mod" | cut -d' ' -f2)
-  # The CRDs of the kruise release the module builds (the tests apply them as kruise ships them).
+  # The CRDs and webhook configurations of the kruise release the module builds: the tests
+  # apply them as kruise ships them.
   local kruise
   kruise=$(cd "$dir" && go list -m -f '{{.Dir}}' github.com/openkruise/kruise 2>/dev/null || true)
   if [ -n "$kruise" ]; then
-    rm -rf "$out/kruise-crds"
+    rm -rf "$out/kruise-crds" "$out/kruise-webhooks.yaml"
     cp -r "$kruise/config/crd/bases" "$out/kruise-crds"
-    chmod -R u+w "$out/kruise-crds"
+    cp "$kruise/config/webhook/manifests.yaml" "$out/kruise-webhooks.yaml"
+    chmod -R u+w "$out/kruise-crds" "$out/kruise-webhooks.yaml"
   fi
   echo "$version" > "$out/VERSION"
   touch "$out/.complete"
+  # Builds of this release for another go.sum or script are of no more use.
+  local stale
+  for stale in "$CACHE/$release"-*; do
+    [ "$stale" = "${out%/bin}" ] || rm -rf "$stale"
+  done
   exec {lock}>&-
 }
 

@@ -10,12 +10,14 @@
 
 mod binaries;
 mod control_plane;
+mod kruise;
 mod node;
 mod pki;
 mod process;
 
 pub use binaries::Binaries;
 pub use control_plane::{ControlPlane, ControlPlaneConfig, client_from};
+pub use kruise::{KruiseManager, WEBHOOK_NAMESPACE_LABEL};
 pub use node::{NodeConfig, RealNode};
 pub use pki::{Ca, Credential};
 pub use process::{Component, Exited, wait_until};

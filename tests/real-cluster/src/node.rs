@@ -275,20 +275,24 @@ impl RealNode {
         let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
             kube::Api::all(control_plane.admin_client().await?);
         let name = self.name.clone();
-        wait_until("the Node object's new kubelet version", Duration::from_secs(120), || {
-            let nodes = nodes.clone();
-            let name = name.clone();
-            let version = version.clone();
-            async move {
-                let node = nodes.get(&name).await?;
-                let now = node
-                    .status
-                    .and_then(|s| s.node_info)
-                    .map(|i| i.kubelet_version)
-                    .unwrap_or_default();
-                Ok((now == version).then_some(()))
-            }
-        })
+        wait_until(
+            "the Node object's new kubelet version",
+            Duration::from_secs(120),
+            || {
+                let nodes = nodes.clone();
+                let name = name.clone();
+                let version = version.clone();
+                async move {
+                    let node = nodes.get(&name).await?;
+                    let now = node
+                        .status
+                        .and_then(|s| s.node_info)
+                        .map(|i| i.kubelet_version)
+                        .unwrap_or_default();
+                    Ok((now == version).then_some(()))
+                }
+            },
+        )
         .await
     }
 
