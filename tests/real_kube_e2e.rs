@@ -957,3 +957,132 @@ async fn a_crr_made_with_kubectl_under_the_real_kruise_manager_is_carried_out_by
     assert_eq!(after.metadata.uid, before.metadata.uid, "the same pod");
     assert_eq!(app_status(&after).0, 1, "the container recreated once");
 }
+
+/// `unreadyGracePeriodSeconds` under the real kruise-manager: the pod carries kruise's readiness
+/// gate; the manager marks it unready (condition KruisePodReady false, the PreRecreateGrace
+/// condition on the CRR), the agent kills only once the grace has passed since then, and the
+/// manager makes the pod ready again when the CRR completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn under_the_real_kruise_manager_a_crr_waits_out_the_unready_grace_after_the_pod_is_unready()
+{
+    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
+    apply_shipped(&cluster, "rbac-node-bound.yaml");
+    let node = RealNode::start(&cluster, NodeConfig::new("node-g", NEWEST))
+        .await
+        .unwrap();
+    kruise_namespace(&cluster).await;
+    let kruise = real_cluster::KruiseManager::start(&cluster, &[])
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut gated = pod("gated", &node.name);
+    gated.spec.as_mut().unwrap().readiness_gates = Some(vec![
+        serde_json::from_value(json!({"conditionType": "KruisePodReady"})).unwrap(),
+    ]);
+    pods.create(&PostParams::default(), &gated).await.unwrap();
+    // Nothing has set kruise's condition yet: set it as kruise's readiness control would.
+    wait_until("the pod's containers running", WAIT, || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get("gated").await?;
+            Ok(pod
+                .status
+                .and_then(|s| s.container_statuses)
+                .is_some_and(|c| c.iter().all(|c| c.ready))
+                .then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+    let condition = json!({"status": {"conditions": [{"type": "KruisePodReady", "status": "True",
+        "lastTransitionTime": "2026-12-06T00:00:00Z"}]}});
+    pods.patch_status(
+        "gated",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Strategic(condition),
+    )
+    .await
+    .unwrap();
+    let before = running(&pods, "gated").await;
+    let _agent = agent_for(&node, node.kubelet_kubeconfig());
+
+    kubectl_create(
+        &cluster,
+        "crr-grace",
+        json!({
+            "apiVersion": "apps.kruise.io/v1alpha1",
+            "kind": "ContainerRecreateRequest",
+            "metadata": {"name": "graceful", "namespace": NS},
+            "spec": {"podName": "gated", "containers": [{"name": "app"}],
+                     "strategy": {"terminationGracePeriodSeconds": 5, "unreadyGracePeriodSeconds": 3}},
+        }),
+    );
+    // Read as kruise 1.9 writes it (v1beta1: the condition is not in v1alpha1's schema).
+    let crrs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NS,
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk(
+                "apps.kruise.io",
+                "v1beta1",
+                "ContainerRecreateRequest",
+            ),
+            "containerrecreaterequests",
+        ),
+    );
+    let saw_unready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = wait_until("the CRR completed", WAIT, || {
+        let crrs = crrs.clone();
+        let pods = pods.clone();
+        let saw = saw_unready.clone();
+        async move {
+            let pod = pods.get("gated").await?;
+            let ready = pod
+                .status
+                .and_then(|s| s.conditions)
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            if !ready {
+                saw.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            let crr = crrs.get("graceful").await?;
+            Ok((crr.data["status"]["phase"] == "Completed").then_some(crr))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\nkruise-manager's log ends:\n{}", kruise.log_tail(20)));
+    assert!(
+        saw_unready.load(std::sync::atomic::Ordering::SeqCst),
+        "the pod was never unready while the CRR ran"
+    );
+    let unready_since: k8s_openapi::jiff::Timestamp = done.data["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "PreRecreateGrace"))
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .expect("kruise's PreRecreateGrace condition")
+        .parse()
+        .unwrap();
+    let after = running(&pods, "gated").await;
+    let app = after
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.iter().find(|c| c.name == "app"))
+        .unwrap();
+    let stopped: k8s_openapi::jiff::Timestamp = app
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .and_then(|t| t.finished_at.as_ref())
+        .expect("the old container's end")
+        .0;
+    // Both are whole seconds: at least 3 s apart means at least 2 in whole seconds.
+    let waited = stopped.duration_since(unready_since).as_secs();
+    assert!(
+        waited >= 2,
+        "killed {waited} s after the pod was marked unready, with unreadyGracePeriodSeconds 3"
+    );
+    assert_eq!(after.metadata.uid, before.metadata.uid);
+    assert_eq!(app.restart_count, 1);
+}
