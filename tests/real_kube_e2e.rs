@@ -264,7 +264,10 @@ fn agent_for(node: &RealNode, kubeconfig: &Path) -> AgentProcess {
 fn agent_with(node: &RealNode, kubeconfig: &Path, extra: &[&str]) -> AgentProcess {
     let root_dir = node.kubelet_root_dir();
     let config = node.kubelet_config_file();
+    let process = node.kubelet_process_name();
     let mut args = vec![
+        "--kubelet-process-name",
+        &process,
         "--node-name",
         &node.name,
         "--kubeconfig",
@@ -1085,4 +1088,309 @@ async fn under_the_real_kruise_manager_a_crr_waits_out_the_unready_grace_after_t
     );
     assert_eq!(after.metadata.uid, before.metadata.uid);
     assert_eq!(app.restart_count, 1);
+}
+
+fn cloneset_resource() -> kube::api::ApiResource {
+    kruise_resource("CloneSet", "clonesets")
+}
+
+/// The CloneSet `web` of `replicas` pods on `node`: InPlaceIfPossible, its container's env
+/// `VERSION` read from the pod's label `version`.
+fn cloneset(node: &str, replicas: u32, version: &str) -> Value {
+    json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "CloneSet",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            // One at a time: the default (20 %) rounds down to none of two.
+            "updateStrategy": {"type": "InPlaceIfPossible", "maxUnavailable": 1},
+            "template": {
+                "metadata": {"labels": {"app": "web", "version": version}},
+                "spec": {
+                    "nodeName": node,
+                    "hostNetwork": true,
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{
+                        "name": "app",
+                        "image": "localhost/busybox:local",
+                        "imagePullPolicy": "Never",
+                        "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"],
+                        "env": [{"name": "VERSION",
+                                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['version']"}}}],
+                    }],
+                },
+            },
+        },
+    })
+}
+
+/// The CloneSet's status once kruise says every replica is updated and ready.
+async fn cloneset_settled(clonesets: &Api<DynamicObject>, replicas: u64) -> anyhow::Result<Value> {
+    let result = wait_until(
+        "the CloneSet updated and ready",
+        Duration::from_secs(120),
+        || {
+            let clonesets = clonesets.clone();
+            async move {
+                let set = clonesets.get("web").await?;
+                let status = &set.data["status"];
+                let settled = status["observedGeneration"] == json!(set.metadata.generation)
+                    && status["updatedReadyReplicas"].as_u64() == Some(replicas)
+                    && status["readyReplicas"].as_u64() == Some(replicas)
+                    && status["updateRevision"] == status["currentRevision"];
+                Ok(settled.then(|| status.clone()))
+            }
+        },
+    )
+    .await;
+    if result.is_err() {
+        let set = clonesets.get("web").await?;
+        anyhow::bail!(
+            "{:#}\nthe CloneSet: {:#}",
+            result.unwrap_err(),
+            serde_json::to_value(&set)?
+        );
+    }
+    result
+}
+
+/// What the container `app` of `pod` sees as `$VERSION`, asked of the runtime.
+async fn env_version(node: &RealNode, pod: &Pod) -> String {
+    let (_, id) = app_status(pod);
+    let id = id.rsplit("://").next().unwrap().to_string();
+    let cri = inplaced::cri::CriClient::new(inplaced::cri::CriConfig::new(
+        inplaced::cri::CriEndpoint::parse(&node.cri_endpoint).unwrap(),
+    ));
+    let answer = cri
+        .exec_sync(
+            &id,
+            vec!["/bin/sh".into(), "-c".into(), "echo -n $VERSION".into()],
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&answer.stdout).into_owned()
+}
+
+/// A CloneSet InPlaceIfPossible update of a label its container reads as env, under the real
+/// kruise-manager with InPlaceUpdateEnvFromMetadata: kruise patches the pods' labels, the agent
+/// (kruise-daemon's container-meta half) restarts each container so that it sees the new value
+/// and writes runtime-containers-meta, and kruise's own status ends updated and ready; the pods
+/// keep their UIDs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn a_cloneset_in_place_env_from_metadata_update_ends_updated_and_ready_under_the_real_kruise()
+{
+    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
+    apply_shipped(&cluster, "rbac-node-bound.yaml");
+    let node = RealNode::start(&cluster, NodeConfig::new("node-c", NEWEST))
+        .await
+        .unwrap();
+    kruise_namespace(&cluster).await;
+    let kruise =
+        real_cluster::KruiseManager::start(&cluster, &["InPlaceUpdateEnvFromMetadata=true"])
+            .await
+            .unwrap();
+    let _agent = agent_for(&node, node.kubelet_kubeconfig());
+    let client = cluster.admin_client().await.unwrap();
+    let clonesets: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), NS, &cloneset_resource());
+    kubectl_create(&cluster, "cloneset", cloneset(&node.name, 2, "1"));
+    cloneset_settled(&clonesets, 2)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\nkruise-manager's log ends:\n{}", kruise.log_tail(20)));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let listed = |pods: Vec<Pod>| {
+        let mut by_name: Vec<(String, Pod)> = pods
+            .into_iter()
+            .map(|p| (p.metadata.name.clone().unwrap(), p))
+            .collect();
+        by_name.sort_by(|a, b| a.0.cmp(&b.0));
+        by_name
+    };
+    let selector = kube::api::ListParams::default().labels("app=web");
+    let before = listed(pods.list(&selector).await.unwrap().items);
+    for (_, pod) in &before {
+        assert_eq!(env_version(&node, pod).await, "1");
+    }
+
+    let template_label = json!({"spec": {"template": {"metadata": {"labels": {"version": "2"}}}}});
+    clonesets
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(template_label),
+        )
+        .await
+        .unwrap();
+    cloneset_settled(&clonesets, 2)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\nkruise-manager's log ends:\n{}", kruise.log_tail(20)));
+    let after = listed(pods.list(&selector).await.unwrap().items);
+    assert_eq!(after.len(), before.len());
+    for ((name, old), (_, new)) in before.iter().zip(&after) {
+        assert_eq!(new.metadata.uid, old.metadata.uid, "{name} kept its UID");
+        assert_eq!(
+            app_status(new).0,
+            app_status(old).0 + 1,
+            "{name}'s container restarted once"
+        );
+        assert_eq!(
+            env_version(&node, new).await,
+            "2",
+            "{name} sees the new label"
+        );
+    }
+}
+
+/// Ready one second after it starts (a readiness probe looks for the file): each restart shows.
+const SLOW_READY: &str =
+    "trap 'exit 0' TERM; (sleep 1; touch /tmp/ready) & while true; do sleep 0.1; done";
+
+fn slow_ready_pod(name: &str, node: &str, label: &str) -> Pod {
+    let mut pod = pod(name, node);
+    pod.metadata.labels = Some([("app".to_string(), label.to_string())].into());
+    let container = &mut pod.spec.as_mut().unwrap().containers[0];
+    container.command = Some(vec!["/bin/sh".into(), "-c".into(), SLOW_READY.into()]);
+    container.readiness_probe = Some(
+        serde_json::from_value(json!({"exec": {"command": ["test", "-f", "/tmp/ready"]},
+                                      "periodSeconds": 1}))
+        .unwrap(),
+    );
+    pod
+}
+
+/// Follows the pods of `app=<label>` through a watch of the real apiserver until `stop`: the
+/// most that were unready at once, every state the apiserver held counted.
+fn most_unready(
+    pods: Api<Pod>,
+    label: &str,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<usize>,
+) {
+    use futures::StreamExt;
+    use std::sync::atomic::Ordering;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let config = kube::runtime::watcher::Config::default().labels(&format!("app={label}"));
+    let handle = tokio::spawn(async move {
+        let mut events = std::pin::pin!(kube::runtime::watcher(pods, config));
+        let mut ready = std::collections::HashMap::new();
+        let mut most = 0;
+        while !flag.load(Ordering::Relaxed) {
+            let Ok(Some(Ok(event))) =
+                tokio::time::timeout(Duration::from_millis(100), events.next()).await
+            else {
+                continue;
+            };
+            let pod = match event {
+                kube::runtime::watcher::Event::Apply(pod)
+                | kube::runtime::watcher::Event::InitApply(pod) => pod,
+                _ => continue,
+            };
+            let is_ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            ready.insert(pod.metadata.name.clone().unwrap_or_default(), is_ready);
+            most = most.max(ready.values().filter(|r| !**r).count());
+        }
+        most
+    });
+    (stop, handle)
+}
+
+/// Two real nodes (two kubelets, each on a containerd of its own), an agent on each with its
+/// dedicated identity: a ContainerRestartRollout applied with kubectl restarts all six pods
+/// once each, never more than its budget of 2 unready at once as the apiserver saw it, and ends
+/// Succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn a_rollout_applied_with_kubectl_restarts_every_pod_across_two_real_nodes_within_its_budget()
+{
+    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
+    apply_shipped(&cluster, "rbac-dedicated.yaml");
+    let mut nodes = Vec::new();
+    for name in ["node-1", "node-2"] {
+        nodes.push(
+            RealNode::start(&cluster, NodeConfig::new(name, NEWEST))
+                .await
+                .unwrap(),
+        );
+    }
+    namespace(&cluster).await;
+    let client = cluster.admin_client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut names = Vec::new();
+    for (n, node) in nodes.iter().enumerate() {
+        for i in 0..3 {
+            let name = format!("roll-{n}-{i}");
+            pods.create(
+                &PostParams::default(),
+                &slow_ready_pod(&name, &node.name, "roll"),
+            )
+            .await
+            .unwrap();
+            names.push(name);
+        }
+    }
+    for name in &names {
+        running(&pods, name).await;
+    }
+    let _agents: Vec<AgentProcess> = nodes
+        .iter()
+        .map(|node| agent_for(node, &dedicated(&cluster, node)))
+        .collect();
+    let (stop, most) = most_unready(pods.clone(), "roll");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    kubectl_create(
+        &cluster,
+        "rollout",
+        json!({
+            "apiVersion": "inplaced.io/v1alpha1",
+            "kind": "ContainerRestartRollout",
+            "metadata": {"name": "roll", "namespace": NS},
+            "spec": {"selector": {"matchLabels": {"app": "roll"}}, "maxUnavailable": 2},
+        }),
+    );
+    let rollouts: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NS,
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("inplaced.io", "v1alpha1", "ContainerRestartRollout"),
+            "containerrestartrollouts",
+        ),
+    );
+    let done = wait_until("the rollout's end", Duration::from_secs(180), || {
+        let rollouts = rollouts.clone();
+        async move {
+            let r = rollouts.get("roll").await?;
+            let phase = r.data["status"]["phase"].as_str().unwrap_or("").to_string();
+            Ok(matches!(phase.as_str(), "Succeeded" | "Failed").then_some(r))
+        }
+    })
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most = most.await.unwrap();
+    assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
+    assert!(
+        most <= 2,
+        "{most} pods unready at once with maxUnavailable 2"
+    );
+    assert!(most >= 1, "the watch saw no restart");
+    for name in &names {
+        let pod = running(&pods, name).await;
+        assert_eq!(app_status(&pod).0, 1, "{name} restarted exactly once");
+    }
+    eprintln!(
+        "6 pods on 2 real nodes, budget 2: {:.1} s, at most {most} unready at once",
+        took.as_secs_f64()
+    );
 }

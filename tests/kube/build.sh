@@ -73,10 +73,16 @@ build() {
   local kruise
   kruise=$(cd "$dir" && go list -m -f '{{.Dir}}' github.com/openkruise/kruise 2>/dev/null || true)
   if [ -n "$kruise" ]; then
-    rm -rf "$out/kruise-crds" "$out/kruise-webhooks.yaml"
+    rm -rf "$out/kruise-crds" "$out/kruise-crd-patches" "$out/kruise-webhooks.yaml"
     cp -r "$kruise/config/crd/bases" "$out/kruise-crds"
+    # kruise's install turns on its conversion webhook for the CRDs its kustomization names.
+    mkdir -p "$out/kruise-crd-patches"
+    local patch
+    for patch in $(sed -n 's|^- patches/\(webhook_in_.*\.yaml\)$|\1|p' "$kruise/config/crd/kustomization.yaml"); do
+      cp "$kruise/config/crd/patches/$patch" "$out/kruise-crd-patches/"
+    done
     cp "$kruise/config/webhook/manifests.yaml" "$out/kruise-webhooks.yaml"
-    chmod -R u+w "$out/kruise-crds" "$out/kruise-webhooks.yaml"
+    chmod -R u+w "$out/kruise-crds" "$out/kruise-crd-patches" "$out/kruise-webhooks.yaml"
   fi
   echo "$version" > "$out/VERSION"
   touch "$out/.complete"

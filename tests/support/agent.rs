@@ -61,6 +61,12 @@ impl AgentProcess {
             .env_remove("KUBECONFIG")
             .env_remove("NODE_NAME")
             .stdin(Stdio::null());
+        // The kubelet's start is read from the process of that name: the stand-ins have none,
+        // and a real kubelet of the real tier (tests/real_kube_e2e.rs) running beside this test
+        // must not count as this node's kubelet restarting. Tests that want one name it.
+        if !args.contains(&"--kubelet-process-name") {
+            command.args(["--kubelet-process-name", "no-kubelet"]);
+        }
         // Quick runtime listings for tests, unless the caller sets its own (benchmarks).
         if !args.contains(&"--refresh-interval") {
             command.args(["--refresh-interval", "300ms"]);

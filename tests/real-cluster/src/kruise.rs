@@ -62,6 +62,26 @@ impl KruiseManager {
             "crd",
             "--all",
         ])?;
+        // As kruise's kustomization does: its conversion webhook for the CRDs it names (the
+        // manager then points them at itself). Without it a read in a version other than the
+        // stored one (kruise 1.9 stores v1beta1) is the stored object with fields pruned.
+        for patch in std::fs::read_dir(binaries.dir().join("kruise-crd-patches"))? {
+            let patch = patch?.path();
+            let text = std::fs::read_to_string(&patch)?;
+            let document =
+                serde_json::to_value(serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&text)?)?;
+            let name = document["metadata"]["name"]
+                .as_str()
+                .with_context(|| format!("{}: no CRD name", patch.display()))?;
+            let conversion = json!({"spec": {"conversion": document["spec"]["conversion"]}});
+            cluster.kubectl_run(&[
+                "patch",
+                "crd",
+                name,
+                "--type=merge",
+                &format!("-p={conversion}"),
+            ])?;
+        }
         if cluster
             .kubectl_run(&["get", "namespace", NAMESPACE])
             .is_err()

@@ -56,6 +56,8 @@ pub struct RealNode {
     pub ip: String,
     config: NodeConfig,
     binaries: Binaries,
+    /// Which of the machine's node slots (see `claim_slot`).
+    slot: u8,
     base: PathBuf,
     cgroup_root: String,
     kubelet: Option<Component>,
@@ -93,6 +95,7 @@ impl RealNode {
             name: config.name.clone(),
             ip: ip.clone(),
             binaries,
+            slot: index,
             base,
             cgroup_root,
             kubelet: None,
@@ -226,9 +229,21 @@ impl RealNode {
         Ok(())
     }
 
-    /// Starts the kubelet (again, after [`RealNode::stop_kubelet`]).
+    /// The kubelet's process name (`comm`): `kubelet-N` for slot N. Several kubelets share this
+    /// machine, where a node has one; the agent finds its node's kubelet by this name
+    /// (`--kubelet-process-name`).
+    pub fn kubelet_process_name(&self) -> String {
+        format!("kubelet-{}", self.slot)
+    }
+
+    /// Starts the kubelet (again, after [`RealNode::stop_kubelet`]), through a link named after
+    /// the node's slot (its process name).
     pub fn start_kubelet(&mut self) -> anyhow::Result<()> {
-        let mut command = Command::new(self.binaries.path("kubelet")?);
+        let link = self.base.join(self.kubelet_process_name());
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(self.binaries.path("kubelet")?, &link)
+            .with_context(|| format!("linking {}", link.display()))?;
+        let mut command = Command::new(&link);
         command
             .arg(format!(
                 "--config={}",
