@@ -1145,15 +1145,13 @@ async fn cloneset_settled(clonesets: &Api<DynamicObject>, replicas: u64) -> anyh
         },
     )
     .await;
-    if result.is_err() {
-        let set = clonesets.get("web").await?;
-        anyhow::bail!(
-            "{:#}\nthe CloneSet: {:#}",
-            result.unwrap_err(),
-            serde_json::to_value(&set)?
-        );
+    match result {
+        Ok(status) => Ok(status),
+        Err(e) => {
+            let set = clonesets.get("web").await?;
+            anyhow::bail!("{e:#}\nthe CloneSet: {:#}", serde_json::to_value(&set)?)
+        }
     }
-    result
 }
 
 /// What the container `app` of `pod` sees as `$VERSION`, asked of the runtime.
