@@ -67,14 +67,12 @@ fn kubectl<S: AsRef<str>>(cluster: &ControlPlane, args: &[S]) -> String {
         .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
-fn control_plane_config() -> ControlPlaneConfig {
-    ControlPlaneConfig::new(NEWEST)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
 async fn every_shipped_admission_policy_is_type_checked_without_warnings() {
-    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
+    let cluster = ControlPlane::start(ControlPlaneConfig::new(NEWEST))
+        .await
+        .unwrap();
     apply_shipped(&cluster, "rbac-dedicated.yaml");
 
     // The type checker skips a rule whose apiVersions is "*": every rule names its versions.
@@ -192,6 +190,61 @@ async fn every_shipped_admission_policy_is_type_checked_without_warnings() {
     );
 }
 
+/// What most tests start from: a control plane of `release`, the shipped manifests applied
+/// with `rbac`, one real node `name` of the same release, the test namespace (with kruise's
+/// webhooks acting in it when `kruise`), and the administrator's client and pods API.
+struct OneNode {
+    cluster: ControlPlane,
+    node: RealNode,
+    client: kube::Client,
+    pods: Api<Pod>,
+}
+
+async fn one_node(release: &str, rbac: &str, name: &str, kruise: bool) -> OneNode {
+    let cluster = ControlPlane::start(ControlPlaneConfig::new(release))
+        .await
+        .unwrap();
+    apply_shipped(&cluster, rbac);
+    let node = RealNode::start(&cluster, NodeConfig::new(name, release))
+        .await
+        .unwrap();
+    namespace(&cluster).await;
+    if kruise {
+        kubectl(
+            &cluster,
+            &[
+                "label",
+                "namespace",
+                NS,
+                &format!("{}=on", real_cluster::WEBHOOK_NAMESPACE_LABEL),
+            ],
+        );
+    }
+    let client = cluster.admin_client().await.unwrap();
+    let pods = Api::namespaced(client.clone(), NS);
+    OneNode {
+        cluster,
+        node,
+        client,
+        pods,
+    }
+}
+
+/// Waits until the request `name` reaches one of `phases` (its status.phase); returns it.
+async fn wait_phase(requests: &Api<DynamicObject>, name: &str, phases: &[&str]) -> DynamicObject {
+    wait_until(&format!("{name} in phase {phases:?}"), WAIT, || {
+        let requests = requests.clone();
+        let name = name.to_string();
+        async move {
+            let r = requests.get(&name).await?;
+            let phase = r.data["status"]["phase"].as_str().unwrap_or("").to_string();
+            Ok(phases.contains(&phase.as_str()).then_some(r))
+        }
+    })
+    .await
+    .unwrap()
+}
+
 /// An `app` container that stops at once on SIGTERM, on `node`, host network (no CNI here).
 fn pod(name: &str, node: &str) -> Pod {
     serde_json::from_value(json!({
@@ -288,14 +341,12 @@ fn agent_with(node: &RealNode, kubeconfig: &Path, extra: &[&str]) -> AgentProces
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
 async fn a_restart_request_restarts_a_real_kubelets_container_with_the_kubelets_identity() {
-    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
-    apply_shipped(&cluster, "rbac-node-bound.yaml");
-    let node = RealNode::start(&cluster, NodeConfig::new("node-a", NEWEST))
-        .await
-        .unwrap();
-    namespace(&cluster).await;
-    let client = cluster.admin_client().await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let OneNode {
+        cluster: _cluster,
+        node,
+        client,
+        pods,
+    } = one_node(NEWEST, "rbac-node-bound.yaml", "node-a", false).await;
     pods.create(&PostParams::default(), &pod("web", &node.name))
         .await
         .unwrap();
@@ -322,16 +373,7 @@ async fn a_restart_request_restarts_a_real_kubelets_container_with_the_kubelets_
         .create(&PostParams::default(), &request)
         .await
         .unwrap();
-    let done = wait_until("the request's end", WAIT, || {
-        let requests = requests.clone();
-        async move {
-            let r = requests.get("restart-web").await?;
-            let phase = r.data["status"]["phase"].as_str().unwrap_or("").to_string();
-            Ok(matches!(phase.as_str(), "Succeeded" | "Failed").then_some(r))
-        }
-    })
-    .await
-    .unwrap();
+    let done = wait_phase(&requests, "restart-web", &["Succeeded", "Failed"]).await;
     assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
 
     let after = running(&pods, "web").await;
@@ -402,7 +444,7 @@ fn parts(count: usize, since: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
 async fn the_rollout_policy_admits_an_agents_writes_within_the_cel_cost_limits_at_1000_nodes() {
-    let mut config = control_plane_config();
+    let mut config = ControlPlaneConfig::new(NEWEST);
     config.controllers.clear();
     let cluster = ControlPlane::start(config).await.unwrap();
     apply_shipped(&cluster, "rbac-dedicated.yaml");
@@ -512,13 +554,12 @@ fn describe(event: &Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
 async fn an_idle_agent_sends_the_real_apiserver_nothing_but_its_open_watches() {
-    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
-    apply_shipped(&cluster, "rbac-dedicated.yaml");
-    let node = RealNode::start(&cluster, NodeConfig::new("node-idle", NEWEST))
-        .await
-        .unwrap();
-    namespace(&cluster).await;
-    let pods: Api<Pod> = Api::namespaced(cluster.admin_client().await.unwrap(), NS);
+    let OneNode {
+        cluster,
+        node,
+        pods,
+        ..
+    } = one_node(NEWEST, "rbac-dedicated.yaml", "node-idle", false).await;
     pods.create(&PostParams::default(), &pod("idle", &node.name))
         .await
         .unwrap();
@@ -611,16 +652,12 @@ fn cpu_quota(node: &RealNode, id: &str) -> Option<i64> {
 /// `release`, with the dedicated identity: carried out by `actuator`, and the container's cgroup
 /// then holds the new quota (40 ms per 100 ms period).
 async fn resize_on(release: &str, actuator: &str) {
-    let cluster = ControlPlane::start(ControlPlaneConfig::new(release))
-        .await
-        .unwrap();
-    apply_shipped(&cluster, "rbac-dedicated.yaml");
-    let node = RealNode::start(&cluster, NodeConfig::new("node-r", release))
-        .await
-        .unwrap();
-    namespace(&cluster).await;
-    let client = cluster.admin_client().await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let OneNode {
+        cluster,
+        node,
+        client,
+        pods,
+    } = one_node(release, "rbac-dedicated.yaml", "node-r", false).await;
     pods.create(&PostParams::default(), &resizable_pod("sized", &node.name))
         .await
         .unwrap();
@@ -657,21 +694,12 @@ async fn resize_on(release: &str, actuator: &str) {
         .create(&PostParams::default(), &request)
         .await
         .unwrap();
-    let done = wait_until("the resize's end", WAIT, || {
-        let requests = requests.clone();
-        async move {
-            let r = requests.get("more-cpu").await?;
-            let phase = r.data["status"]["phase"].as_str().unwrap_or("").to_string();
-            Ok(matches!(phase.as_str(), "Succeeded" | "Failed" | "Infeasible").then_some(r))
-        }
-    })
-    .await
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e:#}\nthe kubelet's log ends:\n{}",
-            node.kubelet_log_tail(20)
-        )
-    });
+    let done = wait_phase(
+        &requests,
+        "more-cpu",
+        &["Succeeded", "Failed", "Infeasible"],
+    )
+    .await;
     assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
     assert_eq!(done.data["status"]["actuator"], actuator, "{:#}", done.data);
     wait_until("the new quota in the container's cgroup", WAIT, || {
@@ -741,7 +769,9 @@ fn fleet_upgrade_check(cluster: &ControlPlane, to: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
 async fn the_upgrade_check_answer_is_what_the_real_new_kubelet_does() {
-    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
+    let cluster = ControlPlane::start(ControlPlaneConfig::new(NEWEST))
+        .await
+        .unwrap();
     apply_shipped(&cluster, "rbac-dedicated.yaml");
     let mut node = RealNode::start(
         &cluster,
@@ -858,20 +888,6 @@ fn release_in(release: &str, from: &Value, to: &Value) -> bool {
     minor(from.as_str().unwrap()) <= m && m <= minor(to.as_str().unwrap())
 }
 
-/// The test namespace, with kruise's webhooks acting in it.
-async fn kruise_namespace(cluster: &ControlPlane) {
-    namespace(cluster).await;
-    kubectl(
-        cluster,
-        &[
-            "label",
-            "namespace",
-            NS,
-            &format!("{}=on", real_cluster::WEBHOOK_NAMESPACE_LABEL),
-        ],
-    );
-}
-
 /// Creates `object` (JSON) with kubectl as the administrator, through every webhook.
 fn kubectl_create(cluster: &ControlPlane, name: &str, object: Value) {
     let file = cluster.dir().join(format!("{name}.json"));
@@ -893,17 +909,15 @@ fn kruise_resource(kind: &str, plural: &str) -> kube::api::ApiResource {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
 async fn a_crr_made_with_kubectl_under_the_real_kruise_manager_is_carried_out_by_the_agent() {
-    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
-    apply_shipped(&cluster, "rbac-node-bound.yaml");
-    let node = RealNode::start(&cluster, NodeConfig::new("node-k", NEWEST))
-        .await
-        .unwrap();
-    kruise_namespace(&cluster).await;
+    let OneNode {
+        cluster,
+        node,
+        client,
+        pods,
+    } = one_node(NEWEST, "rbac-node-bound.yaml", "node-k", true).await;
     let kruise = real_cluster::KruiseManager::start(&cluster, &[])
         .await
         .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     pods.create(&PostParams::default(), &pod("web", &node.name))
         .await
         .unwrap();
@@ -969,17 +983,15 @@ async fn a_crr_made_with_kubectl_under_the_real_kruise_manager_is_carried_out_by
 #[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
 async fn under_the_real_kruise_manager_a_crr_waits_out_the_unready_grace_after_the_pod_is_unready()
 {
-    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
-    apply_shipped(&cluster, "rbac-node-bound.yaml");
-    let node = RealNode::start(&cluster, NodeConfig::new("node-g", NEWEST))
-        .await
-        .unwrap();
-    kruise_namespace(&cluster).await;
+    let OneNode {
+        cluster,
+        node,
+        client,
+        pods,
+    } = one_node(NEWEST, "rbac-node-bound.yaml", "node-g", true).await;
     let kruise = real_cluster::KruiseManager::start(&cluster, &[])
         .await
         .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let mut gated = pod("gated", &node.name);
     gated.spec.as_mut().unwrap().readiness_gates = Some(vec![
         serde_json::from_value(json!({"conditionType": "KruisePodReady"})).unwrap(),
@@ -1181,25 +1193,23 @@ async fn env_version(node: &RealNode, pod: &Pod) -> String {
 #[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
 async fn a_cloneset_in_place_env_from_metadata_update_ends_updated_and_ready_under_the_real_kruise()
 {
-    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
-    apply_shipped(&cluster, "rbac-node-bound.yaml");
-    let node = RealNode::start(&cluster, NodeConfig::new("node-c", NEWEST))
-        .await
-        .unwrap();
-    kruise_namespace(&cluster).await;
+    let OneNode {
+        cluster,
+        node,
+        client,
+        pods,
+    } = one_node(NEWEST, "rbac-node-bound.yaml", "node-c", true).await;
     let kruise =
         real_cluster::KruiseManager::start(&cluster, &["InPlaceUpdateEnvFromMetadata=true"])
             .await
             .unwrap();
     let _agent = agent_for(&node, node.kubelet_kubeconfig());
-    let client = cluster.admin_client().await.unwrap();
     let clonesets: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), NS, &cloneset_resource());
     kubectl_create(&cluster, "cloneset", cloneset(&node.name, 2, "1"));
     cloneset_settled(&clonesets, 2)
         .await
         .unwrap_or_else(|e| panic!("{e:#}\nkruise-manager's log ends:\n{}", kruise.log_tail(20)));
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let listed = |pods: Vec<Pod>| {
         let mut by_name: Vec<(String, Pod)> = pods
             .into_iter()
@@ -1260,48 +1270,6 @@ fn slow_ready_pod(name: &str, node: &str, label: &str) -> Pod {
     pod
 }
 
-/// Follows the pods of `app=<label>` through a watch of the real apiserver until `stop`: the
-/// most that were unready at once, every state the apiserver held counted.
-fn most_unready(
-    pods: Api<Pod>,
-    label: &str,
-) -> (
-    std::sync::Arc<std::sync::atomic::AtomicBool>,
-    tokio::task::JoinHandle<usize>,
-) {
-    use futures::StreamExt;
-    use std::sync::atomic::Ordering;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = stop.clone();
-    let config = kube::runtime::watcher::Config::default().labels(&format!("app={label}"));
-    let handle = tokio::spawn(async move {
-        let mut events = std::pin::pin!(kube::runtime::watcher(pods, config));
-        let mut ready = std::collections::HashMap::new();
-        let mut most = 0;
-        while !flag.load(Ordering::Relaxed) {
-            let Ok(Some(Ok(event))) =
-                tokio::time::timeout(Duration::from_millis(100), events.next()).await
-            else {
-                continue;
-            };
-            let pod = match event {
-                kube::runtime::watcher::Event::Apply(pod)
-                | kube::runtime::watcher::Event::InitApply(pod) => pod,
-                _ => continue,
-            };
-            let is_ready = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            ready.insert(pod.metadata.name.clone().unwrap_or_default(), is_ready);
-            most = most.max(ready.values().filter(|r| !**r).count());
-        }
-        most
-    });
-    (stop, handle)
-}
-
 /// Two real nodes (two kubelets, each on a containerd of its own), an agent on each with its
 /// dedicated identity: a ContainerRestartRollout applied with kubectl restarts all six pods
 /// once each, never more than its budget of 2 unready at once as the apiserver saw it, and ends
@@ -1310,7 +1278,9 @@ fn most_unready(
 #[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
 async fn a_rollout_applied_with_kubectl_restarts_every_pod_across_two_real_nodes_within_its_budget()
 {
-    let cluster = ControlPlane::start(control_plane_config()).await.unwrap();
+    let cluster = ControlPlane::start(ControlPlaneConfig::new(NEWEST))
+        .await
+        .unwrap();
     apply_shipped(&cluster, "rbac-dedicated.yaml");
     let mut nodes = Vec::new();
     for name in ["node-1", "node-2"] {
@@ -1343,7 +1313,7 @@ async fn a_rollout_applied_with_kubectl_restarts_every_pod_across_two_real_nodes
         .iter()
         .map(|node| agent_for(node, &dedicated(&cluster, node)))
         .collect();
-    let (stop, most) = most_unready(pods.clone(), "roll");
+    let (stop, most) = support::most_unready(pods.clone(), "app=roll");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = std::time::Instant::now();
     kubectl_create(
@@ -1364,16 +1334,7 @@ async fn a_rollout_applied_with_kubectl_restarts_every_pod_across_two_real_nodes
             "containerrestartrollouts",
         ),
     );
-    let done = wait_until("the rollout's end", Duration::from_secs(180), || {
-        let rollouts = rollouts.clone();
-        async move {
-            let r = rollouts.get("roll").await?;
-            let phase = r.data["status"]["phase"].as_str().unwrap_or("").to_string();
-            Ok(matches!(phase.as_str(), "Succeeded" | "Failed").then_some(r))
-        }
-    })
-    .await
-    .unwrap();
+    let done = wait_phase(&rollouts, "roll", &["Succeeded", "Failed"]).await;
     let took = started.elapsed();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let most = most.await.unwrap();

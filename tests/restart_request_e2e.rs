@@ -130,37 +130,10 @@ fn sample(metrics: &str, name_and_labels: &str) -> Option<f64> {
 /// Follows the pods of `label` (app=<label>) through a watch, every state the API server held,
 /// until stopped: the most that were unready at once.
 fn watch_unready(node: &Node, label: &str) -> (Arc<AtomicBool>, tokio::task::JoinHandle<usize>) {
-    use futures::StreamExt;
-    use k8s_openapi::api::core::v1::Pod;
-    let stop = Arc::new(AtomicBool::new(false));
-    let pods: ::kube::Api<Pod> = ::kube::Api::namespaced(node.client.clone(), NS);
-    let config = ::kube::runtime::watcher::Config::default().labels(&format!("app={label}"));
-    let flag = stop.clone();
-    let handle = tokio::spawn(async move {
-        let mut events = std::pin::pin!(::kube::runtime::watcher(pods, config));
-        let mut ready = std::collections::HashMap::new();
-        let mut most = 0;
-        while !flag.load(Ordering::Relaxed) {
-            let Ok(Some(Ok(event))) =
-                tokio::time::timeout(Duration::from_millis(100), events.next()).await
-            else {
-                continue;
-            };
-            let pod = match event {
-                ::kube::runtime::watcher::Event::Apply(pod)
-                | ::kube::runtime::watcher::Event::InitApply(pod) => pod,
-                _ => continue,
-            };
-            let value = serde_json::to_value(&pod).unwrap();
-            ready.insert(
-                pod.metadata.name.clone().unwrap_or_default(),
-                pod_ready(&value),
-            );
-            most = most.max(ready.values().filter(|r| !**r).count());
-        }
-        most
-    });
-    (stop, handle)
+    support::most_unready(
+        ::kube::Api::namespaced(node.client.clone(), NS),
+        &format!("app={label}"),
+    )
 }
 
 /// `inplaced restart -l app=<label> --max-unavailable <max>`, with the pods followed meanwhile:

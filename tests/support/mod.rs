@@ -243,3 +243,45 @@ pub async fn env_of(id: &str, name: &str) -> Option<String> {
         .filter_map(serde_json::Value::as_str)
         .find_map(|kv| kv.strip_prefix(&format!("{name}=")).map(str::to_owned))
 }
+
+/// Follows the pods of `selector` through a watch until `stop` is set: the most that were
+/// unready at once, every state the API server held counted (its event order, not samples).
+pub fn most_unready(
+    pods: ::kube::Api<k8s_openapi::api::core::v1::Pod>,
+    selector: &str,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<usize>,
+) {
+    use futures::StreamExt;
+    use std::sync::atomic::Ordering;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let config = ::kube::runtime::watcher::Config::default().labels(selector);
+    let handle = tokio::spawn(async move {
+        let mut events = std::pin::pin!(::kube::runtime::watcher(pods, config));
+        let mut ready = HashMap::new();
+        let mut most = 0;
+        while !flag.load(Ordering::Relaxed) {
+            let Ok(Some(Ok(event))) =
+                tokio::time::timeout(std::time::Duration::from_millis(100), events.next()).await
+            else {
+                continue;
+            };
+            let pod = match event {
+                ::kube::runtime::watcher::Event::Apply(pod)
+                | ::kube::runtime::watcher::Event::InitApply(pod) => pod,
+                _ => continue,
+            };
+            let is_ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            ready.insert(pod.metadata.name.clone().unwrap_or_default(), is_ready);
+            most = most.max(ready.values().filter(|r| !**r).count());
+        }
+        most
+    });
+    (stop, handle)
+}
