@@ -1353,3 +1353,76 @@ async fn a_rollout_applied_with_kubectl_restarts_every_pod_across_two_real_nodes
         took.as_secs_f64()
     );
 }
+
+/// The dedicated identity's client certificate rotated under a running agent, as a node's
+/// certificate tooling does: the agent starts with one that expires 25 s later; its kubeconfig
+/// is rewritten with a new one; after the first has expired, a restart request is still carried
+/// out (its status writes are new requests, which the real apiserver authenticates afresh), by
+/// the same agent process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn a_rotated_client_certificate_is_used_before_the_old_one_expires() {
+    let OneNode {
+        cluster,
+        node,
+        client,
+        pods,
+    } = one_node(NEWEST, "rbac-dedicated.yaml", "node-rot", false).await;
+    pods.create(&PostParams::default(), &pod("web", &node.name))
+        .await
+        .unwrap();
+    running(&pods, "web").await;
+    let user = format!("inplaced:node:{}", node.name);
+    let issued = std::time::Instant::now();
+    let short = cluster
+        .ca
+        .client_valid_for(&user, Some("inplaced:agents"), Duration::from_secs(25))
+        .unwrap();
+    let kubeconfig = cluster.kubeconfig_with("agent.kubeconfig", &short).unwrap();
+    let mut agent = agent_for(&node, &kubeconfig);
+    let fresh = cluster.ca.client(&user, Some("inplaced:agents")).unwrap();
+    cluster.kubeconfig_with("agent.kubeconfig", &fresh).unwrap();
+    // Past the first certificate's end (and a second of clock granularity).
+    tokio::time::sleep(Duration::from_secs(27).saturating_sub(issued.elapsed())).await;
+
+    let requests: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NS,
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("inplaced.io", "v1alpha1", "ContainerRestartRequest"),
+            "containerrestartrequests",
+        ),
+    );
+    let request: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "inplaced.io/v1alpha1",
+        "kind": "ContainerRestartRequest",
+        "metadata": {"name": "after-rotation", "namespace": NS,
+                     "labels": {"inplaced.io/node-name": node.name}},
+        "spec": {"podName": "web"},
+    }))
+    .unwrap();
+    requests
+        .create(&PostParams::default(), &request)
+        .await
+        .unwrap();
+    let done = wait_phase(&requests, "after-rotation", &["Succeeded", "Failed"]).await;
+    assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
+    assert!(
+        agent.exit_status().is_none(),
+        "the same agent, not restarted"
+    );
+    // None of its requests went out with the expired certificate: the first one after the
+    // rotation waits for the look at the files that finds it (before, a request sent beside
+    // that look was refused, 401, and written again after a back-off).
+    let refused: Vec<String> = agent_requests(&cluster)
+        .iter()
+        .filter(|e| e["responseStatus"]["code"] == 401)
+        .map(describe)
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "refused as unauthenticated: {refused:#?}"
+    );
+    let app = app_status(&running(&pods, "web").await);
+    assert_eq!(app.0, 1, "restarted once");
+}

@@ -261,6 +261,10 @@ pub(crate) struct Credentials {
     state: Mutex<State>,
     /// One rebuild at a time: requests that find the credentials changed wait for it.
     rebuilding: tokio::sync::Mutex<()>,
+    /// One look at the files at a time, and every request that comes due meanwhile waits for
+    /// its outcome: a request sent beside it would go out with what the look may replace (seen
+    /// on a real apiserver: one 401 with a certificate rotated 27 s before).
+    checking: tokio::sync::Mutex<()>,
 }
 
 struct State {
@@ -285,6 +289,7 @@ impl Credentials {
                 rejected: false,
             }),
             rebuilding: tokio::sync::Mutex::new(()),
+            checking: tokio::sync::Mutex::new(()),
         };
         Ok((Arc::new(credentials), namespace))
     }
@@ -298,12 +303,22 @@ impl Credentials {
     /// The client for the next request, rebuilt first if the credential files changed or an
     /// exec plugin's certificate is expiring.
     async fn current(&self) -> Arc<Built> {
-        let built = {
-            let mut state = self.lock();
-            if state.files_checked.elapsed() < FILE_CHECK_INTERVAL && !state.built.expiring() {
+        let due = |state: &State| {
+            state.files_checked.elapsed() >= FILE_CHECK_INTERVAL || state.built.expiring()
+        };
+        {
+            let state = self.lock();
+            if !due(&state) {
                 return state.built.clone();
             }
-            state.files_checked = Instant::now();
+        }
+        let _one_look = self.checking.lock().await;
+        let built = {
+            let state = self.lock();
+            // Another request looked while this one waited.
+            if !due(&state) {
+                return state.built.clone();
+            }
             state.built.clone()
         };
         let files = self.source.files();
@@ -321,7 +336,9 @@ impl Credentials {
             )
             .await;
         }
-        self.lock().built.clone()
+        let mut state = self.lock();
+        state.files_checked = Instant::now();
+        state.built.clone()
     }
 
     /// Builds a new inner client unless one newer than `generation` exists already. A
