@@ -21,6 +21,8 @@ export GOCACHE=$CACHE/go-build GOMODCACHE=$CACHE/go-mod GOFLAGS="-mod=readonly -
 export CGO_ENABLED=0
 
 die() { echo "tests/kube/build.sh: $*" >&2; exit 1; }
+# Go where these machines install it, for a shell that did not read a profile (CI).
+command -v go >/dev/null 2>&1 || PATH=/usr/local/go/bin:$PATH
 
 bin_dir() {
   local release=$1 dir=$here/k8s-$1 key
