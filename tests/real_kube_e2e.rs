@@ -230,6 +230,41 @@ async fn one_node(release: &str, rbac: &str, name: &str, kruise: bool) -> OneNod
     }
 }
 
+fn inplaced_resource(kind: &str, plural: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("inplaced.io", "v1alpha1", kind),
+        plural,
+    )
+}
+
+/// A ContainerRestartRequest `name` of every container of `pod` on `node`, made as a user
+/// makes one, waited for until it ends; returns it as it ended.
+async fn restart_request(
+    client: &kube::Client,
+    node: &RealNode,
+    name: &str,
+    pod: &str,
+) -> DynamicObject {
+    let requests: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NS,
+        &inplaced_resource("ContainerRestartRequest", "containerrestartrequests"),
+    );
+    let request: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "inplaced.io/v1alpha1",
+        "kind": "ContainerRestartRequest",
+        "metadata": {"name": name, "namespace": NS,
+                     "labels": {"inplaced.io/node-name": node.name}},
+        "spec": {"podName": pod},
+    }))
+    .unwrap();
+    requests
+        .create(&PostParams::default(), &request)
+        .await
+        .unwrap();
+    wait_phase(&requests, name, &["Succeeded", "Failed"]).await
+}
+
 /// Waits until the request `name` reaches one of `phases` (its status.phase); returns it.
 async fn wait_phase(requests: &Api<DynamicObject>, name: &str, phases: &[&str]) -> DynamicObject {
     wait_until(&format!("{name} in phase {phases:?}"), WAIT, || {
@@ -356,24 +391,7 @@ async fn a_restart_request_restarts_a_real_kubelets_container_with_the_kubelets_
 
     // The node-bound identity: the kubelet's own kubeconfig.
     let _agent = agent_for(&node, node.kubelet_kubeconfig());
-    let resource = kube::api::ApiResource::from_gvk_with_plural(
-        &kube::api::GroupVersionKind::gvk("inplaced.io", "v1alpha1", "ContainerRestartRequest"),
-        "containerrestartrequests",
-    );
-    let requests: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &resource);
-    let request: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "inplaced.io/v1alpha1",
-        "kind": "ContainerRestartRequest",
-        "metadata": {"name": "restart-web", "namespace": NS,
-                     "labels": {"inplaced.io/node-name": node.name}},
-        "spec": {"podName": "web"},
-    }))
-    .unwrap();
-    requests
-        .create(&PostParams::default(), &request)
-        .await
-        .unwrap();
-    let done = wait_phase(&requests, "restart-web", &["Succeeded", "Failed"]).await;
+    let done = restart_request(&client, &node, "restart-web", "web").await;
     assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
 
     let after = running(&pods, "web").await;
@@ -461,10 +479,7 @@ async fn the_rollout_policy_admits_an_agents_writes_within_the_cel_cost_limits_a
     )
     .await
     .unwrap();
-    let resource = kube::api::ApiResource::from_gvk_with_plural(
-        &kube::api::GroupVersionKind::gvk("inplaced.io", "v1alpha1", "ContainerRestartRollout"),
-        "containerrestartrollouts",
-    );
+    let resource = inplaced_resource("ContainerRestartRollout", "containerrestartrollouts");
     let as_admin: Api<DynamicObject> = Api::namespaced_with(admin, NS, &resource);
     let as_agent: Api<DynamicObject> = Api::namespaced_with(agent, NS, &resource);
     let since = "2026-12-06T00:00:00Z";
@@ -676,10 +691,7 @@ async fn resize_on(release: &str, actuator: &str) {
         )
         .unwrap();
     let _agent = agent_for(&node, &kubeconfig);
-    let resource = kube::api::ApiResource::from_gvk_with_plural(
-        &kube::api::GroupVersionKind::gvk("inplaced.io", "v1alpha1", "ContainerResizeRequest"),
-        "containerresizerequests",
-    );
+    let resource = inplaced_resource("ContainerResizeRequest", "containerresizerequests");
     let requests: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &resource);
     let request: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "inplaced.io/v1alpha1",
@@ -1329,10 +1341,7 @@ async fn a_rollout_applied_with_kubectl_restarts_every_pod_across_two_real_nodes
     let rollouts: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         NS,
-        &kube::api::ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk("inplaced.io", "v1alpha1", "ContainerRestartRollout"),
-            "containerrestartrollouts",
-        ),
+        &inplaced_resource("ContainerRestartRollout", "containerrestartrollouts"),
     );
     let done = wait_phase(&rollouts, "roll", &["Succeeded", "Failed"]).await;
     let took = started.elapsed();
@@ -1385,27 +1394,7 @@ async fn a_rotated_client_certificate_is_used_before_the_old_one_expires() {
     // Past the first certificate's end (and a second of clock granularity).
     tokio::time::sleep(Duration::from_secs(27).saturating_sub(issued.elapsed())).await;
 
-    let requests: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        NS,
-        &kube::api::ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk("inplaced.io", "v1alpha1", "ContainerRestartRequest"),
-            "containerrestartrequests",
-        ),
-    );
-    let request: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "inplaced.io/v1alpha1",
-        "kind": "ContainerRestartRequest",
-        "metadata": {"name": "after-rotation", "namespace": NS,
-                     "labels": {"inplaced.io/node-name": node.name}},
-        "spec": {"podName": "web"},
-    }))
-    .unwrap();
-    requests
-        .create(&PostParams::default(), &request)
-        .await
-        .unwrap();
-    let done = wait_phase(&requests, "after-rotation", &["Succeeded", "Failed"]).await;
+    let done = restart_request(&client, &node, "after-rotation", "web").await;
     assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
     assert!(
         agent.exit_status().is_none(),
