@@ -1415,3 +1415,39 @@ async fn a_rotated_client_certificate_is_used_before_the_old_one_expires() {
     let app = app_status(&running(&pods, "web").await);
     assert_eq!(app.0, 1, "restarted once");
 }
+
+/// The kubelet restarted under a running agent (an operator's `systemctl restart kubelet`): the
+/// agent stays ready, takes the new kubelet for its node's (its process name), and carries out
+/// a restart request with the new kubelet, which starts the container again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn a_kubelet_restarted_under_the_agent_changes_nothing_for_its_requests() {
+    let OneNode {
+        cluster: _cluster,
+        mut node,
+        client,
+        pods,
+    } = one_node(NEWEST, "rbac-node-bound.yaml", "node-kr", false).await;
+    pods.create(&PostParams::default(), &pod("web", &node.name))
+        .await
+        .unwrap();
+    let before = running(&pods, "web").await;
+    let mut agent = agent_for(&node, node.kubelet_kubeconfig());
+    let first = node.kubelet_pid();
+    node.stop_kubelet();
+    node.start_kubelet().unwrap();
+    assert_ne!(node.kubelet_pid(), first, "a new kubelet process");
+    // The agent keeps serving while the kubelet is away and back.
+    agent.wait_http("/readyz", 200, Duration::from_secs(30));
+
+    let done = restart_request(&client, &node, "after-kubelet-restart", "web").await;
+    assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
+    let after = running(&pods, "web").await;
+    assert_eq!(after.metadata.uid, before.metadata.uid, "the same pod");
+    assert_eq!(
+        app_status(&after).0,
+        1,
+        "the new kubelet started it once more"
+    );
+    assert!(agent.exit_status().is_none(), "the same agent");
+}
