@@ -907,6 +907,17 @@ fn kubectl_create(cluster: &ControlPlane, name: &str, object: Value) {
     kubectl(cluster, &["create", &format!("-f={}", file.display())]);
 }
 
+/// A ContainerRecreateRequest of the container `app` of `pod`, as a user writes one (kruise's
+/// webhook adds the rest).
+fn crr(name: &str, pod: &str, strategy: Value) -> Value {
+    json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "ContainerRecreateRequest",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"podName": pod, "containers": [{"name": "app"}], "strategy": strategy},
+    })
+}
+
 fn kruise_resource(kind: &str, plural: &str) -> kube::api::ApiResource {
     kube::api::ApiResource::from_gvk_with_plural(
         &kube::api::GroupVersionKind::gvk("apps.kruise.io", "v1alpha1", kind),
@@ -939,13 +950,11 @@ async fn a_crr_made_with_kubectl_under_the_real_kruise_manager_is_carried_out_by
     kubectl_create(
         &cluster,
         "crr",
-        json!({
-            "apiVersion": "apps.kruise.io/v1alpha1",
-            "kind": "ContainerRecreateRequest",
-            "metadata": {"name": "recreate-web", "namespace": NS},
-            "spec": {"podName": "web", "containers": [{"name": "app"}],
-                     "strategy": {"terminationGracePeriodSeconds": 5}},
-        }),
+        crr(
+            "recreate-web",
+            "web",
+            json!({"terminationGracePeriodSeconds": 5}),
+        ),
     );
     let crrs: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
@@ -1038,13 +1047,11 @@ async fn under_the_real_kruise_manager_a_crr_waits_out_the_unready_grace_after_t
     kubectl_create(
         &cluster,
         "crr-grace",
-        json!({
-            "apiVersion": "apps.kruise.io/v1alpha1",
-            "kind": "ContainerRecreateRequest",
-            "metadata": {"name": "graceful", "namespace": NS},
-            "spec": {"podName": "gated", "containers": [{"name": "app"}],
-                     "strategy": {"terminationGracePeriodSeconds": 5, "unreadyGracePeriodSeconds": 3}},
-        }),
+        crr(
+            "graceful",
+            "gated",
+            json!({"terminationGracePeriodSeconds": 5, "unreadyGracePeriodSeconds": 3}),
+        ),
     );
     // Read as kruise 1.9 writes it (v1beta1: the condition is not in v1alpha1's schema).
     let crrs: Api<DynamicObject> = Api::namespaced_with(

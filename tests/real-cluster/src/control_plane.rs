@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::binaries::Binaries;
 use crate::pki::{Ca, Credential, signing_key_pem};
-use crate::process::{Component, wait_until};
+use crate::process::Component;
 
 #[derive(Debug, Clone)]
 pub struct ControlPlaneConfig {
@@ -199,28 +199,21 @@ impl ControlPlane {
         let admin_kubeconfig = path("admin.kubeconfig");
         let client = client_from(&admin_kubeconfig).await?;
         let started = std::time::Instant::now();
-        let ready = wait_until("kube-apiserver /readyz", Duration::from_secs(120), || {
-            let client = client.clone();
-            let running = etcd
-                .check_running()
-                .and_then(|()| apiserver.check_running());
-            async move {
-                running?;
-                let request = http::Request::get("/readyz").body(Vec::new())?;
-                Ok(client
-                    .request_text(request)
-                    .await
-                    .ok()
-                    .filter(|t| t == "ok"))
-            }
-        })
-        .await;
-        if let Err(e) = ready {
-            bail!(
-                "{e:#}\nkube-apiserver's log ends:\n{}",
-                apiserver.log_tail(30)
-            );
-        }
+        apiserver
+            .wait_for("kube-apiserver /readyz", Duration::from_secs(120), || {
+                let client = client.clone();
+                let etcd_running = etcd.check_running();
+                async move {
+                    etcd_running?;
+                    let request = http::Request::get("/readyz").body(Vec::new())?;
+                    Ok(client
+                        .request_text(request)
+                        .await
+                        .ok()
+                        .filter(|t| t == "ok"))
+                }
+            })
+            .await?;
         eprintln!(
             "real-cluster: kube-apiserver {} ready in {:.1} s ({})",
             binaries.version(),

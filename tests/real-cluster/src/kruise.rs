@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::binaries::Binaries;
 use crate::control_plane::{ControlPlane, free_port};
-use crate::process::{Component, wait_until};
+use crate::process::Component;
 
 /// The label (value `on`) of the namespaces kruise's webhooks act in.
 pub const WEBHOOK_NAMESPACE_LABEL: &str = "inplaced.io/kruise-webhooks";
@@ -123,20 +123,11 @@ impl KruiseManager {
             &cluster.dir().join("kruise-manager.log"),
         )?;
         let started = std::time::Instant::now();
-        let ready = wait_until("kruise-manager ready", Duration::from_secs(120), || {
-            let running = manager.check_running();
-            async move {
-                running?;
-                Ok(ready_on(health).await.then_some(()))
-            }
-        })
-        .await;
-        if let Err(e) = ready {
-            bail!(
-                "{e:#}\nkruise-manager's log ends:\n{}",
-                manager.log_tail(30)
-            );
-        }
+        manager
+            .wait_for("kruise-manager ready", Duration::from_secs(120), || {
+                ready_on(health)
+            })
+            .await?;
         eprintln!(
             "real-cluster: kruise-manager v1.9.0 ready in {:.1} s",
             started.elapsed().as_secs_f64()
@@ -174,7 +165,11 @@ impl Drop for KruiseManager {
 
 /// /readyz of the manager's health probe server: its webhook server is up and its informers
 /// synced.
-async fn ready_on(port: u16) -> bool {
+async fn ready_on(port: u16) -> anyhow::Result<Option<()>> {
+    Ok(answers_ready(port).await.then_some(()))
+}
+
+async fn answers_ready(port: u16) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
         return false;

@@ -345,35 +345,28 @@ impl RealNode {
         let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
         let started = std::time::Instant::now();
         let name = self.name.clone();
-        let result = wait_until(
-            "the kubelet's Node object",
-            Duration::from_secs(120),
-            || {
-                let nodes = nodes.clone();
-                let name = name.clone();
-                let running = match self.kubelet.as_mut() {
-                    Some(kubelet) => kubelet.check_running(),
-                    None => Ok(()),
-                };
-                async move {
-                    running?;
-                    let node = nodes.get_opt(&name).await?;
-                    Ok(node.filter(|n| {
-                        n.status
-                            .as_ref()
-                            .and_then(|s| s.node_info.as_ref())
-                            .is_some_and(|i| !i.kubelet_version.is_empty())
-                    }))
-                }
-            },
-        )
-        .await;
-        if let Err(e) = result {
-            bail!(
-                "{e:#}\nthe kubelet's log ends:\n{}",
-                self.kubelet_log_tail(40)
-            );
-        }
+        let Some(kubelet) = self.kubelet.as_mut() else {
+            bail!("the kubelet of node {name} is not running");
+        };
+        kubelet
+            .wait_for(
+                "the kubelet's Node object",
+                Duration::from_secs(120),
+                || {
+                    let nodes = nodes.clone();
+                    let name = name.clone();
+                    async move {
+                        let node = nodes.get_opt(&name).await?;
+                        Ok(node.filter(|n| {
+                            n.status
+                                .as_ref()
+                                .and_then(|s| s.node_info.as_ref())
+                                .is_some_and(|i| !i.kubelet_version.is_empty())
+                        }))
+                    }
+                },
+            )
+            .await?;
         eprintln!(
             "real-cluster: kubelet {} of node {} registered in {:.1} s (containerd {}, {})",
             self.binaries.version(),

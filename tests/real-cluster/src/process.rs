@@ -87,6 +87,36 @@ impl Component {
         self.child.wait().ok()
     }
 
+    /// Polls `check` as [`wait_until`] does while this component runs: fails at once when it
+    /// exits, and after `timeout` with the last lines of its log.
+    pub async fn wait_for<T, F, Fut>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut check: F,
+    ) -> anyhow::Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+    {
+        let result = wait_until(what, timeout, || {
+            let running = self.check_running();
+            let next = check();
+            async move {
+                running?;
+                next.await
+            }
+        })
+        .await;
+        result.map_err(|e| {
+            if e.is::<Exited>() {
+                e
+            } else {
+                anyhow::anyhow!("{e:#}\n{}'s log ends:\n{}", self.name, self.log_tail(30))
+            }
+        })
+    }
+
     /// Kills the component at once (SIGKILL to its group), as a crash would.
     pub fn kill(&mut self) {
         let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
