@@ -148,20 +148,28 @@ async fn run_web_pods(cluster: &Cluster, per_node: usize) -> HashMap<String, Str
 }
 
 /// Every pod of `ids` restarted exactly once (one stop of its old container, through its own
-/// node's agent), and ready again.
+/// node's agent), and ready again. A stop an agent had in flight when it was killed is repeated
+/// by its successor (the proxy counted it, but the runtime may never have carried it out): that
+/// second stop of the same container, logged `resumed=true`, is allowed; a third never is.
 async fn assert_each_restarted_once(cluster: &Cluster, ids: &HashMap<String, String>) {
     let mut stopped: HashMap<String, usize> = HashMap::new();
+    let mut logs = String::new();
     for node in &cluster.nodes {
         for (id, count) in node.proxy.stop_counts() {
             *stopped.entry(id).or_default() += count;
         }
+        if let Some(agent) = &node.agent {
+            logs.push_str(&agent.log());
+        }
     }
     for (pod, old) in ids {
-        assert_eq!(
-            stopped.get(old),
-            Some(&1),
-            "pod {pod}: its container {old} stopped {:?} times",
-            stopped.get(old)
+        let stops = stopped.get(old).copied().unwrap_or(0);
+        let resumed = logs
+            .lines()
+            .any(|l| l.contains(old.as_str()) && l.contains("resumed=true"));
+        assert!(
+            stops == 1 || (stops == 2 && resumed),
+            "pod {pod}: its container {old} stopped {stops} times (resumed: {resumed})"
         );
         let now = cluster.wait_pod(pod, Duration::from_secs(30), ready).await;
         assert_ne!(
