@@ -198,8 +198,12 @@ async fn a_second_in_place_restart_waits_the_kubelets_back_off_as_predicted() {
     node.wait_completed(&crr, Duration::from_secs(60)).await;
     let third = container_id(&node.pod(&pod_name).unwrap(), "app");
     let waited = cri_restart_seconds(&second, &third).await;
+    // 1.35's requeue is 1.5 × what is left of the back-off at the sync that met it (jitter
+    // 1.0), so a sync `d` late after the exit starts the container at exit + 15 s − d/2. That
+    // sync comes after the stand-in's restart delay and its own tick, later on a loaded machine
+    // (CI saw 14.64 s): `d` up to 2 s is allowed, no jitter (10 s) or half of it (12.5 s) never.
     assert!(
-        (14.75..15.75).contains(&waited),
+        (14.0..15.75).contains(&waited),
         "the kubelet's 10 s back-off and its requeue's jitter: {waited} s"
     );
     let (finished, started) = (

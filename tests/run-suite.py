@@ -37,12 +37,10 @@ LONG = [
     ("rollout_e2e", None),
 ]
 # LONG entries that start this many seconds late: rollout_e2e runs three nodes' worth of
-# stand-ins and agents, and its load makes sub-second timings miss: the ten-minute test's first
-# rounds (in its first 20 s) and backoff_e2e's windows (which assume the stand-in sees an exit
-# within half a second; under load it sees it later and restarts earlier: 14.64 s and 14.68 s for
-# a window from 14.75 s). backoff_e2e runs early in the sequence and takes about 110 s, so
-# rollout_e2e starts after it; it still ends long before the ten-minute test. The real tier
-# (real_kube_e2e) runs in the sequence like any binary.
+# stand-ins and agents, and its load makes sub-second timings late: the ten-minute test's first
+# rounds (in its first 20 s) and backoff_e2e's. backoff_e2e runs early in the sequence and takes
+# about 110 s, so rollout_e2e starts after it; it still ends long before the ten-minute test. The
+# real tier (real_kube_e2e) runs in the sequence like any binary.
 START_LATE = {"rollout_e2e": 150}
 # Binaries that must have the shared containerd to themselves: those whose tests stop and start
 # it (tests/support: containerd_script), and cri_listing, which counts its listings and expects
