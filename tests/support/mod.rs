@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod golden;
 pub mod measure;
 pub mod prometheus;
+pub mod real;
 pub mod sandbox;
 
 use std::collections::HashMap;
