@@ -1,81 +1,204 @@
 //! ContainerRestartRollouts applied with kubectl across two real nodes (two kubelets, each on a
-//! containerd of its own), carried out by their agents.
+//! containerd of its own), carried out by their agents with the dedicated identity. How many
+//! pods were unready at once is read from a watch of the real apiserver.
 
 mod support;
 
-use std::time::Duration;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, PostParams};
-use real_cluster::{ControlPlane, ControlPlaneConfig, NEWEST, NodeConfig, RealNode};
-use serde_json::json;
+use real_cluster::{ControlPlane, ControlPlaneConfig, NEWEST, NodeConfig, RealNode, wait_until};
+use serde_json::{Value, json};
 use support::agent::AgentProcess;
 use support::real::*;
 
-/// Two real nodes (two kubelets, each on a containerd of its own), an agent on each with its
-/// dedicated identity: a ContainerRestartRollout applied with kubectl restarts all six pods
-/// once each, never more than its budget of 2 unready at once as the apiserver saw it, and ends
-/// Succeeded.
+/// Two real nodes with `per_node` slow-ready pods `roll-<node>-<i>` each (label `app=roll`),
+/// every one running and ready, and an agent on each node.
+struct TwoNodes {
+    cluster: ControlPlane,
+    nodes: Vec<RealNode>,
+    /// Each node's agent state directory, kept across a restart of its agent.
+    state_dirs: Vec<tempfile::TempDir>,
+    agents: Vec<Option<AgentProcess>>,
+    pods: Api<Pod>,
+    rollouts: Api<DynamicObject>,
+    names: Vec<String>,
+}
+
+impl TwoNodes {
+    async fn start(per_node: usize) -> TwoNodes {
+        let cluster = ControlPlane::start(ControlPlaneConfig::new(NEWEST))
+            .await
+            .unwrap();
+        apply_shipped(&cluster, "rbac-dedicated.yaml");
+        let mut nodes = Vec::new();
+        for name in ["node-1", "node-2"] {
+            nodes.push(
+                RealNode::start(&cluster, NodeConfig::new(name, NEWEST))
+                    .await
+                    .unwrap(),
+            );
+        }
+        namespace(&cluster).await;
+        let client = cluster.admin_client().await.unwrap();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let mut names = Vec::new();
+        for (n, node) in nodes.iter().enumerate() {
+            for i in 0..per_node {
+                let name = format!("roll-{n}-{i}");
+                pods.create(
+                    &PostParams::default(),
+                    &slow_ready_pod(&name, &node.name, "roll"),
+                )
+                .await
+                .unwrap();
+                names.push(name);
+            }
+        }
+        for name in &names {
+            running(&pods, name).await;
+        }
+        let rollouts = Api::namespaced_with(
+            client.clone(),
+            NS,
+            &inplaced_resource("ContainerRestartRollout", "containerrestartrollouts"),
+        );
+        let mut two = TwoNodes {
+            cluster,
+            state_dirs: (0..nodes.len())
+                .map(|_| tempfile::tempdir().unwrap())
+                .collect(),
+            agents: nodes.iter().map(|_| None).collect(),
+            nodes,
+            pods,
+            rollouts,
+            names,
+        };
+        for i in 0..two.nodes.len() {
+            two.start_agent(i);
+        }
+        two
+    }
+
+    /// (Re)starts node `i`'s agent, with its dedicated identity and its state directory.
+    fn start_agent(&mut self, i: usize) {
+        let node = &self.nodes[i];
+        let kubeconfig: PathBuf = dedicated(&self.cluster, node);
+        let state = self.state_dirs[i].path().to_str().unwrap().to_string();
+        self.agents[i] = Some(agent_with(node, &kubeconfig, &["--state-dir", &state]));
+    }
+
+    /// Ends node `i`'s agent with SIGKILL: no shutdown of any kind, its claims stay.
+    fn kill_agent(&mut self, i: usize) {
+        if let Some(mut agent) = self.agents[i].take() {
+            agent.signal(nix::sys::signal::Signal::SIGKILL);
+            agent.wait_exit(Duration::from_secs(10));
+        }
+    }
+
+    /// The rollout `roll` of every pod, budget `max_unavailable`, made with kubectl.
+    fn create_rollout(&self, max_unavailable: u32) {
+        kubectl_create(
+            &self.cluster,
+            "rollout",
+            json!({
+                "apiVersion": "inplaced.io/v1alpha1",
+                "kind": "ContainerRestartRollout",
+                "metadata": {"name": "roll", "namespace": NS},
+                "spec": {"selector": {"matchLabels": {"app": "roll"}},
+                         "maxUnavailable": max_unavailable},
+            }),
+        );
+    }
+
+    async fn rollout(&self) -> Value {
+        self.rollouts.get("roll").await.unwrap().data
+    }
+
+    /// The rollout once `pred` holds for it.
+    async fn rollout_when(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        wait_until(what, WAIT, || {
+            let rollouts = self.rollouts.clone();
+            let held = |r: &Value| pred(r);
+            async move {
+                let r = rollouts.get("roll").await?.data;
+                Ok(held(&r).then_some(r))
+            }
+        })
+        .await
+        .unwrap()
+    }
+
+    /// `inplaced rollout <verb> roll` as a user runs it, with the administrator's kubeconfig.
+    fn rollout_command(&self, verb: &str) {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_inplaced"))
+            .args(["rollout", verb, "roll", "-n", NS, "--kubeconfig"])
+            .arg(self.cluster.admin_kubeconfig())
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "inplaced rollout {verb}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// Each pod's restart count, by name.
+    async fn restarts(&self) -> Vec<(String, i32)> {
+        let mut counts = Vec::new();
+        for name in &self.names {
+            counts.push((
+                name.clone(),
+                app_status(&self.pods.get(name).await.unwrap()).0,
+            ));
+        }
+        counts
+    }
+
+    /// Every pod running, ready and restarted exactly once.
+    async fn each_restarted_once(&self) {
+        for name in &self.names {
+            let pod = running(&self.pods, name).await;
+            assert_eq!(app_status(&pod).0, 1, "{name} restarted exactly once");
+        }
+    }
+}
+
+fn claims(rollout: &Value) -> usize {
+    rollout["status"]["nodes"]
+        .as_object()
+        .map(|parts| {
+            parts
+                .values()
+                .map(|p| p["claims"].as_array().map_or(0, Vec::len))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The most pods unready at once from now on, as a watch of the apiserver sees them.
+fn watch_unready(two: &TwoNodes) -> (Arc<AtomicBool>, tokio::task::JoinHandle<usize>) {
+    support::most_unready(two.pods.clone(), "app=roll")
+}
+
+/// A ContainerRestartRollout applied with kubectl restarts all six pods once each, never more
+/// than its budget of 2 unready at once as the apiserver saw it, and ends Succeeded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
 async fn a_rollout_applied_with_kubectl_restarts_every_pod_across_two_real_nodes_within_its_budget()
 {
-    let cluster = ControlPlane::start(ControlPlaneConfig::new(NEWEST))
-        .await
-        .unwrap();
-    apply_shipped(&cluster, "rbac-dedicated.yaml");
-    let mut nodes = Vec::new();
-    for name in ["node-1", "node-2"] {
-        nodes.push(
-            RealNode::start(&cluster, NodeConfig::new(name, NEWEST))
-                .await
-                .unwrap(),
-        );
-    }
-    namespace(&cluster).await;
-    let client = cluster.admin_client().await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let mut names = Vec::new();
-    for (n, node) in nodes.iter().enumerate() {
-        for i in 0..3 {
-            let name = format!("roll-{n}-{i}");
-            pods.create(
-                &PostParams::default(),
-                &slow_ready_pod(&name, &node.name, "roll"),
-            )
-            .await
-            .unwrap();
-            names.push(name);
-        }
-    }
-    for name in &names {
-        running(&pods, name).await;
-    }
-    let _agents: Vec<AgentProcess> = nodes
-        .iter()
-        .map(|node| agent_for(node, &dedicated(&cluster, node)))
-        .collect();
-    let (stop, most) = support::most_unready(pods.clone(), "app=roll");
+    let two = TwoNodes::start(3).await;
+    let (stop, most) = watch_unready(&two);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let started = std::time::Instant::now();
-    kubectl_create(
-        &cluster,
-        "rollout",
-        json!({
-            "apiVersion": "inplaced.io/v1alpha1",
-            "kind": "ContainerRestartRollout",
-            "metadata": {"name": "roll", "namespace": NS},
-            "spec": {"selector": {"matchLabels": {"app": "roll"}}, "maxUnavailable": 2},
-        }),
-    );
-    let rollouts: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        NS,
-        &inplaced_resource("ContainerRestartRollout", "containerrestartrollouts"),
-    );
-    let done = wait_phase(&rollouts, "roll", &["Succeeded", "Failed"]).await;
+    let started = Instant::now();
+    two.create_rollout(2);
+    let done = wait_phase(&two.rollouts, "roll", &["Succeeded", "Failed"]).await;
     let took = started.elapsed();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
     let most = most.await.unwrap();
     assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
     assert!(
@@ -83,12 +206,134 @@ async fn a_rollout_applied_with_kubectl_restarts_every_pod_across_two_real_nodes
         "{most} pods unready at once with maxUnavailable 2"
     );
     assert!(most >= 1, "the watch saw no restart");
-    for name in &names {
-        let pod = running(&pods, name).await;
-        assert_eq!(app_status(&pod).0, 1, "{name} restarted exactly once");
-    }
+    two.each_restarted_once().await;
     eprintln!(
         "6 pods on 2 real nodes, budget 2: {:.1} s, at most {most} unready at once",
         took.as_secs_f64()
     );
+}
+
+/// An agent killed (SIGKILL) while its node holds a claim: its claim keeps the budget while it
+/// is away (the other node restarts nothing beyond it), and once it is back on the same state
+/// directory the rollout ends with every pod restarted exactly once, never more than the budget
+/// of 1 unready at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn a_rollout_outlives_an_agent_killed_while_it_holds_a_claim_on_a_real_node() {
+    let mut two = TwoNodes::start(2).await;
+    let (stop, most) = watch_unready(&two);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    two.create_rollout(1);
+    let node = two.nodes[0].name.clone();
+    two.rollout_when("node-1's agent holds a claim", |r| {
+        r["status"]["nodes"][node.as_str()]["claims"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty())
+    })
+    .await;
+    two.kill_agent(0);
+    let held = two.rollout().await;
+    // Away for longer than a restart takes: the claim must hold the budget meanwhile.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let away = two.rollout().await;
+    assert!(
+        claims(&away) <= 1,
+        "the budget of 1 held by the dead agent's claim: {:#}",
+        away["status"]
+    );
+    assert!(
+        away["status"]["nodes"][node.as_str()]["claims"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty()),
+        "the dead agent's claim stays while its Lease has not lapsed: {:#}\nbefore: {:#}",
+        away["status"],
+        held["status"]
+    );
+    two.start_agent(0);
+    let done = wait_phase(&two.rollouts, "roll", &["Succeeded", "Failed"]).await;
+    stop.store(true, Ordering::Relaxed);
+    let most = most.await.unwrap();
+    assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
+    assert_eq!(done.data["status"]["done"], 4, "{:#}", done.data["status"]);
+    assert!(
+        most <= 1,
+        "{most} pods unready at once with maxUnavailable 1"
+    );
+    two.each_restarted_once().await;
+}
+
+/// `inplaced rollout pause` mid-rollout: the phase says Paused, what is under way finishes and
+/// nothing more is restarted while paused; `inplaced rollout resume` carries it to the end, each
+/// pod restarted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn a_paused_rollout_restarts_nothing_more_until_it_is_resumed() {
+    let two = TwoNodes::start(3).await;
+    two.create_rollout(1);
+    two.rollout_when("a first pod restarted", |r| {
+        r["status"]["done"].as_u64().is_some_and(|d| d >= 1)
+    })
+    .await;
+    two.rollout_command("pause");
+    let paused = two
+        .rollout_when("paused, with nothing under way", |r| {
+            r["status"]["phase"] == "Paused" && claims(r) == 0
+        })
+        .await;
+    let done = paused["status"]["done"].as_u64().unwrap();
+    assert!(done < 6, "paused before the end: {:#}", paused["status"]);
+    let at_pause = two.restarts().await;
+    let restarted = at_pause.iter().filter(|(_, n)| *n > 0).count() as u64;
+    assert_eq!(restarted, done, "the status counts what the kubelets did");
+    // Longer than several restarts take: none begins while paused.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        two.restarts().await,
+        at_pause,
+        "nothing restarted while paused"
+    );
+    let still = two.rollout().await;
+    assert_eq!(still["status"]["phase"], "Paused");
+    assert_eq!(claims(&still), 0, "{:#}", still["status"]);
+
+    two.rollout_command("resume");
+    let ended = wait_phase(&two.rollouts, "roll", &["Succeeded", "Failed"]).await;
+    assert_eq!(
+        ended.data["status"]["phase"], "Succeeded",
+        "{:#}",
+        ended.data
+    );
+    assert_eq!(ended.data["status"]["done"], 6);
+    two.each_restarted_once().await;
+}
+
+/// A PodDisruptionBudget stricter than the rollout's budget: `minAvailable: 5` of the six pods
+/// allows one disruption, the rollout allows all six; never more than one is unready at once
+/// (the agents compute what the PDB allows), and every pod is restarted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn a_pod_disruption_budget_holds_a_rollout_to_what_it_allows() {
+    let two = TwoNodes::start(3).await;
+    kubectl_create(
+        &two.cluster,
+        "pdb",
+        json!({
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "roll", "namespace": NS},
+            "spec": {"minAvailable": 5, "selector": {"matchLabels": {"app": "roll"}}},
+        }),
+    );
+    let (stop, most) = watch_unready(&two);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    two.create_rollout(6);
+    let done = wait_phase(&two.rollouts, "roll", &["Succeeded", "Failed"]).await;
+    stop.store(true, Ordering::Relaxed);
+    let most = most.await.unwrap();
+    assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
+    assert_eq!(
+        most, 1,
+        "the PDB allows one pod unready at a time (the rollout six); the watch saw {most}"
+    );
+    two.each_restarted_once().await;
 }
