@@ -494,3 +494,327 @@ async fn a_kubelet_restarted_under_the_agent_changes_nothing_for_its_requests() 
     );
     assert!(agent.exit_status().is_none(), "the same agent");
 }
+
+/// The node's runtime, as the tests ask it.
+fn runtime_of(node: &RealNode) -> inplaced::cri::CriClient {
+    inplaced::cri::CriClient::new(inplaced::cri::CriConfig::new(
+        inplaced::cri::CriEndpoint::parse(&node.cri_endpoint).unwrap(),
+    ))
+}
+
+/// A CRI timestamp (nanoseconds since the epoch) as a time.
+fn cri_time(nanos: i64) -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(nanos)).unwrap()
+}
+
+/// The crash back-off prediction against the real 1.36 kubelet: a first in-place restart is
+/// free; a second one is held by the kubelet's back-off, and while it is, the request's
+/// container says between which times the kubelet will start it again. The real kubelet starts
+/// the new container inside that window (read from the runtime, to the nanosecond), at least
+/// 10 s after the old one exited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn a_second_restart_is_started_by_the_real_kubelet_inside_the_predicted_back_off_window() {
+    let OneNode {
+        cluster: _cluster,
+        node,
+        client,
+        pods,
+    } = one_node(NEWEST, "rbac-node-bound.yaml", "node-b", false).await;
+    pods.create(&PostParams::default(), &pod("web", &node.name))
+        .await
+        .unwrap();
+    running(&pods, "web").await;
+    let _agent = agent_for(&node, node.kubelet_kubeconfig());
+    let first = restart_request(&client, &node, "first", "web").await;
+    assert_eq!(
+        first.data["status"]["phase"], "Succeeded",
+        "{:#}",
+        first.data
+    );
+    let (_, stopped) = app_status(&running(&pods, "web").await);
+
+    let requests: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NS,
+        &inplaced_resource("ContainerRestartRequest", "containerrestartrequests"),
+    );
+    let second: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "inplaced.io/v1alpha1",
+        "kind": "ContainerRestartRequest",
+        "metadata": {"name": "second", "namespace": NS,
+                     "labels": {"inplaced.io/node-name": node.name}},
+        "spec": {"podName": "web"},
+    }))
+    .unwrap();
+    requests
+        .create(&PostParams::default(), &second)
+        .await
+        .unwrap();
+    let prefix = "the kubelet will start it again after its crash back-off, between ";
+    let held = wait_until("the request held by the back-off", WAIT, || {
+        let requests = requests.clone();
+        async move {
+            let r = requests.get("second").await?;
+            let message = r.data["status"]["containers"][0]["message"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            Ok(message.strip_prefix(prefix).map(str::to_string))
+        }
+    })
+    .await
+    .unwrap();
+    let (from, to) = held.split_once(" and ").unwrap();
+    let from: k8s_openapi::jiff::Timestamp = from.parse().unwrap();
+    let to: k8s_openapi::jiff::Timestamp = to.parse().unwrap();
+    // The kubelet says so in the pod status too (its status manager writes it a moment later).
+    wait_until("the kubelet's CrashLoopBackOff", WAIT, || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get("web").await?;
+            let reason = pod
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|c| c.into_iter().find(|c| c.name == "app"))
+                .and_then(|c| c.state)
+                .and_then(|s| s.waiting)
+                .and_then(|w| w.reason);
+            Ok((reason.as_deref() == Some("CrashLoopBackOff")).then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+
+    let done = wait_phase(&requests, "second", &["Succeeded", "Failed"]).await;
+    assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
+    let (restarts, started) = app_status(&running(&pods, "web").await);
+    assert_eq!(restarts, 2);
+    let cri = runtime_of(&node);
+    let id = |full: &str| full.rsplit("://").next().unwrap().to_string();
+    let exited = cri
+        .container_status(&id(&stopped), false)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .finished_at;
+    let began = cri
+        .container_status(&id(&started), false)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .started_at;
+    let (exited, began) = (cri_time(exited), cri_time(began));
+    eprintln!(
+        "exited {exited}, predicted {from} to {to}, started {began} ({:.2} s after the exit)",
+        began.duration_since(exited).as_secs_f64()
+    );
+    assert!(
+        began.duration_since(exited).as_secs_f64() >= 10.0,
+        "the real kubelet held it its 10 s back-off"
+    );
+    assert!(
+        from <= began && began <= to,
+        "the real kubelet started it at {began}, predicted between {from} and {to}"
+    );
+}
+
+/// What the container `app` of `pod` sees as `$name`, asked of the runtime.
+async fn container_env(node: &RealNode, pod: &Pod, name: &str) -> String {
+    let (_, id) = app_status(pod);
+    let id = id.rsplit("://").next().unwrap().to_string();
+    let answer = runtime_of(node)
+        .exec_sync(
+            &id,
+            vec!["/bin/sh".into(), "-c".into(), format!("echo -n ${name}")],
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&answer.stdout).into_owned()
+}
+
+/// inplaced's opt-in outside OpenKruise on a real kubelet, with the dedicated identity: the
+/// agent writes the pod's runtime-containers-meta with the hash the real kubelet stored, and
+/// when the label the container's env reads changes, restarts the container once so that it
+/// sees the new value (same pod, no restart loop afterwards).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn an_opted_in_pods_container_restarts_when_the_label_its_env_reads_changes() {
+    let OneNode {
+        cluster,
+        node,
+        pods,
+        ..
+    } = one_node(NEWEST, "rbac-dedicated.yaml", "node-env", false).await;
+    let mut opted = pod("env", &node.name);
+    opted.metadata.labels = Some([("version".to_string(), "1".to_string())].into());
+    opted.metadata.annotations = Some(
+        [(
+            "inplaced.io/runtime-containers-meta".to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    opted.spec.as_mut().unwrap().containers[0].env = Some(vec![
+        serde_json::from_value(json!({"name": "VERSION",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['version']"}}}))
+        .unwrap(),
+    ]);
+    pods.create(&PostParams::default(), &opted).await.unwrap();
+    let before = running(&pods, "env").await;
+    assert_eq!(container_env(&node, &before, "VERSION").await, "1");
+    let _agent = agent_for(&node, &dedicated(&cluster, &node));
+
+    // The annotation, with the hash the real kubelet stored for the container (hex in the
+    // runtime, a decimal number in kruise's JSON).
+    let (_, id) = app_status(&before);
+    let stored = runtime_of(&node)
+        .container_status(id.rsplit("://").next().unwrap(), false)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .annotations
+        .get(inplaced::cri::labels::CONTAINER_HASH)
+        .cloned()
+        .unwrap();
+    let stored = u64::from_str_radix(&stored, 16).unwrap();
+    let meta = wait_until("the pod's runtime-containers-meta", WAIT, || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get("env").await?;
+            let meta = pod
+                .metadata
+                .annotations
+                .and_then(|a| a.get("apps.kruise.io/runtime-containers-meta").cloned());
+            Ok(meta.map(|m| serde_json::from_str::<Value>(&m)))
+        }
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(meta["containers"][0]["containerID"], id.as_str(), "{meta}");
+    assert_eq!(
+        meta["containers"][0]["hashes"]["plainHash"], stored,
+        "{meta}"
+    );
+
+    pods.patch(
+        "env",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"labels": {"version": "2"}}})),
+    )
+    .await
+    .unwrap();
+    wait_until("the container restarted", WAIT, || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get("env").await?;
+            Ok((app_status(&pod).0 >= 1).then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+    let after = running(&pods, "env").await;
+    assert_eq!(after.metadata.uid, before.metadata.uid, "the same pod");
+    assert_eq!(container_env(&node, &after, "VERSION").await, "2");
+    // Settled: no second restart for the same change.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let settled = running(&pods, "env").await;
+    assert_eq!(app_status(&settled).0, 1, "restarted exactly once");
+}
+
+/// The node-bound identity rotated as a real kubelet rotates it: the kubelet's first client
+/// certificate lasts 60 s; the kubelet asks for a new one through a CSR (approved and signed by
+/// the controller-manager) and re-links `kubelet-client-current.pem`, which its kubeconfig (and
+/// so the agent's) names. After the first certificate's end, the same agent process carries
+/// out a restart request, and none of its requests was refused as unauthenticated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn the_kubelets_certificate_rotated_through_a_csr_is_followed_by_the_agent() {
+    let cluster =
+        ControlPlane::start(ControlPlaneConfig::new(NEWEST).with_kubelet_certificate_rotation())
+            .await
+            .unwrap();
+    apply_shipped(&cluster, "rbac-node-bound.yaml");
+    let binding = cluster.dir().join("selfnodeclient.json");
+    std::fs::write(&binding, real_cluster::SELF_NODE_CLIENT_BINDING).unwrap();
+    kubectl(&cluster, &["apply", &format!("-f={}", binding.display())]);
+    let life = Duration::from_secs(60);
+    let mut config = NodeConfig::new("node-csr", NEWEST);
+    config.rotate_client_certificate_after = Some(life);
+    let issued = std::time::Instant::now();
+    let node = RealNode::start(&cluster, config).await.unwrap();
+    namespace(&cluster).await;
+    let client = cluster.admin_client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.create(&PostParams::default(), &pod("web", &node.name))
+        .await
+        .unwrap();
+    running(&pods, "web").await;
+    let current = node.kubelet_cert_dir().join("kubelet-client-current.pem");
+    let first = std::fs::read_link(&current).unwrap();
+    let mut agent = agent_for(&node, node.kubelet_kubeconfig());
+    let agent_ready = k8s_openapi::jiff::Timestamp::now();
+
+    // The kubelet's renewal: its CSR, approved and issued.
+    let csrs: Api<k8s_openapi::api::certificates::v1::CertificateSigningRequest> =
+        Api::all(client.clone());
+    let user = format!("system:node:{}", node.name);
+    let csr = wait_until("the kubelet's CSR issued", WAIT, || {
+        let csrs = csrs.clone();
+        let user = user.clone();
+        async move {
+            let issued = csrs
+                .list(&Default::default())
+                .await?
+                .items
+                .into_iter()
+                .find(|c| {
+                    c.spec.username.as_deref() == Some(user.as_str())
+                        && c.spec.signer_name == "kubernetes.io/kube-apiserver-client-kubelet"
+                        && c.status.as_ref().is_some_and(|s| s.certificate.is_some())
+                });
+            Ok(issued)
+        }
+    })
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\nthe kubelet's log ends:\n{}",
+            node.kubelet_log_tail(30)
+        )
+    });
+    let asked = csr.metadata.creation_timestamp.clone().unwrap().0;
+    // Whole seconds: asked in the second the agent was ready, or later.
+    assert!(
+        asked.as_second() >= agent_ready.as_second(),
+        "the kubelet rotated at {asked}, before the agent ran ({agent_ready}): nothing tried"
+    );
+    wait_until("kubelet-client-current.pem re-linked", WAIT, || {
+        let now = std::fs::read_link(&current).ok();
+        let first = first.clone();
+        async move { Ok(now.filter(|n| *n != first).map(|_| ())) }
+    })
+    .await
+    .unwrap();
+    // Past the first certificate's end (and a second of clock granularity).
+    tokio::time::sleep((life + Duration::from_secs(2)).saturating_sub(issued.elapsed())).await;
+
+    let done = restart_request(&client, &node, "after-rotation", "web").await;
+    assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
+    assert!(agent.exit_status().is_none(), "the same agent process");
+    let refused: Vec<String> = agent_requests(&cluster)
+        .iter()
+        .filter(|e| e["responseStatus"]["code"] == 401)
+        .map(describe)
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "refused as unauthenticated: {refused:#?}"
+    );
+    assert_eq!(app_status(&running(&pods, "web").await).0, 1);
+}

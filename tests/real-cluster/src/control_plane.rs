@@ -47,7 +47,32 @@ impl ControlPlaneConfig {
             feature_gates: Vec::new(),
         }
     }
+
+    /// With what kubelets rotating their client certificates need (`NodeConfig`'s
+    /// `rotate_client_certificate_after`): the controllers that approve and sign their CSRs.
+    /// The RBAC binding that lets nodes ask for their own is the test's to apply, as kubeadm
+    /// does (`SELF_NODE_CLIENT_BINDING`).
+    pub fn with_kubelet_certificate_rotation(mut self) -> ControlPlaneConfig {
+        for controller in [
+            "certificatesigningrequest-approving-controller",
+            "certificatesigningrequest-signing-controller",
+        ] {
+            self.controllers.push(controller.to_string());
+        }
+        self
+    }
 }
+
+/// The binding kubeadm makes (`kubeadm:node-autoapprove-certificate-rotation`): every node may
+/// ask for a renewal of its own client certificate, which the approving controller then approves.
+pub const SELF_NODE_CLIENT_BINDING: &str = r#"{
+  "apiVersion": "rbac.authorization.k8s.io/v1",
+  "kind": "ClusterRoleBinding",
+  "metadata": {"name": "inplaced-test:node-autoapprove-certificate-rotation"},
+  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+              "name": "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"},
+  "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]
+}"#;
 
 pub struct ControlPlane {
     binaries: Binaries,
@@ -72,6 +97,9 @@ pub fn free_port() -> anyhow::Result<u16> {
 enum Identity<'a> {
     Token(&'a str),
     Certificate(&'a Credential),
+    /// Certificate and key in one PEM file, read from disk (the kubelet's
+    /// `kubelet-client-current.pem`, which its certificate manager re-links when it rotates).
+    CertificateFile(&'a Path),
 }
 
 impl ControlPlane {
@@ -314,6 +342,19 @@ impl ControlPlane {
         Ok(path)
     }
 
+    /// A kubeconfig whose client certificate and key are the PEM file `pem` (both in one, as
+    /// kubeadm's kubelet.conf points at `kubelet-client-current.pem`).
+    pub fn kubeconfig_with_file(&self, file: &str, pem: &Path) -> anyhow::Result<PathBuf> {
+        let path = self.dir.path().join(file);
+        write_kubeconfig(
+            &path,
+            &self.url,
+            &self.ca.cert_pem(),
+            Identity::CertificateFile(pem),
+        )?;
+        Ok(path)
+    }
+
     /// kubectl of the newest release, as the administrator.
     pub fn kubectl(&self) -> anyhow::Result<Command> {
         let kubectl = Binaries::of(crate::NEWEST)?.path("kubectl")?;
@@ -395,6 +436,10 @@ fn write_kubeconfig(
         Identity::Certificate(credential) => serde_json::json!({
             "client-certificate-data": BASE64.encode(&credential.cert_pem),
             "client-key-data": BASE64.encode(&credential.key_pem),
+        }),
+        Identity::CertificateFile(pem) => serde_json::json!({
+            "client-certificate": pem,
+            "client-key": pem,
         }),
     };
     let kubeconfig = serde_json::json!({

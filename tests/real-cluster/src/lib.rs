@@ -16,7 +16,7 @@ mod pki;
 mod process;
 
 pub use binaries::Binaries;
-pub use control_plane::{ControlPlane, ControlPlaneConfig, client_from};
+pub use control_plane::{ControlPlane, ControlPlaneConfig, SELF_NODE_CLIENT_BINDING, client_from};
 pub use kruise::{KruiseManager, WEBHOOK_NAMESPACE_LABEL};
 pub use node::{NodeConfig, RealNode};
 pub use pki::{Ca, Credential};

@@ -25,6 +25,13 @@ pub struct NodeConfig {
     pub containerd: String,
     /// The kubelet's feature gates, e.g. ("InPlacePodVerticalScaling", false).
     pub feature_gates: Vec<(String, bool)>,
+    /// When set, the kubelet's first client certificate lasts this long from its start, and the
+    /// kubelet rotates it itself through a CertificateSigningRequest (`rotateCertificates`), as
+    /// kubeadm's nodes do: its kubeconfig names `kubelet-client-current.pem` in its cert dir,
+    /// which its certificate manager re-links to each new certificate. The control plane must
+    /// then run the CSR approving and signing controllers, and the group `system:nodes` be
+    /// bound to `…:selfnodeclient` (see `ControlPlaneConfig::with_kubelet_certificate_rotation`).
+    pub rotate_client_certificate_after: Option<std::time::Duration>,
 }
 
 impl NodeConfig {
@@ -34,6 +41,7 @@ impl NodeConfig {
             release: release.to_string(),
             containerd: "1.6".into(),
             feature_gates: Vec::new(),
+            rotate_client_certificate_after: None,
         }
     }
 }
@@ -138,11 +146,25 @@ impl RealNode {
             std::fs::create_dir_all(hierarchy.join(&node.cgroup_root))
                 .with_context(|| format!("creating the cgroup root in {}", hierarchy.display()))?;
         }
-        node.kubelet_kubeconfig = control_plane.kubeconfig_for(
-            &format!("kubelet-{}.kubeconfig", node.name),
-            &format!("system:node:{}", node.name),
-            Some("system:nodes"),
-        )?;
+        let user = format!("system:node:{}", node.name);
+        let kubeconfig = format!("kubelet-{}.kubeconfig", node.name);
+        node.kubelet_kubeconfig = match node.config.rotate_client_certificate_after {
+            None => control_plane.kubeconfig_for(&kubeconfig, &user, Some("system:nodes"))?,
+            Some(life) => {
+                // The certificate manager's file store: a "current" that is not a link is a
+                // file it refuses to replace, so the first certificate is linked too.
+                let pki = node.base.join("kubelet-pki");
+                std::fs::create_dir_all(&pki)?;
+                let first = control_plane
+                    .ca
+                    .client_from_now(&user, Some("system:nodes"), life)?;
+                let first_file = pki.join("kubelet-client-first.pem");
+                std::fs::write(&first_file, format!("{}{}", first.cert_pem, first.key_pem))?;
+                let current = pki.join("kubelet-client-current.pem");
+                std::os::unix::fs::symlink(&first_file, &current)?;
+                control_plane.kubeconfig_with_file(&kubeconfig, &current)?
+            }
+        };
         std::fs::write(node.base.join("ca.crt"), control_plane.ca.cert_pem())?;
         node.write_kubelet_config()?;
         node.start_kubelet()?;
@@ -218,6 +240,9 @@ impl RealNode {
             "serializeImagePulls": true,
             "featureGates": gates,
         });
+        if self.config.rotate_client_certificate_after.is_some() {
+            config["rotateCertificates"] = json!(true);
+        }
         // 1.31+ refuses cgroup v1 unless told not to; this machine mounts v1 hierarchies.
         if self.minor() >= 31 {
             config["failCgroupV1"] = json!(false);
@@ -379,6 +404,11 @@ impl RealNode {
     }
 
     /// The kubelet's kubeconfig (the node-bound identity the agent may share).
+    /// The kubelet's `--cert-dir` (its client certificates when it rotates them).
+    pub fn kubelet_cert_dir(&self) -> PathBuf {
+        self.base.join("kubelet-pki")
+    }
+
     pub fn kubelet_kubeconfig(&self) -> &Path {
         &self.kubelet_kubeconfig
     }

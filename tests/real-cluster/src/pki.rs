@@ -92,12 +92,41 @@ impl Ca {
         self.issue(params, valid_for)
     }
 
-    fn issue(
+    /// As [`Ca::client_valid_for`], but valid from now: its whole life is `valid_for`, which is
+    /// what a kubelet's certificate manager reckons its rotation from (70–90 % of the life).
+    pub fn client_from_now(
         &self,
-        mut params: CertificateParams,
+        user: &str,
+        group: Option<&str>,
         valid_for: Duration,
     ) -> anyhow::Result<Credential> {
-        params.not_before = (SystemTime::now() - Duration::from_secs(3600)).into();
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, user);
+        if let Some(group) = group {
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, group);
+        }
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue_between(params, SystemTime::now(), valid_for)
+    }
+
+    fn issue(&self, params: CertificateParams, valid_for: Duration) -> anyhow::Result<Credential> {
+        // An hour back: clocks of the machine's processes never disagree that much.
+        self.issue_between(
+            params,
+            SystemTime::now() - Duration::from_secs(3600),
+            valid_for,
+        )
+    }
+
+    fn issue_between(
+        &self,
+        mut params: CertificateParams,
+        not_before: SystemTime,
+        valid_for: Duration,
+    ) -> anyhow::Result<Credential> {
+        params.not_before = not_before.into();
         params.not_after = (SystemTime::now() + valid_for).into();
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
