@@ -3,7 +3,12 @@
 
 mod support;
 
-use kube::api::{Api, DynamicObject, PostParams};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams, ResourceExt,
+};
 use real_cluster::{ControlPlane, ControlPlaneConfig, NEWEST, wait_until};
 use serde_json::{Value, json};
 use support::real::*;
@@ -170,6 +175,9 @@ async fn the_rollout_policy_admits_an_agents_writes_within_the_cel_cost_limits_a
     )
     .await
     .unwrap();
+    // Otherwise the forbidden write could be admitted by an apiserver that has not loaded the
+    // policy yet, and the admitted ones would say nothing of its cost.
+    until_the_policies_are_enforced(&admin, &agent, Identity::Dedicated).await;
     let resource = inplaced_resource("ContainerRestartRollout", "containerrestartrollouts");
     let as_admin: Api<DynamicObject> = Api::namespaced_with(admin, NS, &resource);
     let as_agent: Api<DynamicObject> = Api::namespaced_with(agent, NS, &resource);
@@ -225,4 +233,948 @@ async fn the_rollout_policy_admits_an_agents_writes_within_the_cel_cost_limits_a
             "{count} nodes: refused for another reason: {message}"
         );
     }
+}
+
+// Every refusal the docs promise (admission-policy.yaml, rbac-*.yaml, install.md, rollouts.md,
+// restart-requests.md, upgrading.md), tried on a real kube-apiserver with the identity it
+// targets, each beside the same identity's matching write for its own node, which must pass:
+// a policy that refused everything would fail the test, and so would a refusal for another
+// reason than the promised one (each refusal's message is checked).
+
+/// The node whose agent writes; another node with objects of its own; a node with none.
+const OWN: &str = "node-0";
+const OTHER: &str = "node-1";
+const THIRD: &str = "node-2";
+
+#[derive(Clone, Copy, Debug)]
+enum Identity {
+    /// The kubelet's own: user system:node:<node>, group system:nodes (rbac-node-bound.yaml).
+    NodeBound,
+    /// user inplaced:node:<node>, group inplaced:agents (rbac-dedicated.yaml).
+    Dedicated,
+}
+
+impl Identity {
+    fn rbac(self) -> &'static str {
+        match self {
+            Identity::NodeBound => "rbac-node-bound.yaml",
+            Identity::Dedicated => "rbac-dedicated.yaml",
+        }
+    }
+
+    fn user(self, node: &str) -> String {
+        match self {
+            Identity::NodeBound => format!("system:node:{node}"),
+            Identity::Dedicated => format!("inplaced:node:{node}"),
+        }
+    }
+
+    fn group(self) -> &'static str {
+        match self {
+            Identity::NodeBound => "system:nodes",
+            Identity::Dedicated => "inplaced:agents",
+        }
+    }
+}
+
+/// A control plane with the shipped manifests (the RBAC of `identity`), the test namespace,
+/// Node objects for the three nodes, and the clients of the administrator and of OWN's agent.
+struct Refusals {
+    /// Stopped when the test ends.
+    _cluster: ControlPlane,
+    identity: Identity,
+    user: String,
+    admin: kube::Client,
+    agent: kube::Client,
+}
+
+impl Refusals {
+    async fn start(identity: Identity) -> Refusals {
+        // Admission and authorization only: no controller is needed, the namespace's
+        // ServiceAccount is made by hand.
+        let mut config = ControlPlaneConfig::new(NEWEST);
+        config.controllers.clear();
+        let cluster = ControlPlane::start(config).await.unwrap();
+        apply_shipped(&cluster, identity.rbac());
+        kubectl(&cluster, &["create", "namespace", NS]);
+        kubectl(&cluster, &["create", "serviceaccount", "default", "-n", NS]);
+        let admin = cluster.admin_client().await.unwrap();
+        let nodes: Api<Node> = Api::all(admin.clone());
+        for node in [OWN, OTHER, THIRD] {
+            // Room for a resize: pods/resize is refused beyond the node's allocatable.
+            let room = json!({"cpu": "4", "memory": "8Gi", "pods": "110"});
+            let object: Node = serde_json::from_value(json!({
+                "metadata": {"name": node},
+                "status": {"capacity": room, "allocatable": room},
+            }))
+            .unwrap();
+            nodes.create(&PostParams::default(), &object).await.unwrap();
+        }
+        let user = identity.user(OWN);
+        let agent = real_cluster::client_from(
+            &cluster
+                .kubeconfig_for(
+                    &format!("{OWN}-{identity:?}.kubeconfig"),
+                    &user,
+                    Some(identity.group()),
+                )
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        let refusals = Refusals {
+            _cluster: cluster,
+            identity,
+            user,
+            admin,
+            agent,
+        };
+        until_the_policies_are_enforced(&refusals.admin, &refusals.agent, identity).await;
+        refusals
+    }
+
+    fn dynamic(&self, client: &kube::Client, resource: &ApiResource) -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), NS, resource)
+    }
+
+    /// RBAC's refusal of `verb` on `resource` to the agent (whatever the Node authorizer adds).
+    fn rbac_denial(&self, verb: &str, resource: &str) -> String {
+        format!(
+            "User \"{}\" cannot {verb} resource \"{resource}\"",
+            self.user
+        )
+    }
+}
+
+/// kube-apiserver enforces the policies of a snapshot it takes every second of what its
+/// informers hold, so a policy just applied may not refuse yet. Waits until the shipped
+/// policy applied last among those matching the identity refuses a dry-run write: the
+/// snapshot that holds it holds the ones applied before it (admission-policy.yaml's order:
+/// pods, requests, rollouts, then the dedicated identity's Lease).
+async fn until_the_policies_are_enforced(
+    admin: &kube::Client,
+    agent: &kube::Client,
+    identity: Identity,
+) {
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let resource = inplaced_resource("ContainerRestartRollout", "containerrestartrollouts");
+    let mut probe = Api::<DynamicObject>::namespaced_with(admin.clone(), NS, &resource)
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "apiVersion": "inplaced.io/v1alpha1",
+                "kind": "ContainerRestartRollout",
+                "metadata": {"name": "probe", "namespace": NS},
+                "spec": {"selector": {"matchLabels": {"app": "probe"}}},
+            })),
+        )
+        .await
+        .unwrap();
+    probe.data["status"] = json!({"phase": "Progressing", "nodes": {OTHER: {"matched": 1}}});
+    let mut probe = Api::<DynamicObject>::namespaced_with(admin.clone(), NS, &resource)
+        .replace_status("probe", &PostParams::default(), &probe)
+        .await
+        .unwrap();
+    probe.data["status"]["nodes"][OTHER]["matched"] = json!(2);
+    let rollouts = Api::<DynamicObject>::namespaced_with(agent.clone(), NS, &resource);
+    let enforced = |answer: Result<(), kube::Error>, policy: &str| match answer {
+        Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(policy) => Ok(Some(())),
+        other => Err(anyhow::anyhow!("the answer: {other:?}")),
+    };
+    wait_until("the rollout policy refusing a dry run", WAIT, || {
+        let (rollouts, probe, dry_run) = (rollouts.clone(), probe.clone(), dry_run.clone());
+        async move {
+            let answer = rollouts.replace_status("probe", &dry_run, &probe).await;
+            enforced(answer.map(drop), "inplaced-rollout-own-node-part")
+        }
+    })
+    .await
+    .unwrap();
+    if let Identity::Dedicated = identity {
+        let leases: Api<Lease> = Api::namespaced(agent.clone(), NS);
+        wait_until("the Lease policy refusing a dry run", WAIT, || {
+            let (leases, dry_run) = (leases.clone(), dry_run.clone());
+            async move {
+                let answer = leases
+                    .create(&dry_run, &lease(&format!("inplaced-agent-{OTHER}")))
+                    .await;
+                enforced(answer.map(drop), "inplaced-agent-lease")
+            }
+        })
+        .await
+        .unwrap();
+    }
+}
+
+/// A shipped policy's refusal, as kube-apiserver words it.
+fn policy_denial(policy: &str, message: &str) -> String {
+    format!(
+        "ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request: {message}"
+    )
+}
+
+/// The agent's write was refused with 403 and a message saying `why`.
+#[track_caller]
+fn refused<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>, why: &str) {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == 403 && status.message.contains(why) => {
+            eprintln!("refused: {what}: {}", status.message);
+        }
+        other => panic!("{what}: expected a 403 saying {why:?}, got {other:?}"),
+    }
+}
+
+/// The agent's write for its own node went through.
+#[track_caller]
+fn admitted<T>(what: &str, result: Result<T, kube::Error>) -> T {
+    result.unwrap_or_else(|e| panic!("{what}: the agent's write for its own node was refused: {e}"))
+}
+
+fn object(value: Value) -> DynamicObject {
+    serde_json::from_value(value).unwrap()
+}
+
+fn status_patch(status: Value) -> Patch<Value> {
+    Patch::Merge(json!({ "status": status }))
+}
+
+/// A request of `kind` (apiVersion `api_version`) labelled `label`=`node`, about pod `pod`.
+fn request(api_version: &str, kind: &str, name: &str, label: &str, node: &str) -> DynamicObject {
+    let containers = if kind == "ContainerResizeRequest" {
+        json!([{"name": "app", "resources": {"requests": {"cpu": "150m"}}}])
+    } else {
+        json!([{"name": "app"}])
+    };
+    object(json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": NS, "labels": {label: node}},
+        "spec": {"podName": name, "containers": containers},
+    }))
+}
+
+/// ContainerRecreateRequests (both versions the policy names), ContainerResizeRequests and
+/// ContainerRestartRequests: only those labelled with the agent's node; status patch and delete
+/// where RBAC grants them, create only of restart requests (rollouts make them), and no create of
+/// the other kinds at all.
+async fn only_its_own_nodes_requests(s: &Refusals) {
+    let pp = PatchParams::default();
+    let denial = |label: &str| {
+        policy_denial(
+            "inplaced-own-node-requests",
+            &format!("node {OWN} may only modify requests labelled {label}={OWN}"),
+        )
+    };
+    const INPLACED: &str = "inplaced.io/node-name";
+    const KRUISE: &str = "crr.apps.kruise.io/node-name";
+    let kinds = [
+        (
+            "apps.kruise.io/v1alpha1",
+            "ContainerRecreateRequest",
+            "containerrecreaterequests",
+            KRUISE,
+            "Recreating",
+        ),
+        (
+            "apps.kruise.io/v1beta1",
+            "ContainerRecreateRequest",
+            "containerrecreaterequests",
+            KRUISE,
+            "Recreating",
+        ),
+        (
+            "inplaced.io/v1alpha1",
+            "ContainerResizeRequest",
+            "containerresizerequests",
+            INPLACED,
+            "InProgress",
+        ),
+        (
+            "inplaced.io/v1alpha1",
+            "ContainerRestartRequest",
+            "containerrestartrequests",
+            INPLACED,
+            "Restarting",
+        ),
+    ];
+    for (api_version, kind, plural, label, phase) in kinds {
+        let (group, version) = api_version.split_once('/').unwrap();
+        let resource =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+        let as_admin = s.dynamic(&s.admin, &resource);
+        let as_agent = s.dynamic(&s.agent, &resource);
+        let mine = format!("mine-{}", version);
+        let theirs = format!("theirs-{}", version);
+        for (name, node) in [(&mine, OWN), (&theirs, OTHER)] {
+            as_admin
+                .create(
+                    &PostParams::default(),
+                    &request(api_version, kind, name, label, node),
+                )
+                .await
+                .unwrap();
+        }
+        let what = |write: &str| format!("{:?} {write} {kind} {api_version}", s.identity);
+
+        // The status: the agent's report of its own node's requests only.
+        let status = status_patch(json!({"phase": phase}));
+        refused(
+            &what("status of another node's"),
+            as_agent.patch_status(&theirs, &pp, &status).await,
+            &denial(label),
+        );
+        admitted(
+            &what("status of its own node's"),
+            as_agent.patch_status(&mine, &pp, &status).await,
+        );
+
+        if kind == "ContainerRecreateRequest" {
+            // CRRs are kruise's to make and delete: only list/watch and a status patch.
+            refused(
+                &what("create of its own node's"),
+                as_agent
+                    .create(
+                        &PostParams::default(),
+                        &request(api_version, kind, "new", label, OWN),
+                    )
+                    .await,
+                &s.rbac_denial("create", plural),
+            );
+            refused(
+                &what("delete of its own node's"),
+                as_agent.delete(&mine, &DeleteParams::default()).await,
+                &s.rbac_denial("delete", plural),
+            );
+            continue;
+        }
+
+        // Deletion after the TTL: its own node's only.
+        refused(
+            &what("delete of another node's"),
+            as_agent.delete(&theirs, &DeleteParams::default()).await,
+            &denial(label),
+        );
+        admitted(
+            &what("delete of its own node's"),
+            as_agent.delete(&mine, &DeleteParams::default()).await,
+        );
+
+        if kind == "ContainerResizeRequest" {
+            refused(
+                &what("create of its own node's"),
+                as_agent
+                    .create(
+                        &PostParams::default(),
+                        &request(api_version, kind, "new", label, OWN),
+                    )
+                    .await,
+                &s.rbac_denial("create", plural),
+            );
+            continue;
+        }
+
+        // A rollout's restart requests: made by the agent, for its own node's pods only, and
+        // kruise's node label does not stand for inplaced's.
+        refused(
+            &what("create of another node's"),
+            as_agent
+                .create(
+                    &PostParams::default(),
+                    &request(api_version, kind, "new-theirs", label, OTHER),
+                )
+                .await,
+            &denial(label),
+        );
+        refused(
+            &what("create labelled with kruise's node label only"),
+            as_agent
+                .create(
+                    &PostParams::default(),
+                    &request(api_version, kind, "new-kruise", KRUISE, OWN),
+                )
+                .await,
+            &denial(label),
+        );
+        admitted(
+            &what("create of its own node's"),
+            as_agent
+                .create(
+                    &PostParams::default(),
+                    &request(api_version, kind, "new-mine", label, OWN),
+                )
+                .await,
+        );
+    }
+}
+
+fn upgrade_check(name: &str, labelled: &str) -> DynamicObject {
+    object(json!({
+        "apiVersion": "inplaced.io/v1alpha1",
+        "kind": "NodeUpgradeCheck",
+        "metadata": {"name": name, "labels": {"inplaced.io/node-name": labelled}},
+        "status": {"kubeletVersion": "v1.36.3", "targets": []},
+    }))
+}
+
+/// NodeUpgradeChecks: only the one named after the agent's node and labelled with it.
+async fn only_its_own_nodes_upgrade_check(s: &Refusals) {
+    let resource = inplaced_resource("NodeUpgradeCheck", "nodeupgradechecks");
+    let as_admin: Api<DynamicObject> = Api::all_with(s.admin.clone(), &resource);
+    let as_agent: Api<DynamicObject> = Api::all_with(s.agent.clone(), &resource);
+    let pp = PostParams::default();
+    let label_denial = policy_denial(
+        "inplaced-own-node-requests",
+        &format!("node {OWN} may only modify requests labelled inplaced.io/node-name={OWN}"),
+    );
+    let name_denial = policy_denial(
+        "inplaced-own-node-requests",
+        &format!("node {OWN} may only write the NodeUpgradeCheck named {OWN}"),
+    );
+    let what = |write: &str| format!("{:?} {write}", s.identity);
+
+    refused(
+        &what("creates another node's NodeUpgradeCheck"),
+        as_agent.create(&pp, &upgrade_check(OTHER, OTHER)).await,
+        &label_denial,
+    );
+    refused(
+        &what("creates one named after another node, labelled with its own"),
+        as_agent.create(&pp, &upgrade_check(OTHER, OWN)).await,
+        &name_denial,
+    );
+    refused(
+        &what("creates one of another name, labelled with its own node"),
+        as_agent
+            .create(&pp, &upgrade_check(&format!("{OWN}-copy"), OWN))
+            .await,
+        &name_denial,
+    );
+    refused(
+        &what("creates one named after its node, labelled with another"),
+        as_agent.create(&pp, &upgrade_check(OWN, OTHER)).await,
+        &label_denial,
+    );
+    let mine = admitted(
+        &what("creates its own node's NodeUpgradeCheck"),
+        as_agent.create(&pp, &upgrade_check(OWN, OWN)).await,
+    );
+    let mut changed = mine.clone();
+    changed.data["status"]["kubeletVersion"] = json!("v1.37.0");
+    let mine = admitted(
+        &what("updates its own node's NodeUpgradeCheck"),
+        as_agent.replace(OWN, &pp, &changed).await,
+    );
+    let mut given_away = mine.clone();
+    given_away
+        .labels_mut()
+        .insert("inplaced.io/node-name".into(), OTHER.into());
+    refused(
+        &what("relabels its own NodeUpgradeCheck with another node"),
+        as_agent.replace(OWN, &pp, &given_away).await,
+        &label_denial,
+    );
+    let theirs = as_admin
+        .create(&pp, &upgrade_check(OTHER, OTHER))
+        .await
+        .unwrap();
+    let mut taken_over = theirs.clone();
+    taken_over
+        .labels_mut()
+        .insert("inplaced.io/node-name".into(), OWN.into());
+    refused(
+        &what("relabels another node's NodeUpgradeCheck with its own node"),
+        as_agent.replace(OTHER, &pp, &taken_over).await,
+        &label_denial,
+    );
+    let mut changed = theirs.clone();
+    changed.data["status"]["kubeletVersion"] = json!("v1.20.0");
+    refused(
+        &what("updates another node's NodeUpgradeCheck"),
+        as_agent.replace(OTHER, &pp, &changed).await,
+        &label_denial,
+    );
+}
+
+/// ContainerRestartRollouts: of the status, its own part changed and another node's claims
+/// released, nothing else; the rollout itself not at all.
+async fn only_its_own_part_of_a_rollout(s: &Refusals) {
+    let resource = inplaced_resource("ContainerRestartRollout", "containerrestartrollouts");
+    let as_admin = s.dynamic(&s.admin, &resource);
+    let as_agent = s.dynamic(&s.agent, &resource);
+    let pp = PostParams::default();
+    let since = "2026-12-06T00:00:00Z";
+    let part_denial = policy_denial(
+        "inplaced-rollout-own-node-part",
+        &format!("node {OWN} may only remove claims from the part of another node in a rollout"),
+    );
+    let new_part_denial = policy_denial(
+        "inplaced-rollout-own-node-part",
+        &format!("node {OWN} may only add its own part to a rollout"),
+    );
+    let what = |write: &str| format!("{:?} {write}", s.identity);
+    let rollout = |name: &str| {
+        object(json!({
+            "apiVersion": "inplaced.io/v1alpha1",
+            "kind": "ContainerRestartRollout",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 2},
+        }))
+    };
+    // `parts(2, …)` are the parts of node-0 (OWN) and node-1 (OTHER).
+    let mut stored = as_admin.create(&pp, &rollout("web")).await.unwrap();
+    stored.data["status"] = json!({"phase": "Progressing", "nodes": parts(2, since)});
+    let stored = as_admin.replace_status("web", &pp, &stored).await.unwrap();
+
+    // Each: what the write does, its change to `status.nodes`, the refusal's reason.
+    type Change = fn(&mut Value);
+    let forbidden: [(&str, Change, &String); 4] = [
+        (
+            "changes another node's count",
+            |n| n[OTHER]["done"] = json!(9),
+            &part_denial,
+        ),
+        (
+            "adds a claim to another node's part",
+            |n| {
+                n[OTHER]["claims"].as_array_mut().unwrap().push(
+                    json!({"pod": "web-1-9", "podUID": "uid-1-9", "since": "2026-12-06T00:00:00Z"}),
+                )
+            },
+            &part_denial,
+        ),
+        (
+            "drops another node's part",
+            |n| {
+                n.as_object_mut().unwrap().remove(OTHER);
+            },
+            &part_denial,
+        ),
+        (
+            "adds a part for another node",
+            |n| n[THIRD] = json!({"matched": 1}),
+            &new_part_denial,
+        ),
+    ];
+    for (write, change, why) in forbidden {
+        let mut attempt = stored.clone();
+        change(&mut attempt.data["status"]["nodes"]);
+        refused(
+            &what(write),
+            as_agent.replace_status("web", &pp, &attempt).await,
+            why,
+        );
+    }
+    // Its own claim, and a claim of another node released (an agent that is gone).
+    let mut write = stored.clone();
+    let nodes = &mut write.data["status"]["nodes"];
+    nodes[OWN]["claims"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"pod": "web-0-2", "podUID": "uid-0-2", "since": since}));
+    nodes[OWN]["pending"] = json!(4);
+    nodes[OTHER]["claims"].as_array_mut().unwrap().remove(0);
+    admitted(
+        &what("claims a pod and releases another node's claim"),
+        as_agent.replace_status("web", &pp, &write).await,
+    );
+
+    // Its own part added to a rollout that has none yet.
+    let mut stored = as_admin.create(&pp, &rollout("web-late")).await.unwrap();
+    let mut others_only = parts(2, since);
+    others_only.as_object_mut().unwrap().remove(OWN);
+    stored.data["status"] = json!({"phase": "Progressing", "nodes": others_only});
+    let mut joined = as_admin
+        .replace_status("web-late", &pp, &stored)
+        .await
+        .unwrap();
+    joined.data["status"]["nodes"][OWN] = json!({"matched": 3, "pending": 3, "claims": []});
+    admitted(
+        &what("adds its own part"),
+        as_agent.replace_status("web-late", &pp, &joined).await,
+    );
+
+    // The rollout itself is the user's: RBAC already refuses the agent, before the policy's
+    // first rule (status writes only) would.
+    refused(
+        &what("creates a rollout"),
+        as_agent.create(&pp, &rollout("mine")).await,
+        &s.rbac_denial("create", "containerrestartrollouts"),
+    );
+    refused(
+        &what("pauses a rollout"),
+        as_agent
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"paused": true}})),
+            )
+            .await,
+        &s.rbac_denial("patch", "containerrestartrollouts"),
+    );
+    refused(
+        &what("deletes a rollout"),
+        as_agent.delete("web", &DeleteParams::default()).await,
+        &s.rbac_denial("delete", "containerrestartrollouts"),
+    );
+}
+
+/// A pod of the test's `app` container on `node`, with cpu and memory requests and limits (a
+/// Burstable pod, which a cpu resize keeps Burstable).
+fn resizable_pod(name: &str, node: &str) -> Pod {
+    let mut pod = pod(name, node);
+    pod.spec.as_mut().unwrap().containers[0].resources = Some(
+        serde_json::from_value(json!({
+            "requests": {"cpu": "100m", "memory": "64Mi"},
+            "limits": {"cpu": "200m", "memory": "64Mi"},
+        }))
+        .unwrap(),
+    );
+    pod
+}
+
+/// The pods `mine` on OWN and `theirs` on OTHER, made by the administrator.
+async fn pods_of_two_nodes(s: &Refusals) {
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), NS);
+    for (name, node) in [("mine", OWN), ("theirs", OTHER)] {
+        pods.create(&PostParams::default(), &resizable_pod(name, node))
+            .await
+            .unwrap();
+    }
+}
+
+/// The agent's writes to pods: the runtime-containers-meta annotation through pods/status, and
+/// for the `kubelet` resize actuator a pods/resize patch or a pod patch.
+fn containers_meta() -> Patch<Value> {
+    Patch::Merge(
+        json!({"metadata": {"annotations": {"apps.kruise.io/runtime-containers-meta": "{\"containers\":[]}"}}}),
+    )
+}
+
+fn resize_to(cpu: &str) -> Patch<Value> {
+    Patch::Strategic(
+        json!({"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu}}}]}}),
+    )
+}
+
+fn annotated(value: &str) -> Patch<Value> {
+    Patch::Merge(json!({"metadata": {"annotations": {"inplaced.io/test": value}}}))
+}
+
+async fn secrets_are_refused(s: &Refusals, why: &str) {
+    let as_admin: Api<Secret> = Api::namespaced(s.admin.clone(), NS);
+    let secret: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "credentials"}, "stringData": {"k": "v"}}),
+    )
+    .unwrap();
+    as_admin
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let as_agent: Api<Secret> = Api::namespaced(s.agent.clone(), NS);
+    refused(
+        &format!("{:?} reads a Secret", s.identity),
+        as_agent.get("credentials").await,
+        why,
+    );
+}
+
+fn lease(name: &str) -> Lease {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": OWN, "leaseDurationSeconds": 40},
+    }))
+    .unwrap()
+}
+
+/// The dedicated identity (rbac-dedicated.yaml): the policies on pods, requests, rollouts and
+/// its Lease, and what its role leaves out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn the_dedicated_identity_is_refused_every_write_the_docs_forbid_and_admitted_its_own_nodes()
+{
+    let s = Refusals::start(Identity::Dedicated).await;
+    let pp = PatchParams::default();
+    pods_of_two_nodes(&s).await;
+    let pods: Api<Pod> = Api::namespaced(s.agent.clone(), NS);
+    let pod_denial = policy_denial(
+        "inplaced-own-node-pods",
+        &format!("node {OWN} may only modify pods bound to it"),
+    );
+    for (write, theirs, mine) in [
+        (
+            "patches pod status (containers meta)",
+            pods.patch_status("theirs", &pp, &containers_meta())
+                .await
+                .map(drop),
+            pods.patch_status("mine", &pp, &containers_meta())
+                .await
+                .map(drop),
+        ),
+        (
+            "resizes a pod (pods/resize)",
+            pods.patch_subresource("resize", "theirs", &pp, &resize_to("150m"))
+                .await
+                .map(drop),
+            pods.patch_subresource("resize", "mine", &pp, &resize_to("150m"))
+                .await
+                .map(drop),
+        ),
+        (
+            "patches a pod",
+            pods.patch("theirs", &pp, &annotated("x")).await.map(drop),
+            pods.patch("mine", &pp, &annotated("x")).await.map(drop),
+        ),
+    ] {
+        refused(
+            &format!("Dedicated {write} of another node"),
+            theirs,
+            &pod_denial,
+        );
+        admitted(&format!("Dedicated {write} of its own node"), mine);
+    }
+    // A pod bound to no node is not its node's either.
+    let mut unscheduled = resizable_pod("unscheduled", OWN);
+    unscheduled.spec.as_mut().unwrap().node_name = None;
+    Api::<Pod>::namespaced(s.admin.clone(), NS)
+        .create(&PostParams::default(), &unscheduled)
+        .await
+        .unwrap();
+    refused(
+        "Dedicated patches a pod bound to no node",
+        pods.patch("unscheduled", &pp, &annotated("x")).await,
+        &pod_denial,
+    );
+    let resized = pods.get("mine").await;
+    // get is not granted (list/watch only): the administrator reads the resize back.
+    refused(
+        "Dedicated gets a pod",
+        resized,
+        &s.rbac_denial("get", "pods"),
+    );
+    let mine = Api::<Pod>::namespaced(s.admin.clone(), NS)
+        .get("mine")
+        .await
+        .unwrap();
+    assert_eq!(
+        mine.spec.unwrap().containers[0]
+            .resources
+            .as_ref()
+            .unwrap()
+            .requests
+            .as_ref()
+            .unwrap()["cpu"]
+            .0,
+        "150m",
+        "the admitted resize is stored"
+    );
+    refused(
+        "Dedicated creates a pod",
+        pods.create(&PostParams::default(), &resizable_pod("new", OWN))
+            .await,
+        &s.rbac_denial("create", "pods"),
+    );
+    refused(
+        "Dedicated deletes a pod of its own node",
+        pods.delete("mine", &DeleteParams::default()).await,
+        &s.rbac_denial("delete", "pods"),
+    );
+
+    only_its_own_nodes_requests(&s).await;
+    only_its_own_nodes_upgrade_check(&s).await;
+    only_its_own_part_of_a_rollout(&s).await;
+
+    // Its Lease, in the rollout's namespace: inplaced-agent-<node> and no other.
+    let leases: Api<Lease> = Api::namespaced(s.agent.clone(), NS);
+    let lease_denial = policy_denial(
+        "inplaced-agent-lease",
+        &format!("node {OWN} may only write the Lease inplaced-agent-{OWN}"),
+    );
+    let own_lease = format!("inplaced-agent-{OWN}");
+    let other_lease = format!("inplaced-agent-{OTHER}");
+    refused(
+        "Dedicated creates another node's agent Lease",
+        leases
+            .create(&PostParams::default(), &lease(&other_lease))
+            .await,
+        &lease_denial,
+    );
+    refused(
+        "Dedicated creates its kubelet's node Lease",
+        Api::<Lease>::namespaced(s.agent.clone(), "kube-node-lease")
+            .create(&PostParams::default(), &lease(OWN))
+            .await,
+        &policy_denial(
+            "inplaced-agent-lease",
+            &format!("node {OWN} may only write the Lease inplaced-agent-{OWN}"),
+        ),
+    );
+    let created = admitted(
+        "Dedicated creates its own agent Lease",
+        leases
+            .create(&PostParams::default(), &lease(&own_lease))
+            .await,
+    );
+    admitted(
+        "Dedicated renews its own agent Lease",
+        leases
+            .replace(&own_lease, &PostParams::default(), &created)
+            .await,
+    );
+    let theirs = Api::<Lease>::namespaced(s.admin.clone(), NS)
+        .create(&PostParams::default(), &lease(&other_lease))
+        .await
+        .unwrap();
+    refused(
+        "Dedicated renews another node's agent Lease",
+        leases
+            .replace(&other_lease, &PostParams::default(), &theirs)
+            .await,
+        &lease_denial,
+    );
+    refused(
+        "Dedicated deletes its own agent Lease",
+        leases.delete(&own_lease, &DeleteParams::default()).await,
+        &s.rbac_denial("delete", "leases"),
+    );
+
+    secrets_are_refused(&s, &s.rbac_denial("get", "secrets")).await;
+}
+
+/// The kubelet's own identity with rbac-node-bound.yaml: the policies on requests and rollouts;
+/// on pods and Leases NodeRestriction refuses first, as the docs say (and the policies must not
+/// refuse the kubelet's own writes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn the_node_bound_identity_is_refused_every_write_the_docs_forbid_and_admitted_its_own_nodes()
+{
+    let s = Refusals::start(Identity::NodeBound).await;
+    let pp = PatchParams::default();
+    pods_of_two_nodes(&s).await;
+    let pods: Api<Pod> = Api::namespaced(s.agent.clone(), NS);
+
+    // The Node authorizer lets a node list its own pods only: no rollout census.
+    refused(
+        "NodeBound lists the namespace's pods",
+        pods.list(&ListParams::default()).await,
+        "can only list/watch pods with spec.nodeName field selector",
+    );
+    let own = admitted(
+        "NodeBound lists its own node's pods",
+        pods.list(&ListParams::default().fields(&format!("spec.nodeName={OWN}")))
+            .await,
+    );
+    assert_eq!(
+        own.items
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect::<Vec<_>>(),
+        ["mine"]
+    );
+
+    // Pod status (containers meta): its own node's pods only (NodeRestriction says so before
+    // the policy does).
+    refused(
+        "NodeBound patches pod status (containers meta) of another node",
+        pods.patch_status("theirs", &pp, &containers_meta()).await,
+        &format!(
+            "node \"{OWN}\" can only update pod status for pods with spec.nodeName set to itself"
+        ),
+    );
+    admitted(
+        "NodeBound patches pod status (containers meta) of its own node",
+        pods.patch_status("mine", &pp, &containers_meta()).await,
+    );
+    // The `kubelet` resize actuator needs the dedicated identity: NodeRestriction lets a node
+    // change only its pods' status, even on its own node.
+    refused(
+        "NodeBound resizes a pod of its own node (pods/resize)",
+        pods.patch_subresource("resize", "mine", &pp, &resize_to("150m"))
+            .await,
+        "unexpected pod subresource \"resize\", only 'status' and 'eviction' are allowed",
+    );
+    refused(
+        "NodeBound patches a pod of its own node",
+        pods.patch("mine", &pp, &annotated("x")).await,
+        &format!("node \"{OWN}\" can only create and delete mirror pods"),
+    );
+    // The pod policy checks updates only: the kubelet's mirror pods and deletions are
+    // NodeRestriction's, and go through for its own node.
+    let node_uid = Api::<Node>::all(s.admin.clone())
+        .get(OWN)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let mut mirror = pod("static-web", OWN);
+    mirror.metadata.annotations = Some(
+        [(
+            "kubernetes.io/config.mirror".to_string(),
+            "hash".to_string(),
+        )]
+        .into(),
+    );
+    mirror.metadata.owner_references = Some(vec![
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "name": OWN,
+                                      "uid": node_uid, "controller": true}))
+        .unwrap(),
+    ]);
+    admitted(
+        "NodeBound creates its node's mirror pod",
+        pods.create(&PostParams::default(), &mirror).await,
+    );
+    refused(
+        "NodeBound deletes a pod of another node",
+        pods.delete("theirs", &DeleteParams::default()).await,
+        &format!("node \"{OWN}\" can only delete pods with spec.nodeName set to itself"),
+    );
+    admitted(
+        "NodeBound deletes a pod of its own node",
+        pods.delete("mine", &DeleteParams::default()).await,
+    );
+
+    only_its_own_nodes_requests(&s).await;
+    only_its_own_nodes_upgrade_check(&s).await;
+    only_its_own_part_of_a_rollout(&s).await;
+
+    // No Lease but its kubelet's (NodeRestriction), which the Lease policy leaves alone.
+    refused(
+        "NodeBound creates an agent Lease",
+        Api::<Lease>::namespaced(s.agent.clone(), NS)
+            .create(
+                &PostParams::default(),
+                &lease(&format!("inplaced-agent-{OWN}")),
+            )
+            .await,
+        "can only access leases in the \"kube-node-lease\" system namespace",
+    );
+    let node_leases: Api<Lease> = Api::namespaced(s.agent.clone(), "kube-node-lease");
+    refused(
+        "NodeBound creates another node's node Lease",
+        node_leases
+            .create(&PostParams::default(), &lease(OTHER))
+            .await,
+        "can only access node lease with the same name as the requesting node",
+    );
+    let heartbeat = admitted(
+        "NodeBound creates its own node Lease (the kubelet's heartbeat)",
+        node_leases
+            .create(&PostParams::default(), &lease(OWN))
+            .await,
+    );
+    admitted(
+        "NodeBound renews its own node Lease",
+        node_leases
+            .replace(OWN, &PostParams::default(), &heartbeat)
+            .await,
+    );
+
+    secrets_are_refused(
+        &s,
+        &format!("no relationship found between node '{OWN}' and this object"),
+    )
+    .await;
 }
