@@ -211,9 +211,29 @@ fn cloneset_resource() -> kube::api::ApiResource {
     kruise_resource("CloneSet", "clonesets")
 }
 
-/// The CloneSet `web` of `replicas` pods on `node`: InPlaceIfPossible, its container's env
-/// `VERSION` read from the pod's label `version`.
-fn cloneset(node: &str, replicas: u32, version: &str) -> Value {
+/// The test image (tests/node/containerd.sh) and its v2: the same busybox plus a layer with
+/// `/etc/inplaced-test-image` = "v2", so another image ID.
+const TEST_IMAGE: &str = "localhost/busybox:local";
+const TEST_IMAGE_V2: &str = "localhost/busybox:local-v2";
+
+/// The CloneSet's pods, by name.
+async fn cloneset_pods(pods: &Api<Pod>) -> Vec<(String, Pod)> {
+    let selector = kube::api::ListParams::default().labels("app=web");
+    let mut by_name: Vec<(String, Pod)> = pods
+        .list(&selector)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| (p.metadata.name.clone().unwrap(), p))
+        .collect();
+    by_name.sort_by(|a, b| a.0.cmp(&b.0));
+    by_name
+}
+
+/// The CloneSet `web` of `replicas` pods on `node`: InPlaceIfPossible, its container running
+/// `image`, with env `VERSION` read from the pod's label `version`.
+fn cloneset(node: &str, replicas: u32, version: &str, image: &str) -> Value {
     json!({
         "apiVersion": "apps.kruise.io/v1alpha1",
         "kind": "CloneSet",
@@ -231,7 +251,7 @@ fn cloneset(node: &str, replicas: u32, version: &str) -> Value {
                     "terminationGracePeriodSeconds": 5,
                     "containers": [{
                         "name": "app",
-                        "image": "localhost/busybox:local",
+                        "image": image,
                         "imagePullPolicy": "Never",
                         "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"],
                         "env": [{"name": "VERSION",
@@ -275,10 +295,7 @@ async fn cloneset_settled(clonesets: &Api<DynamicObject>, replicas: u64) -> anyh
 async fn env_version(node: &RealNode, pod: &Pod) -> String {
     let (_, id) = app_status(pod);
     let id = id.rsplit("://").next().unwrap().to_string();
-    let cri = inplaced::cri::CriClient::new(inplaced::cri::CriConfig::new(
-        inplaced::cri::CriEndpoint::parse(&node.cri_endpoint).unwrap(),
-    ));
-    let answer = cri
+    let answer = cri(node)
         .exec_sync(
             &id,
             vec!["/bin/sh".into(), "-c".into(), "echo -n $VERSION".into()],
@@ -311,20 +328,15 @@ async fn a_cloneset_in_place_env_from_metadata_update_ends_updated_and_ready_und
     let _agent = agent_for(&node, node.kubelet_kubeconfig());
     let clonesets: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), NS, &cloneset_resource());
-    kubectl_create(&cluster, "cloneset", cloneset(&node.name, 2, "1"));
+    kubectl_create(
+        &cluster,
+        "cloneset",
+        cloneset(&node.name, 2, "1", TEST_IMAGE),
+    );
     cloneset_settled(&clonesets, 2)
         .await
         .unwrap_or_else(|e| panic!("{e:#}\nkruise-manager's log ends:\n{}", kruise.log_tail(20)));
-    let listed = |pods: Vec<Pod>| {
-        let mut by_name: Vec<(String, Pod)> = pods
-            .into_iter()
-            .map(|p| (p.metadata.name.clone().unwrap(), p))
-            .collect();
-        by_name.sort_by(|a, b| a.0.cmp(&b.0));
-        by_name
-    };
-    let selector = kube::api::ListParams::default().labels("app=web");
-    let before = listed(pods.list(&selector).await.unwrap().items);
+    let before = cloneset_pods(&pods).await;
     for (_, pod) in &before {
         assert_eq!(env_version(&node, pod).await, "1");
     }
@@ -341,7 +353,7 @@ async fn a_cloneset_in_place_env_from_metadata_update_ends_updated_and_ready_und
     cloneset_settled(&clonesets, 2)
         .await
         .unwrap_or_else(|e| panic!("{e:#}\nkruise-manager's log ends:\n{}", kruise.log_tail(20)));
-    let after = listed(pods.list(&selector).await.unwrap().items);
+    let after = cloneset_pods(&pods).await;
     assert_eq!(after.len(), before.len());
     for ((name, old), (_, new)) in before.iter().zip(&after) {
         assert_eq!(new.metadata.uid, old.metadata.uid, "{name} kept its UID");
@@ -354,6 +366,201 @@ async fn a_cloneset_in_place_env_from_metadata_update_ends_updated_and_ready_und
             env_version(&node, new).await,
             "2",
             "{name} sees the new label"
+        );
+    }
+}
+
+fn cri(node: &RealNode) -> inplaced::cri::CriClient {
+    inplaced::cri::CriClient::new(inplaced::cri::CriConfig::new(
+        inplaced::cri::CriEndpoint::parse(&node.cri_endpoint).unwrap(),
+    ))
+}
+
+/// The pod status of container `app`: its `image` and `imageID`.
+fn app_image(pod: &Pod) -> (String, String) {
+    let status = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.iter().find(|c| c.name == "app"))
+        .expect("app's status");
+    (status.image.clone(), status.image_id.clone())
+}
+
+/// Every name the runtime knows the image `name` by: its ID and its repo digests (the kubelet
+/// reports one of them as a container's `imageID`).
+async fn image_ids(node: &RealNode, name: &str) -> Vec<String> {
+    let image = cri(node)
+        .image_status(name)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{name} is not in node {}'s containerd", node.name));
+    std::iter::once(image.id)
+        .chain(image.repo_digests)
+        .collect()
+}
+
+/// What the runtime says of the container `app` of `pod`: the image it runs (`image_ref`), its
+/// kubelet hash annotation, and the content of `/etc/inplaced-test-image` in it ("" when absent).
+async fn runtime_app(node: &RealNode, pod: &Pod) -> (String, String, String) {
+    let (_, id) = app_status(pod);
+    let id = id.rsplit("://").next().unwrap().to_string();
+    let cri = cri(node);
+    let status = cri
+        .container_status(&id, false)
+        .await
+        .unwrap()
+        .status
+        .expect("the container's status");
+    let hash = status
+        .annotations
+        .get("io.kubernetes.container.hash")
+        .cloned()
+        .unwrap_or_default();
+    let answer = cri
+        .exec_sync(
+            &id,
+            vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "cat /etc/inplaced-test-image 2>/dev/null || true".into(),
+            ],
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    let file = String::from_utf8_lossy(&answer.stdout).trim().to_string();
+    (status.image_ref, hash, file)
+}
+
+/// A CloneSet InPlaceIfPossible update of its container's image (to the test image's v2, another
+/// image ID) under the real kruise-manager: kruise patches each pod's image, the real kubelet
+/// restarts the container with it, and kruise's own status ends updated and ready (kruise 1.9
+/// calls the update done when runtime-containers-meta, which the agent writes, matches the new
+/// container and spec, or else when the container's imageID changed). The pods keep their UIDs,
+/// each container restarted exactly once (the agent, there for the env from metadata, must not
+/// add a restart of its own), and runs the new image, as the pod status and the runtime say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn a_cloneset_in_place_image_update_ends_updated_and_ready_under_the_real_kruise() {
+    let OneNode {
+        cluster,
+        node,
+        client,
+        pods,
+    } = one_node(NEWEST, "rbac-node-bound.yaml", "node-i", true).await;
+    let kruise = real_cluster::KruiseManager::start(&cluster, &[])
+        .await
+        .unwrap();
+    let _agent = agent_for(&node, node.kubelet_kubeconfig());
+    let clonesets: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), NS, &cloneset_resource());
+    kubectl_create(
+        &cluster,
+        "cloneset",
+        cloneset(&node.name, 2, "1", TEST_IMAGE),
+    );
+    cloneset_settled(&clonesets, 2)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\nkruise-manager's log ends:\n{}", kruise.log_tail(20)));
+    let old_ids = image_ids(&node, TEST_IMAGE).await;
+    let new_ids = image_ids(&node, TEST_IMAGE_V2).await;
+    assert!(
+        old_ids.iter().all(|id| !new_ids.contains(id)),
+        "the two test images must differ: {old_ids:?} {new_ids:?}"
+    );
+    let before = cloneset_pods(&pods).await;
+    assert_eq!(before.len(), 2);
+    for (name, pod) in &before {
+        let (_, image_id) = app_image(pod);
+        assert!(old_ids.contains(&image_id), "{name} runs {image_id}");
+        let (image_ref, _, file) = runtime_app(&node, pod).await;
+        assert!(old_ids.contains(&image_ref), "{name} runs {image_ref}");
+        assert_eq!(file, "", "{name}: the first image has no v2 file");
+    }
+
+    // A JSON patch of the image alone: a merge patch would replace the whole containers list
+    // (a CRD has no strategic merge), and kruise would recreate the pods for the lost fields.
+    let template_image = json!([{"op": "replace",
+        "path": "/spec/template/spec/containers/0/image", "value": TEST_IMAGE_V2}]);
+    clonesets
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Json::<()>(serde_json::from_value(template_image).unwrap()),
+        )
+        .await
+        .unwrap();
+    if let Err(e) = cloneset_settled(&clonesets, 2).await {
+        // What kruise decides on: each pod's annotations, conditions and container statuses.
+        let pods: Vec<Value> = cloneset_pods(&pods)
+            .await
+            .into_iter()
+            .map(|(_, p)| json!({"annotations": p.metadata.annotations, "status": p.status}))
+            .collect();
+        panic!(
+            "{e:#}\nthe pods: {:#}\nkruise-manager's log ends:\n{}",
+            json!(pods),
+            kruise.log_tail(20)
+        );
+    }
+    let after = cloneset_pods(&pods).await;
+    assert_eq!(after.len(), before.len());
+    for ((name, old), (_, new)) in before.iter().zip(&after) {
+        assert_eq!(new.metadata.uid, old.metadata.uid, "{name} kept its UID");
+        assert_eq!(
+            app_status(new).0,
+            app_status(old).0 + 1,
+            "{name}'s container restarted once"
+        );
+        let (image, image_id) = app_image(new);
+        assert_eq!(image, TEST_IMAGE_V2, "{name}'s status image");
+        assert!(
+            new_ids.contains(&image_id),
+            "{name}'s status imageID {image_id}"
+        );
+        let (image_ref, hash, file) = runtime_app(&node, new).await;
+        assert!(new_ids.contains(&image_ref), "{name} runs {image_ref}");
+        assert_eq!(file, "v2", "{name} runs the v2 image's content");
+        // The agent's runtime-containers-meta names the new container with the kubelet's hash
+        // of it: what kruise reads first. It may follow kruise's status by a moment.
+        let (_, container_id) = app_status(new);
+        let meta = wait_until(&format!("{name}'s runtime-containers-meta"), WAIT, || {
+            let pods = pods.clone();
+            let name = name.clone();
+            let container_id = container_id.clone();
+            async move {
+                let pod = pods.get(&name).await?;
+                let meta: Value = pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("apps.kruise.io/runtime-containers-meta"))
+                    .and_then(|m| serde_json::from_str(m).ok())
+                    .unwrap_or(Value::Null);
+                let app = meta["containers"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|c| c["name"] == "app"))
+                    .cloned();
+                Ok(app.filter(|a| a["containerID"] == container_id.as_str()))
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(meta["restartCount"], json!(app_status(new).0), "{meta}");
+        assert_eq!(
+            meta["hashes"]["plainHash"].as_u64(),
+            u64::from_str_radix(&hash, 16).ok(),
+            "{name}: the meta's plainHash is the kubelet's {hash:?}: {meta}"
+        );
+    }
+    // No second restart follows (the agent's env check sees the same label values).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for ((name, old), (_, new)) in before.iter().zip(&cloneset_pods(&pods).await) {
+        assert_eq!(
+            app_status(new).0,
+            app_status(old).0 + 1,
+            "{name} restarted again"
         );
     }
 }

@@ -44,6 +44,7 @@ BASE=${INPLACED_TEST_CRI_BASE:-/run/inplaced-test}
 CGROUP_ROOT=${INPLACED_TEST_CGROUP_ROOT:-inplaced-test}
 PAUSE_IMAGE=localhost/pause:local
 TEST_IMAGE=localhost/busybox:local
+TEST_IMAGE_V2=localhost/busybox:local-v2
 SOCK=$BASE/containerd.sock
 PIDFILE=$BASE/containerd.pid
 # The Debian suite each release is taken from, and where its binaries are.
@@ -179,30 +180,50 @@ state = "$BASE/state"
 EOF
 }
 
-# One OCI layout with two names for the same busybox image: the test image and the sandbox image.
+# One OCI layout with three names: the test image and the sandbox image (the same busybox image),
+# and the test image's v2 (that image plus a layer with /etc/inplaced-test-image = "v2"), so an
+# image change in a pod's spec gives the kubelet a different image ID to run (CloneSet in-place
+# image updates), still without a registry.
 # Built reproducibly (sorted, mtime 0, gzip -n), so rebuilding gives the same digests.
 build_images() {
-  local w r; w=$(mktemp -d "$BASE/img.XXXX"); r=$w/rootfs
-  mkdir -p "$r"/{bin,dev,etc,proc,sys,root,var,run,usr/bin,sbin,tmp} "$w/oci/blobs/sha256"
-  chmod 1777 "$r/tmp"; chmod 700 "$r/root"
+  local w r v; w=$(mktemp -d "$BASE/img.XXXX"); r=$w/rootfs; v=$w/v2
+  mkdir -p "$r"/{bin,dev,etc,proc,sys,root,var,run,usr/bin,sbin,tmp} "$v/etc" "$w/oci/blobs/sha256"
+  chmod 1777 "$r/tmp"; chmod 700 "$r/root"; chmod 755 "$v" "$v/etc"
   cp /bin/busybox "$r/bin/busybox"
   local applet
   for applet in $(/bin/busybox --list); do [ "$applet" = busybox ] || ln -s busybox "$r/bin/$applet"; done
   printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$r/etc/passwd"
   printf 'root:x:0:\nnogroup:x:65534:\n' > "$r/etc/group"
-  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$r" -cf "$w/layer.tar" .
-  local diffid; diffid=$(sha256sum < "$w/layer.tar" | cut -d' ' -f1)
-  gzip -n -c "$w/layer.tar" > "$w/layer.tgz"
+  printf 'v2\n' > "$v/etc/inplaced-test-image"; chmod 644 "$v/etc/inplaced-test-image"
   put() { local d; d=$(sha256sum < "$1" | cut -d' ' -f1); cp "$1" "$w/oci/blobs/sha256/$d"; echo "$d $(stat -c %s "$1")"; }
-  local layer lsize cfg csize man msize
-  read -r layer lsize < <(put "$w/layer.tgz")
-  printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"Cmd":["/bin/sleep","infinity"],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created_by":"inplaced tests/node/containerd.sh from busybox-static"}]}' "$diffid" > "$w/config.json"
-  read -r cfg csize < <(put "$w/config.json")
-  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%s}]}' "$cfg" "$csize" "$layer" "$lsize" > "$w/manifest.json"
-  read -r man msize < <(put "$w/manifest.json")
-  local entries="" name
-  for name in "$TEST_IMAGE" "$PAUSE_IMAGE"; do
-    entries+="${entries:+,}{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"sha256:$man\",\"size\":$msize,\"platform\":{\"architecture\":\"amd64\",\"os\":\"linux\"},\"annotations\":{\"io.containerd.image.name\":\"$name\",\"org.opencontainers.image.ref.name\":\"${name##*:}\"}}"
+  # layer DIR NAME: DIR as a gzipped layer blob; prints its diff ID, digest and size.
+  layer() {
+    tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$1" -cf "$w/$2.tar" .
+    gzip -n -c "$w/$2.tar" > "$w/$2.tgz"
+    echo "$(sha256sum < "$w/$2.tar" | cut -d' ' -f1) $(put "$w/$2.tgz")"
+  }
+  # manifest "DIFFID DIGEST SIZE"...: the config and manifest blobs of an image of those layers
+  # (bottom first); prints the manifest's digest and size.
+  manifest() {
+    local diffids="" layers="" l diffid digest size cfg csize
+    for l in "$@"; do
+      read -r diffid digest size <<<"$l"
+      diffids+="${diffids:+,}\"sha256:$diffid\""
+      layers+="${layers:+,}{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar+gzip\",\"digest\":\"sha256:$digest\",\"size\":$size}"
+    done
+    printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"Cmd":["/bin/sleep","infinity"],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":[%s]},"history":[{"created_by":"inplaced tests/node/containerd.sh from busybox-static"}]}' "$diffids" > "$w/config.json"
+    read -r cfg csize < <(put "$w/config.json")
+    printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[%s]}' "$cfg" "$csize" "$layers" > "$w/manifest.json"
+    put "$w/manifest.json"
+  }
+  local base v2 man msize man2 msize2
+  base=$(layer "$r" base); v2=$(layer "$v" v2)
+  read -r man msize < <(manifest "$base")
+  read -r man2 msize2 < <(manifest "$base" "$v2")
+  local entries="" name digest size
+  for name in "$TEST_IMAGE" "$PAUSE_IMAGE" "$TEST_IMAGE_V2"; do
+    if [ "$name" = "$TEST_IMAGE_V2" ]; then digest=$man2 size=$msize2; else digest=$man size=$msize; fi
+    entries+="${entries:+,}{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"sha256:$digest\",\"size\":$size,\"platform\":{\"architecture\":\"amd64\",\"os\":\"linux\"},\"annotations\":{\"io.containerd.image.name\":\"$name\",\"org.opencontainers.image.ref.name\":\"${name##*:}\"}}"
   done
   printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[%s]}' "$entries" > "$w/oci/index.json"
   printf '{"imageLayoutVersion":"1.0.0"}' > "$w/oci/oci-layout"
@@ -255,7 +276,10 @@ up() {
   build_images
   start_containerd
   "${CTR[@]}" images import --snapshotter "$snapshotter" "$BASE/images.tar" >/dev/null
-  "${CTR[@]}" images ls -q | grep -x "$PAUSE_IMAGE" >/dev/null || die "image import failed"
+  local listed name; listed=$("${CTR[@]}" images ls -q)
+  for name in "$TEST_IMAGE" "$PAUSE_IMAGE" "$TEST_IMAGE_V2"; do
+    grep -qx "$name" <<<"$listed" || die "image import failed: no $name"
+  done
   log "containerd $("$BIN/containerd" --version | awk '{print $3}') pid $(cat "$PIDFILE"), snapshotter $snapshotter: unix://$SOCK"
   echo "unix://$SOCK"
 }
