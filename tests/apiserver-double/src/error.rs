@@ -14,6 +14,10 @@ pub struct ApiError {
     pub details: Option<Value>,
     /// Sent as a `Retry-After` header and `details.retryAfterSeconds`.
     pub retry_after: Option<u64>,
+    /// Answered as kube-apiserver's catch-all handler answers a path nothing serves (a custom
+    /// resource whose CRD is absent, a group or version not served): `404 page not found` as
+    /// plain text, no Status (kube-rs reports it with reason "Failed to parse error data").
+    pub plain_text: bool,
 }
 
 impl ApiError {
@@ -24,6 +28,7 @@ impl ApiError {
             message: message.into(),
             details: None,
             retry_after: None,
+            plain_text: false,
         }
     }
 
@@ -53,6 +58,14 @@ impl ApiError {
             "the server could not find the requested resource",
         )
         .with_details(json!({}))
+    }
+
+    /// What kube-apiserver answers for a path no handler serves (see [`ApiError::plain_text`]).
+    pub fn page_not_found() -> Self {
+        ApiError {
+            plain_text: true,
+            ..Self::new(404, "NotFound", "404 page not found")
+        }
     }
 
     pub fn already_exists(def: &ResourceDef, name: &str) -> Self {

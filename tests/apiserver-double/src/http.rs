@@ -84,6 +84,20 @@ fn ok_json(code: u16, v: &Value) -> Response<Body> {
 }
 
 fn error_response(e: &ApiError) -> Response<Body> {
+    if e.plain_text {
+        let mut resp = Response::new(full(format!("{}\n", e.message).into_bytes()));
+        *resp.status_mut() = StatusCode::from_u16(e.code).unwrap_or(StatusCode::NOT_FOUND);
+        let headers = resp.headers_mut();
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        headers.insert(
+            "x-content-type-options",
+            HeaderValue::from_static("nosniff"),
+        );
+        return resp;
+    }
     let mut resp = ok_json(e.code, &e.to_status());
     if let Some(secs) = e.retry_after
         && let Ok(v) = HeaderValue::from_str(&secs.to_string())
@@ -336,7 +350,7 @@ fn classify(state: &State, req: &Request<Incoming>, info: &mut RequestInfo) -> A
             path: std::mem::take(&mut info.path),
             ..path.clone()
         };
-        return Err(ApiError::path_not_found());
+        return Err(ApiError::page_not_found());
     }
     let Route::Resource {
         def,
@@ -445,7 +459,7 @@ async fn dispatch(
     let defs: Vec<&ResourceDef> = served.iter().map(|d| d.as_ref()).collect();
     let discovery_doc = |v: Option<Value>| {
         v.map(|v| ok_json(200, &v))
-            .ok_or_else(ApiError::path_not_found)
+            .ok_or_else(ApiError::page_not_found)
     };
     if !matches!(route, Route::Resource { .. }) && req.method() != Method::GET {
         return Err(ApiError::method_not_allowed());
@@ -476,7 +490,7 @@ async fn dispatch(
         Route::Groups => Ok(ok_json(200, &discovery::group_list(&defs))),
         Route::Group(g) => discovery_doc(discovery::group(&defs, &g)),
         Route::GroupResources(g, v) => discovery_doc(discovery::resource_list(&defs, &g, &v)),
-        Route::NotFound | Route::Unserved(_) => Err(ApiError::path_not_found()),
+        Route::NotFound | Route::Unserved(_) => Err(ApiError::page_not_found()),
         Route::Resource { def, .. } => resource(state, req, &def, info, decision).await,
     }
 }

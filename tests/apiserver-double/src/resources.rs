@@ -346,7 +346,8 @@ pub fn resources_with(pod_resize: PodResizeApi) -> Vec<ResourceDef> {
     leases.group = "coordination.k8s.io".into();
 
     // One per node, named after it: what a kubelet upgrade would do there (cluster-scoped, no
-    // status subresource: the agent writes the whole object).
+    // status subresource: the agent writes the whole object, and every change of its status
+    // bumps the generation, as kube-apiserver does for such a custom resource).
     let mut upgrade_checks = ResourceDef::custom(
         "inplaced.io",
         "v1alpha1",
@@ -355,7 +356,6 @@ pub fn resources_with(pod_resize: PodResizeApi) -> Vec<ResourceDef> {
     );
     upgrade_checks.namespaced = false;
     upgrade_checks.status_subresource = false;
-    upgrade_checks.generation = false;
 
     // policy/v1: read by `inplaced restart --selector`; no disruption controller fills its status.
     let mut pdbs = ResourceDef::core("PodDisruptionBudget", "poddisruptionbudgets", true);

@@ -503,6 +503,78 @@ fn check_memory_limit_kept(
     ))
 }
 
+/// kube-apiserver (1.36) refuses a resize whose pod would request more cpu or memory than its
+/// node's `status.allocatable` (403 Forbidden, as tests/real_kube_double.rs saw). Checked here
+/// only for what the stored node reports: the kubelet stand-ins report no allocatable, where
+/// the real server would count it as 0 and refuse every resize.
+pub fn check_node_allocatable(pod: &Value, node: Option<&Value>) -> ApiResult<()> {
+    let Some(allocatable) = node.and_then(|n| get_path(n, "status.allocatable")) else {
+        return Ok(());
+    };
+    let requested = |resource: &str| -> i128 {
+        let of = |c: &Value| {
+            get_path(c, &format!("resources.requests.{resource}"))
+                .and_then(Value::as_str)
+                .and_then(parse_quantity)
+                .unwrap_or(0)
+        };
+        let list = |path: &str| {
+            get_path(pod, path)
+                .and_then(Value::as_array)
+                .map_or(&[][..], Vec::as_slice)
+        };
+        let sidecar =
+            |c: &&Value| get_path(c, "restartPolicy").and_then(Value::as_str) == Some("Always");
+        let running: i128 = list("spec.containers").iter().map(of).sum::<i128>()
+            + list("spec.initContainers")
+                .iter()
+                .filter(sidecar)
+                .map(of)
+                .sum::<i128>();
+        let init = list("spec.initContainers")
+            .iter()
+            .filter(|c| !sidecar(c))
+            .map(of)
+            .max()
+            .unwrap_or(0);
+        running.max(init)
+    };
+    // cpu in millicores, memory in bytes, rounded up, as the message says them.
+    let mut short = Vec::new();
+    for (resource, per_unit) in [("cpu", 1_000_000i128), ("memory", 1_000_000_000)] {
+        let Some(available) = allocatable
+            .get(resource)
+            .and_then(Value::as_str)
+            .and_then(parse_quantity)
+        else {
+            continue;
+        };
+        let wanted = requested(resource);
+        if wanted > available {
+            let up = |v: i128| (v + per_unit - 1).div_euclid(per_unit);
+            short.push(format!(
+                "{resource}, requested: {}, allocatable: {}",
+                up(wanted),
+                up(available)
+            ));
+        }
+    }
+    if short.is_empty() {
+        return Ok(());
+    }
+    let mut e = ApiError::new(
+        403,
+        "Forbidden",
+        format!(
+            "pods \"{}\" is forbidden: node didn't have enough allocatable resources: {}",
+            name_of(pod),
+            short.join("; ")
+        ),
+    );
+    e.details = Some(json!({"name": name_of(pod), "kind": "pods"}));
+    Err(e)
+}
+
 /// Parse a resource quantity into nano-units so `1` and `1000m` compare equal.
 pub fn parse_quantity(s: &str) -> Option<i128> {
     let s = s.trim();

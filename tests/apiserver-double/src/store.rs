@@ -456,7 +456,8 @@ impl Store {
         }
         let mut inner = self.lock();
         if !Self::served_in(&inner, def) {
-            return Err(ApiError::path_not_found());
+            // The CRD went between routing and here: the path is no longer served.
+            return Err(ApiError::page_not_found());
         }
         // The name in the request, as admission sees it: empty for a create by generateName.
         let requested_name = name_of(&obj).to_owned();
@@ -653,6 +654,17 @@ impl Store {
         } else {
             rules::prepare_update(def, mode.endpoint, &old, proposed)?
         };
+        if mode.endpoint == Endpoint::Resize && !mode.privileged {
+            let node = get_path(&new, "spec.nodeName")
+                .and_then(Value::as_str)
+                .and_then(|node| {
+                    inner
+                        .collections
+                        .get("nodes")
+                        .and_then(|c| c.objects.get(&(String::new(), node.to_owned())))
+                });
+            rules::check_node_allocatable(&new, node)?;
+        }
         // As `rest.BeforeUpdate` after the strategy's PrepareForUpdate: a blank UID takes the
         // stored one, another one is refused (clients use it as a precondition: "this object,
         // not a successor of the same name"). Endpoints whose strategy keeps the stored
@@ -694,7 +706,20 @@ impl Store {
         meta.remove("managedFields");
         meta.remove("selfLink");
         rules::validate_update(def, &old, &new)?;
-        if def.generation && util::spec_part(&old) != util::spec_part(&new) {
+        // A custom resource without a status subresource counts status changes too, as the
+        // apiextensions strategy does (everything but metadata).
+        let tracked = |v: &Value| {
+            if def.custom && !def.status_subresource {
+                let mut v = v.clone();
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("metadata");
+                }
+                v
+            } else {
+                util::spec_part(v)
+            }
+        };
+        if def.generation && tracked(&old) != tracked(&new) {
             let g = get_path(&old, "metadata.generation")
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
@@ -849,9 +874,17 @@ impl Store {
             0
         };
         let already_deleting = get_path(&old, "metadata.deletionTimestamp").is_some();
+        // A pod bound to a node is always deleted through the graceful path, even with
+        // period 0: updated (deletionTimestamp, deletionGracePeriodSeconds 0), then deleted,
+        // and a watch sees both, as on kube-apiserver (tests/real_kube_double.rs).
+        let bound_pod = def.smp == SmpSchema::Pod
+            && self.graceful_pod_deletion
+            && get_str_nonempty(&old, "spec.nodeName");
         let mut new = old.clone();
+        // The pod as marked for deletion just before it goes, when it was.
+        let mut marked = None;
         let meta = meta_mut(&mut new).ok_or_else(|| ApiError::bad_request("invalid object"))?;
-        if pending_finalizers || grace > 0 {
+        if pending_finalizers || grace > 0 || bound_pod {
             if already_deleting && grace == 0 && pending_finalizers {
                 // Repeated deletes of an object waiting on finalizers change nothing.
                 return Ok(old);
@@ -867,7 +900,32 @@ impl Store {
                 );
             }
             meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            // Marking an object for deletion the first time bumps its generation.
+            if !already_deleting
+                && let Some(g) = meta.get("generation").and_then(Value::as_i64)
+                && g > 0
+            {
+                meta.insert("generation".into(), json!(g + 1));
+            }
             if grace == 0 && !pending_finalizers {
+                if bound_pod {
+                    inner.rv += 1;
+                    let rv = inner.rv;
+                    if let Some(m) = meta_mut(&mut new) {
+                        m.insert("resourceVersion".into(), json!(rv.to_string()));
+                    }
+                    self.commit(
+                        &mut inner,
+                        def,
+                        Change {
+                            rv,
+                            kind: EventKind::Modified,
+                            object: new.clone(),
+                            prev: Some(old.clone()),
+                        },
+                    );
+                    marked = Some(new.clone());
+                }
                 // fallthrough to the real delete below
             } else {
                 inner.rv += 1;
@@ -900,7 +958,7 @@ impl Store {
                 rv,
                 kind: EventKind::Deleted,
                 object: new.clone(),
-                prev: Some(old),
+                prev: Some(marked.unwrap_or(old)),
             },
         );
         Ok(new)

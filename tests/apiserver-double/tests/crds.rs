@@ -57,8 +57,11 @@ async fn a_resource_without_its_crd_is_404_and_absent_from_discovery() {
     let client = client(&server).await;
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), "default", &resize_requests());
+    // kube-apiserver's catch-all answer, `404 page not found` in plain text (no Status: kube-rs
+    // names no reason), as tests/real_kube_double.rs saw it answer.
     let (code, reason) = api_code(api.list(&ListParams::default()).await);
-    assert_eq!((code, reason.as_str()), (404, "NotFound"));
+    assert_eq!(code, 404);
+    assert_ne!(reason, "NotFound");
     let (code, _) = api_code(api.watch(&WatchParams::default(), "0").await.map(|_| ()));
     assert_eq!(code, 404, "a watch of it");
     for path in [

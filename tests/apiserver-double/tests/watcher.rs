@@ -193,32 +193,6 @@ async fn watcher_relists_on_410_after_compaction() {
 }
 
 #[tokio::test]
-async fn raw_watch_gets_410_error_event_for_too_old_version() {
-    let server = server().await;
-    server.store().create("pods", pod("a", "n")).unwrap();
-    let old = server.store().resource_version();
-    server.store().create("pods", pod("b", "n")).unwrap();
-    server.store().compact();
-    let api: Api<Pod> = Api::all(client(&server).await);
-    let mut s = api
-        .watch(&WatchParams::default(), &old.to_string())
-        .await
-        .unwrap()
-        .boxed();
-    match timeout(Duration::from_secs(5), s.try_next())
-        .await
-        .unwrap()
-        .unwrap()
-    {
-        Some(WatchEvent::Error(e)) => {
-            assert_eq!(e.code, 410);
-            assert_eq!(e.reason, "Expired");
-        }
-        other => panic!("expected ERROR event, got {other:?}"),
-    }
-}
-
-#[tokio::test]
 async fn bookmarks_arrive_and_watcher_resumes_from_them() {
     let server = server_with(ServerConfig {
         bookmark_interval: Duration::from_millis(100),
