@@ -90,6 +90,12 @@ pub fn refuses_request(status: &::kube::core::Status) -> bool {
     (400..500).contains(&status.code) && status.code != 429 && status.code != 401
 }
 
+/// A time as apimachinery writes a `metav1.Time` (RFC 3339 in UTC, whole seconds): what
+/// kruise's types and kruise-daemon hold, and what a client comparing the field expects.
+pub fn meta_time(at: k8s_openapi::jiff::Timestamp) -> String {
+    at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
 /// The agent's own bounds on its API traffic.
 #[derive(Debug, Clone, Copy)]
 pub struct ApiLimits {

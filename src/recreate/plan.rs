@@ -10,6 +10,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::crr::*;
+use crate::kube::meta_time;
 use crate::restart::{DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillOrder};
 
 /// The newest runtime container of one name.
@@ -106,7 +107,7 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
         Ok(spec) => spec,
         Err(reason) => {
             status.phase = CrrPhase::Completed;
-            status.completion_time = Some(facts.now.to_string());
+            status.completion_time = Some(meta_time(facts.now));
             status.message = Some(format!("invalid request, nothing done: {reason}"));
             return unchanged(status);
         }
@@ -350,7 +351,7 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
             kills.clear();
         }
         status.phase = CrrPhase::Completed;
-        status.completion_time = Some(facts.now.to_string());
+        status.completion_time = Some(meta_time(facts.now));
         status.message = any_failed.then(|| "a container failed to be recreated".to_string());
     } else {
         let pending_only = states.iter().all(|s| s.phase == ContainerPhase::Pending)
@@ -554,6 +555,28 @@ mod tests {
         assert_eq!(
             decision.status.container_recreate_states[0].phase,
             ContainerPhase::Succeeded
+        );
+        assert_eq!(decision.status.phase, CrrPhase::Completed);
+        assert_eq!(decision.status.completion_time.as_deref(), Some(NOW));
+    }
+
+    #[test]
+    fn completion_time_is_written_in_whole_seconds_as_a_metav1_time() {
+        let synced = json!({ANNOTATION_SYNC_CONTAINER_STATUSES:
+            r#"[{"name":"app","ready":true,"restartCount":1,"containerID":"containerd://new"}]"#});
+        let request = crr(one_container(json!({})), json!({}), synced);
+        let restarted = pod(&[("app", "new", true, 1)]);
+        let (in_flight, failures) = (HashSet::new(), HashMap::new());
+        let decision = decide(
+            &request,
+            &Facts {
+                // kruise-daemon and apimachinery write 10:00:00Z for this instant.
+                now: "2026-11-22T10:00:00.458403609Z".parse().unwrap(),
+                pod: Some(&restarted),
+                intents: HashMap::new(),
+                in_flight: &in_flight,
+                kill_failures: &failures,
+            },
         );
         assert_eq!(decision.status.phase, CrrPhase::Completed);
         assert_eq!(decision.status.completion_time.as_deref(), Some(NOW));
