@@ -1,9 +1,10 @@
 //! The inplaced binary: wires the library's modules to a command line.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use inplaced::admin::{self, AdminError, AdminRequest};
 use inplaced::checkpoints;
 use inplaced::config::{Config, LogFormat, Settings};
@@ -111,9 +112,42 @@ struct RuntimeArgs {
 /// Exit code for configuration errors, like clap's usage errors.
 const EXIT_CONFIG: u8 = 2;
 
+/// The name kubectl runs the plugin by (`kubectl inplaced …` runs `kubectl-inplaced …`): krew's
+/// link to this binary, or the packages' launcher, which runs it under that name.
+const KUBECTL_PLUGIN: &str = "kubectl-inplaced";
+
+/// Whether the binary was started as the kubectl plugin (by its name, argv[0]).
+fn started_as_plugin(args: &[OsString]) -> bool {
+    args.first()
+        .and_then(|zero| Path::new(zero).file_name())
+        .is_some_and(|name| name == KUBECTL_PLUGIN)
+}
+
+/// The command line as the subcommands read it. As the kubectl plugin it runs on a workstation,
+/// where `upgrade-check` can only mean the fleet's answer (there is no node to ask).
+fn command_line(mut args: Vec<OsString>) -> Vec<OsString> {
+    if started_as_plugin(&args)
+        && args.get(1).is_some_and(|a| a == "upgrade-check")
+        && !args.iter().any(|a| a == "--fleet")
+    {
+        args.insert(2, "--fleet".into());
+    }
+    args
+}
+
+fn parse_cli() -> Cli {
+    let args = command_line(std::env::args_os().collect());
+    let mut command = Cli::command();
+    if started_as_plugin(&args) {
+        command = command.bin_name("kubectl inplaced");
+    }
+    let matches = command.get_matches_from(args);
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 fn main() -> ExitCode {
     tune_malloc();
-    let cli = Cli::parse();
+    let cli = parse_cli();
     let print_config = matches!(&cli.command, Command::Agent(a) if a.print_config);
     let result = match cli.command {
         Command::Agent(args) => match load_config(args) {
@@ -300,4 +334,51 @@ async fn upgrade_check_command(
         Output::Table | Output::Wide => print!("{}", inspect::upgrade_table(&report)),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn as_the_kubectl_plugin_upgrade_check_is_the_fleets_answer() {
+        assert_eq!(
+            command_line(line(&[
+                "/home/u/.krew/bin/kubectl-inplaced",
+                "upgrade-check",
+                "--to",
+                "1.36"
+            ])),
+            line(&[
+                "/home/u/.krew/bin/kubectl-inplaced",
+                "upgrade-check",
+                "--fleet",
+                "--to",
+                "1.36"
+            ])
+        );
+        // Said already, or another command: as given.
+        let fleet = line(&[
+            "kubectl-inplaced",
+            "upgrade-check",
+            "--to",
+            "1.36",
+            "--fleet",
+        ]);
+        assert_eq!(command_line(fleet.clone()), fleet);
+        let restart = line(&["kubectl-inplaced", "restart", "-l", "app=web"]);
+        assert_eq!(command_line(restart.clone()), restart);
+    }
+
+    #[test]
+    fn as_inplaced_upgrade_check_is_this_nodes_answer() {
+        let node = line(&["/usr/bin/inplaced", "upgrade-check", "--to", "1.36"]);
+        assert_eq!(command_line(node.clone()), node);
+        assert!(!started_as_plugin(&line(&["kubectl-inplaced-old"])));
+        assert!(started_as_plugin(&line(&["kubectl-inplaced"])));
+    }
 }

@@ -130,15 +130,24 @@ impl RealNode {
                 node.cri_endpoint
             );
         }
-        let added = Command::new("ip")
-            .args(["address", "add", &format!("{ip}/32"), "dev", "lo"])
+        // The slot is ours, so an address of it already on `lo` is a leftover of a run that
+        // was killed before its clean-up: taken over (and removed with the node).
+        let listed = Command::new("ip")
+            .args(["-o", "address", "show", "dev", "lo"])
             .output()
-            .context("ip address add")?;
-        if !added.status.success() && !String::from_utf8_lossy(&added.stderr).contains("exists") {
-            bail!(
-                "ip address add {ip}/32 dev lo: {}",
-                String::from_utf8_lossy(&added.stderr)
-            );
+            .context("ip address show")?;
+        let present = String::from_utf8_lossy(&listed.stdout).contains(&format!(" {ip}/32 "));
+        if !present {
+            let added = Command::new("ip")
+                .args(["address", "add", &format!("{ip}/32"), "dev", "lo"])
+                .output()
+                .context("ip address add")?;
+            if !added.status.success() {
+                bail!(
+                    "ip address add {ip}/32 dev lo: {}",
+                    String::from_utf8_lossy(&added.stderr)
+                );
+            }
         }
         node.address_added = true;
         // The kubelet refuses a cgroup root that does not exist yet in every hierarchy.
