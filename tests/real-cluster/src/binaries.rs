@@ -52,8 +52,14 @@ impl Binaries {
         })
     }
 
+    /// helm and krew, built from `tests/kube/k8s-tools` as the release "tools"
+    /// (`tests/kube/build.sh tools`); `version()` names both.
+    pub fn tools() -> anyhow::Result<Binaries> {
+        Binaries::of("tools")
+    }
+
     /// The path of one binary (kube-apiserver, kubelet, kube-controller-manager, kubectl, etcd,
-    /// kruise-manager), checked to exist.
+    /// kruise-manager; helm, krew), checked to exist.
     pub fn path(&self, name: &str) -> anyhow::Result<PathBuf> {
         let path = self.dir.join(name);
         if !path.exists() {
@@ -66,7 +72,7 @@ impl Binaries {
         Ok(path)
     }
 
-    /// The exact version built, e.g. `v1.36.3`.
+    /// The exact version built, e.g. `v1.36.3` (the tools: `helm v4.3.2, krew v0.4.3`).
     pub fn version(&self) -> &str {
         &self.version
     }
