@@ -48,3 +48,12 @@ Arguments: (dict "root" $ "file" "files/kubernetes/x.yaml" "keep" false)
 {{- define "inplaced.namespace" -}}
 {{- .namespace | default .root.Release.Namespace -}}
 {{- end }}
+
+{{/* The monitoring objects' name prefix: the release's name, with the chart's unless it has it. */}}
+{{- define "inplaced.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end }}
