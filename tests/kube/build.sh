@@ -4,8 +4,10 @@
 #   k8s-1.36/  kube-apiserver, kubelet, kube-controller-manager, kubectl  (k8s.io/kubernetes v1.36.x)
 #   k8s-1.32/  kube-apiserver, kubelet, kube-controller-manager, etcd (3.5, the line 1.32 requires),
 #              kruise-manager (github.com/openkruise/kruise v1.9.0, built on the 1.32 libraries)
+#   k8s-tools/ helm (helm.sh/helm/v4) and krew (sigs.k8s.io/krew): the tools the chart and
+#              plugin tests run, as release "tools" (no Kubernetes version stamped: each tool's own)
 #
-#   tests/kube/build.sh [RELEASE...]   build (default: 1.32 1.36); prints nothing but errors and times
+#   tests/kube/build.sh [RELEASE...]   build (default: 1.32 1.36 tools); prints nothing but errors and times
 #   tests/kube/build.sh --bin RELEASE  print the directory of that release's binaries (built or not)
 #
 # Binaries land in a cache outside the work tree, keyed by the release and a hash of its go.mod
@@ -34,9 +36,11 @@ bin_dir() {
 
 # The release's exact version, from its module's requirement of k8s.io/kubernetes.
 kube_version() { awk '$1 == "k8s.io/kubernetes" { print $2 }' "$here/k8s-$1/go.mod"; }
+# A module's required version in a release's go.mod (the tools module's helm and krew).
+module_version() { awk -v m="$2" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$here/k8s-$1/go.mod"; }
 
 build() {
-  local release=$1 dir=$here/k8s-$1 out version major minor started flags lock
+  local release=$1 dir=$here/k8s-$1 out version major minor started flags tags lock
   out=$(bin_dir "$release")
   [ -f "$out/.complete" ] && return 0
   # One build of a release at a time on the machine: a second caller (the suite, while CI's
@@ -45,17 +49,26 @@ build() {
   exec {lock}>"$CACHE/build-$release.lock"
   flock "$lock"
   if [ -f "$out/.complete" ]; then exec {lock}>&-; return 0; fi
-  version=$(kube_version "$release")
-  [ -n "$version" ] || die "k8s-$release/go.mod names no k8s.io/kubernetes version"
-  major=${version#v}; major=${major%%.*}
-  minor=${version#v*.}; minor=${minor%%.*}
-  # Without these the components say v0.0.0: the kubelet's Node object too, and the agent
-  # reads nodeInfo.kubeletVersion.
-  flags=""
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    flags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
-    flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  done
+  flags="" tags=providerless
+  if [ "$release" = tools ]; then
+    # Not Kubernetes: each tool says its own version, as its release build stamps it.
+    local helm krew
+    helm=$(module_version tools helm.sh/helm/v4) krew=$(module_version tools sigs.k8s.io/krew)
+    [ -n "$helm" ] && [ -n "$krew" ] || die "k8s-tools/go.mod names no helm.sh/helm/v4 or sigs.k8s.io/krew version"
+    version="helm $helm, krew $krew" tags=""
+    flags=" -X helm.sh/helm/v4/internal/version.version=$helm -X sigs.k8s.io/krew/internal/version.gitTag=$krew"
+  else
+    version=$(kube_version "$release")
+    [ -n "$version" ] || die "k8s-$release/go.mod names no k8s.io/kubernetes version"
+    major=${version#v}; major=${major%%.*}
+    minor=${version#v*.}; minor=${minor%%.*}
+    # Without these the components say v0.0.0: the kubelet's Node object too, and the agent
+    # reads nodeInfo.kubeletVersion.
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      flags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+      flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+    done
+  fi
   mkdir -p "$out"
   local tool name
   while read -r tool; do
@@ -66,7 +79,7 @@ build() {
       *) name=${tool##*/} ;;
     esac
     started=$(date +%s)
-    (cd "$dir" && go build -tags providerless -ldflags "-s -w $flags" -o "$out/$name.new" "$tool")
+    (cd "$dir" && go build -tags "$tags" -ldflags "-s -w $flags" -o "$out/$name.new" "$tool")
     mv "$out/$name.new" "$out/$name"
     echo "built $name $version in $(( $(date +%s) - started )) s"
   done < <(sed -n '/^tool (/,/^)/p' "$dir/go.mod" | sed '1d;$d' | tr -d '\t'; grep '^tool [^(]' "$dir/go.mod" | cut -d' ' -f2)
@@ -102,5 +115,5 @@ if [ "${1:-}" = --bin ]; then
   exit 0
 fi
 releases=("$@")
-[ ${#releases[@]} -gt 0 ] || releases=(1.32 1.36)
+[ ${#releases[@]} -gt 0 ] || releases=(1.32 1.36 tools)
 for release in "${releases[@]}"; do build "$release"; done
