@@ -17,10 +17,15 @@ pub enum SmpSchema {
 /// (KEP 1287; `docs/kubelet-resize.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PodResizeApi {
-    /// 1.34+: the `pods/resize` subresource; the kubelet reports progress in the
-    /// `PodResizePending`/`PodResizeInProgress` conditions, the server sets no `status.resize`.
+    /// 1.36+: the `pods/resize` subresource; the kubelet reports progress in the
+    /// `PodResizePending`/`PodResizeInProgress` conditions, the server sets no `status.resize`;
+    /// its PodResizeValidator admission (kubernetes PR 136043) refuses a resize beyond the
+    /// node's allocatable (403) instead of the kubelet's Infeasible.
     #[default]
     Subresource,
+    /// 1.34 and 1.35: as `Subresource`, but a resize beyond the node is admitted and the
+    /// kubelet answers Infeasible.
+    SubresourceAdmittingAnySize,
     /// 1.33: as `Subresource`, but validation refuses to decrease a memory limit unless the
     /// container's memory `resizePolicy` is `RestartContainer` (lifted in 1.34).
     SubresourceKeepingMemoryLimits,
@@ -46,6 +51,7 @@ impl PodResizeApi {
             27..=31 => PodResizeApi::SpecUpdate,
             32 => PodResizeApi::SubresourceWithResizeStatus,
             33 => PodResizeApi::SubresourceKeepingMemoryLimits,
+            34 | 35 => PodResizeApi::SubresourceAdmittingAnySize,
             _ => PodResizeApi::Subresource,
         }
     }
@@ -54,6 +60,7 @@ impl PodResizeApi {
         matches!(
             self,
             PodResizeApi::Subresource
+                | PodResizeApi::SubresourceAdmittingAnySize
                 | PodResizeApi::SubresourceKeepingMemoryLimits
                 | PodResizeApi::SubresourceWithResizeStatus
         )

@@ -503,10 +503,10 @@ fn check_memory_limit_kept(
     ))
 }
 
-/// kube-apiserver (1.36) refuses a resize whose pod would request more cpu or memory than its
-/// node's `status.allocatable` (403 Forbidden, as tests/real_kube_double.rs saw). Checked here
-/// only for what the stored node reports: the kubelet stand-ins report no allocatable, where
-/// the real server would count it as 0 and refuse every resize.
+/// kube-apiserver's PodResizeValidator admission (1.36) refuses a resize whose pod would request
+/// more cpu or memory than its node's `status.allocatable` (403 Forbidden, as
+/// tests/real_kube_double.rs saw). A Node stored without allocatable is left alone here (the
+/// real server would count it as 0 and refuse every resize).
 pub fn check_node_allocatable(pod: &Value, node: Option<&Value>) -> ApiResult<()> {
     let Some(allocatable) = node.and_then(|n| get_path(n, "status.allocatable")) else {
         return Ok(());

@@ -11,7 +11,7 @@ use crate::admission::{self, Admission};
 use crate::audit::RequestInfo;
 use crate::error::{ApiError, ApiResult};
 use crate::resources::{
-    CRDS, ResourceDef, SmpSchema, VALIDATING_ADMISSION_POLICIES,
+    CRDS, PodResizeApi, ResourceDef, SmpSchema, VALIDATING_ADMISSION_POLICIES,
     VALIDATING_ADMISSION_POLICY_BINDINGS,
 };
 use crate::rules::{self, Endpoint};
@@ -654,7 +654,12 @@ impl Store {
         } else {
             rules::prepare_update(def, mode.endpoint, &old, proposed)?
         };
-        if mode.endpoint == Endpoint::Resize && !mode.privileged {
+        // kube-apiserver's PodResizeValidator admission (1.36+; before it a resize beyond the
+        // node is admitted and the kubelet answers Infeasible).
+        if mode.endpoint == Endpoint::Resize
+            && !mode.privileged
+            && def.pod_resize == PodResizeApi::Subresource
+        {
             let node = get_path(&new, "spec.nodeName")
                 .and_then(Value::as_str)
                 .and_then(|node| {

@@ -501,6 +501,10 @@ fn resize_api_by_release() {
     );
     assert_eq!(
         PodResizeApi::for_release(34, true),
+        PodResizeApi::SubresourceAdmittingAnySize
+    );
+    assert_eq!(
+        PodResizeApi::for_release(36, true),
         PodResizeApi::Subresource
     );
     assert_eq!(PodResizeApi::for_release(35, false), PodResizeApi::Off);
