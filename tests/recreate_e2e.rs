@@ -863,3 +863,53 @@ async fn a_status_decided_again_from_the_version_of_its_own_write_is_not_sent() 
     assert_eq!(sent, [200, 200, 200, 200], "{sent:?}");
     node.stop().await;
 }
+
+/// A pod started after the agent last listed the runtime (containerd 1.6 streams no container
+/// events; this agent lists every 30 s): a CRR of its container is carried out from the
+/// runtime asked directly, as kruise-daemon asks it. Before, the request said "not found
+/// container on Node" (Pending) until the agent's next listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the test containerd: run tests/run-all.sh"]
+async fn a_crr_of_a_container_not_listed_yet_asks_the_runtime() {
+    let node = Node::start_with(
+        NodeOptions::kubelet("v1.30.7").agent_args(&["--refresh-interval", "30s"]),
+    )
+    .await;
+    // The agent is ready: it has listed the runtime once, before this pod existed.
+    let pod_name = unique("unlisted");
+    let pod = node
+        .run_pod(&pod_name, json!({"containers": [busybox("app", POLITE)]}))
+        .await;
+    let old = container_id(&pod, "app");
+    let crr_name = unique("crr");
+    node.create_crr(&crr_name, &pod_name, &["app"], json!({}))
+        .await;
+    let mut said = Vec::new();
+    let started = std::time::Instant::now();
+    let done = loop {
+        let crr = node.crr(&crr_name);
+        if let Some(message) = crr
+            .pointer("/status/containerRecreateStates/0/message")
+            .and_then(Value::as_str)
+            && !said.iter().any(|m| m == message)
+        {
+            said.push(message.to_string());
+        }
+        if crr.pointer("/status/phase") == Some(&json!("Completed")) {
+            break crr;
+        }
+        // Well before the agent's next listing (30 s after its first).
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "not carried out before the agent listed the runtime again: {crr:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(container_phase(&done, "app"), "Succeeded", "{done:#}");
+    assert!(
+        !said.iter().any(|m| m.contains("not found container")),
+        "the request said {said:?}"
+    );
+    assert_eq!(node.proxy.stop_count(&old), 1, "exactly one kill");
+    node.stop().await;
+}

@@ -14,7 +14,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::crr::{self, Crr, CrrPhase, CrrStatus};
 use super::plan::{self, Facts, PodFacts, RuntimeFacts};
-use crate::cri::CriClient;
+use crate::cri::proto::{ContainerFilter, ContainerState};
+use crate::cri::{CriClient, labels};
 use crate::health::Health;
 use crate::kube::events::PodEvents;
 use crate::kube::request::pod_group;
@@ -319,7 +320,24 @@ impl RecreateController {
                 .pods
                 .iter()
                 .find(|p| p.namespace == namespace && p.name == pod_name);
-            let pod_facts = pod_view.map(pod_facts);
+            let mut pod_facts = pod_view.map(pod_facts);
+            if let (Some(facts), Some(pod), Ok(spec)) =
+                (pod_facts.as_mut(), pod_view, request.spec.as_ref())
+            {
+                let unlisted: Vec<&str> = spec
+                    .containers
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .filter(|name| {
+                        !facts.containers.contains_key(*name)
+                            && pod.containers.iter().any(|c| c.name == *name)
+                    })
+                    .collect();
+                if !facts.terminating && !unlisted.is_empty() {
+                    self.look_up_unlisted(facts, pod, &unlisted, view.runtime.as_deref())
+                        .await;
+                }
+            }
             let journal = self.journal.as_ref();
             let intents: HashMap<&str, &KillIntent> = request
                 .spec
@@ -362,6 +380,80 @@ impl RecreateController {
 
     /// Records the intent durably, then kills in the background. Checks the runtime first, so a
     /// stale view can never direct a kill at a container that has already been replaced.
+    /// The pod's containers that the cached view has no runtime container for yet, asked of the
+    /// runtime itself, as kruise-daemon asks it: a pod just started is in the view only from
+    /// its next listing (up to `refresh-interval` later on containerd 1.6, which streams no
+    /// events), and the request's first status said "not found container on Node" meanwhile.
+    /// A container the runtime does not have either (or a runtime that does not answer) stays
+    /// out of the facts.
+    async fn look_up_unlisted(
+        &self,
+        facts: &mut PodFacts,
+        pod: &PodView,
+        names: &[&str],
+        runtime: Option<&str>,
+    ) {
+        // `containerd 1.6.20`: container IDs read `containerd://<id>`, as the view writes them.
+        let Some(runtime_name) = runtime.and_then(|r| r.split_whitespace().next()) else {
+            return;
+        };
+        for name in names {
+            let filter = ContainerFilter {
+                label_selector: HashMap::from([
+                    (labels::POD_UID.to_owned(), pod.runtime_uid.clone()),
+                    (labels::CONTAINER_NAME.to_owned(), (*name).to_owned()),
+                ]),
+                ..Default::default()
+            };
+            let listed = match self.cri.list_containers(Some(filter)).await {
+                Ok(listed) => listed,
+                Err(err) => {
+                    tracing::debug!(container = name, error = %err, "runtime lookup");
+                    continue;
+                }
+            };
+            let Some(newest) = listed
+                .into_iter()
+                .max_by_key(|c| (c.metadata.as_ref().map_or(0, |m| m.attempt), c.created_at))
+            else {
+                continue;
+            };
+            let status = match self.cri.container_status(&newest.id, false).await {
+                Ok(answer) => answer.status,
+                Err(err) => {
+                    tracing::debug!(container = name, error = %err, "runtime lookup");
+                    continue;
+                }
+            };
+            let Some(status) = status else { continue };
+            let container_id = format!("{runtime_name}://{}", newest.id);
+            let ready_in_pod_status = pod.containers.iter().any(|c| {
+                c.name == *name
+                    && c.status
+                        .as_ref()
+                        .is_some_and(|s| s.ready && s.container_id == container_id)
+            });
+            facts.containers.insert(
+                (*name).to_owned(),
+                RuntimeFacts {
+                    container_id,
+                    id: newest.id.clone(),
+                    running: status.state == ContainerState::ContainerRunning as i32,
+                    restart_count: newest
+                        .annotations
+                        .get(labels::CONTAINER_RESTART_COUNT)
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0),
+                    started_at: (status.started_at > 0)
+                        .then(|| Timestamp::from_nanosecond(i128::from(status.started_at)).ok())
+                        .flatten(),
+                    ready_in_pod_status,
+                    backoff_hold: None,
+                },
+            );
+        }
+    }
+
     async fn start_kill(
         &mut self,
         request: &Crr,
