@@ -568,24 +568,6 @@ async fn a_second_restart_is_started_by_the_real_kubelet_inside_the_predicted_ba
     let (from, to) = held.split_once(" and ").unwrap();
     let from: k8s_openapi::jiff::Timestamp = from.parse().unwrap();
     let to: k8s_openapi::jiff::Timestamp = to.parse().unwrap();
-    // The kubelet says so in the pod status too (its status manager writes it a moment later).
-    wait_until("the kubelet's CrashLoopBackOff", WAIT, || {
-        let pods = pods.clone();
-        async move {
-            let pod = pods.get("web").await?;
-            let reason = pod
-                .status
-                .and_then(|s| s.container_statuses)
-                .and_then(|c| c.into_iter().find(|c| c.name == "app"))
-                .and_then(|c| c.state)
-                .and_then(|s| s.waiting)
-                .and_then(|w| w.reason);
-            Ok((reason.as_deref() == Some("CrashLoopBackOff")).then_some(()))
-        }
-    })
-    .await
-    .unwrap();
-
     let done = wait_phase(&requests, "second", &["Succeeded", "Failed"]).await;
     assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
     let (restarts, started) = app_status(&running(&pods, "web").await);
