@@ -351,9 +351,7 @@ async fn the_upgrade_check_answer_is_what_the_real_new_kubelet_does() {
 /// `io.kubernetes.container.hash` annotation) equals `inplaced hash --pod` of the pod as the
 /// apiserver serves it, for the kubelet's release.
 async fn assert_hashes_match(node: &RealNode, pods: &Api<Pod>, release: &str) {
-    let cri = inplaced::cri::CriClient::new(inplaced::cri::CriConfig::new(
-        inplaced::cri::CriEndpoint::parse(&node.cri_endpoint).unwrap(),
-    ));
+    let cri = runtime_of(node);
     for pod in pods.list(&Default::default()).await.unwrap() {
         let served = serde_json::to_vec(&pod).unwrap();
         let mut hash = std::process::Command::new(env!("CARGO_BIN_EXE_inplaced"))
@@ -446,11 +444,7 @@ async fn a_rotated_client_certificate_is_used_before_the_old_one_expires() {
     // None of its requests went out with the expired certificate: the first one after the
     // rotation waits for the look at the files that finds it (before, a request sent beside
     // that look was refused, 401, and written again after a back-off).
-    let refused: Vec<String> = agent_requests(&cluster)
-        .iter()
-        .filter(|e| e["responseStatus"]["code"] == 401)
-        .map(describe)
-        .collect();
+    let refused = refused_unauthenticated(&cluster);
     assert!(
         refused.is_empty(),
         "refused as unauthenticated: {refused:#?}"
@@ -493,13 +487,6 @@ async fn a_kubelet_restarted_under_the_agent_changes_nothing_for_its_requests() 
         "the new kubelet started it once more"
     );
     assert!(agent.exit_status().is_none(), "the same agent");
-}
-
-/// The node's runtime, as the tests ask it.
-fn runtime_of(node: &RealNode) -> inplaced::cri::CriClient {
-    inplaced::cri::CriClient::new(inplaced::cri::CriConfig::new(
-        inplaced::cri::CriEndpoint::parse(&node.cri_endpoint).unwrap(),
-    ))
 }
 
 /// A CRI timestamp (nanoseconds since the epoch) as a time.
@@ -601,21 +588,6 @@ async fn a_second_restart_is_started_by_the_real_kubelet_inside_the_predicted_ba
         from <= began && began <= to,
         "the real kubelet started it at {began}, predicted between {from} and {to}"
     );
-}
-
-/// What the container `app` of `pod` sees as `$name`, asked of the runtime.
-async fn container_env(node: &RealNode, pod: &Pod, name: &str) -> String {
-    let (_, id) = app_status(pod);
-    let id = id.rsplit("://").next().unwrap().to_string();
-    let answer = runtime_of(node)
-        .exec_sync(
-            &id,
-            vec!["/bin/sh".into(), "-c".into(), format!("echo -n ${name}")],
-            Duration::from_secs(5),
-        )
-        .await
-        .unwrap();
-    String::from_utf8_lossy(&answer.stdout).into_owned()
 }
 
 /// inplaced's opt-in outside OpenKruise on a real kubelet, with the dedicated identity: the
@@ -789,11 +761,7 @@ async fn the_kubelets_certificate_rotated_through_a_csr_is_followed_by_the_agent
     let done = restart_request(&client, &node, "after-rotation", "web").await;
     assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
     assert!(agent.exit_status().is_none(), "the same agent process");
-    let refused: Vec<String> = agent_requests(&cluster)
-        .iter()
-        .filter(|e| e["responseStatus"]["code"] == 401)
-        .map(describe)
-        .collect();
+    let refused = refused_unauthenticated(&cluster);
     assert!(
         refused.is_empty(),
         "refused as unauthenticated: {refused:#?}"

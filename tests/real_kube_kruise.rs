@@ -291,21 +291,6 @@ async fn cloneset_settled(clonesets: &Api<DynamicObject>, replicas: u64) -> anyh
     }
 }
 
-/// What the container `app` of `pod` sees as `$VERSION`, asked of the runtime.
-async fn env_version(node: &RealNode, pod: &Pod) -> String {
-    let (_, id) = app_status(pod);
-    let id = id.rsplit("://").next().unwrap().to_string();
-    let answer = cri(node)
-        .exec_sync(
-            &id,
-            vec!["/bin/sh".into(), "-c".into(), "echo -n $VERSION".into()],
-            Duration::from_secs(5),
-        )
-        .await
-        .unwrap();
-    String::from_utf8_lossy(&answer.stdout).into_owned()
-}
-
 /// A CloneSet InPlaceIfPossible update of a label its container reads as env, under the real
 /// kruise-manager with InPlaceUpdateEnvFromMetadata: kruise patches the pods' labels, the agent
 /// (kruise-daemon's container-meta half) restarts each container so that it sees the new value
@@ -338,7 +323,7 @@ async fn a_cloneset_in_place_env_from_metadata_update_ends_updated_and_ready_und
         .unwrap_or_else(|e| panic!("{e:#}\nkruise-manager's log ends:\n{}", kruise.log_tail(20)));
     let before = cloneset_pods(&pods).await;
     for (_, pod) in &before {
-        assert_eq!(env_version(&node, pod).await, "1");
+        assert_eq!(container_env(&node, pod, "VERSION").await, "1");
     }
 
     let template_label = json!({"spec": {"template": {"metadata": {"labels": {"version": "2"}}}}});
@@ -363,17 +348,11 @@ async fn a_cloneset_in_place_env_from_metadata_update_ends_updated_and_ready_und
             "{name}'s container restarted once"
         );
         assert_eq!(
-            env_version(&node, new).await,
+            container_env(&node, new, "VERSION").await,
             "2",
             "{name} sees the new label"
         );
     }
-}
-
-fn cri(node: &RealNode) -> inplaced::cri::CriClient {
-    inplaced::cri::CriClient::new(inplaced::cri::CriConfig::new(
-        inplaced::cri::CriEndpoint::parse(&node.cri_endpoint).unwrap(),
-    ))
 }
 
 /// The pod status of container `app`: its `image` and `imageID`.
@@ -390,7 +369,7 @@ fn app_image(pod: &Pod) -> (String, String) {
 /// Every name the runtime knows the image `name` by: its ID and its repo digests (the kubelet
 /// reports one of them as a container's `imageID`).
 async fn image_ids(node: &RealNode, name: &str) -> Vec<String> {
-    let image = cri(node)
+    let image = runtime_of(node)
         .image_status(name)
         .await
         .unwrap()
@@ -405,7 +384,7 @@ async fn image_ids(node: &RealNode, name: &str) -> Vec<String> {
 async fn runtime_app(node: &RealNode, pod: &Pod) -> (String, String, String) {
     let (_, id) = app_status(pod);
     let id = id.rsplit("://").next().unwrap().to_string();
-    let cri = cri(node);
+    let cri = runtime_of(node);
     let status = cri
         .container_status(&id, false)
         .await

@@ -332,3 +332,34 @@ pub fn slow_ready_pod(name: &str, node: &str, label: &str) -> Pod {
     );
     pod
 }
+
+/// The node's runtime, as the tests ask it.
+pub fn runtime_of(node: &RealNode) -> inplaced::cri::CriClient {
+    inplaced::cri::CriClient::new(inplaced::cri::CriConfig::new(
+        inplaced::cri::CriEndpoint::parse(&node.cri_endpoint).unwrap(),
+    ))
+}
+
+/// What the container `app` of `pod` sees as `$name`, asked of the runtime.
+pub async fn container_env(node: &RealNode, pod: &Pod, name: &str) -> String {
+    let (_, id) = app_status(pod);
+    let id = id.rsplit("://").next().unwrap().to_string();
+    let answer = runtime_of(node)
+        .exec_sync(
+            &id,
+            vec!["/bin/sh".into(), "-c".into(), format!("echo -n ${name}")],
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&answer.stdout).into_owned()
+}
+
+/// The agent's requests the real apiserver refused as unauthenticated (401), described.
+pub fn refused_unauthenticated(cluster: &ControlPlane) -> Vec<String> {
+    agent_requests(cluster)
+        .iter()
+        .filter(|e| e["responseStatus"]["code"] == 401)
+        .map(describe)
+        .collect()
+}

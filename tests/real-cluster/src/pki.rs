@@ -81,15 +81,7 @@ impl Ca {
         group: Option<&str>,
         valid_for: Duration,
     ) -> anyhow::Result<Credential> {
-        let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, user);
-        if let Some(group) = group {
-            params
-                .distinguished_name
-                .push(DnType::OrganizationName, group);
-        }
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        self.issue(params, valid_for)
+        self.issue(client_params(user, group), valid_for)
     }
 
     /// As [`Ca::client_valid_for`], but valid from now: its whole life is `valid_for`, which is
@@ -100,15 +92,7 @@ impl Ca {
         group: Option<&str>,
         valid_for: Duration,
     ) -> anyhow::Result<Credential> {
-        let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, user);
-        if let Some(group) = group {
-            params
-                .distinguished_name
-                .push(DnType::OrganizationName, group);
-        }
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        self.issue_between(params, SystemTime::now(), valid_for)
+        self.issue_between(client_params(user, group), SystemTime::now(), valid_for)
     }
 
     fn issue(&self, params: CertificateParams, valid_for: Duration) -> anyhow::Result<Credential> {
@@ -141,6 +125,19 @@ impl Ca {
             key_pem: key.serialize_pem(),
         })
     }
+}
+
+/// A client certificate's subject: user `user` (CN), group `group` (O).
+fn client_params(user: &str, group: Option<&str>) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    params.distinguished_name.push(DnType::CommonName, user);
+    if let Some(group) = group {
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, group);
+    }
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params
 }
 
 /// A new key pair, PEM: the private key (PKCS#8) and its public key (SubjectPublicKeyInfo), the
