@@ -1161,16 +1161,7 @@ async fn double_side(server: &ApiServer) -> Side {
             yaml_documents(&std::fs::read_to_string(kruise).unwrap()).remove(0),
         )
         .unwrap();
-    for doc in yaml_documents(&std::fs::read_to_string(shipped("admission-policy.yaml")).unwrap()) {
-        let resource = match doc["kind"].as_str() {
-            Some("ValidatingAdmissionPolicy") => apiserver_double::VALIDATING_ADMISSION_POLICIES,
-            Some("ValidatingAdmissionPolicyBinding") => {
-                apiserver_double::VALIDATING_ADMISSION_POLICY_BINDINGS
-            }
-            other => panic!("unexpected document {other:?}"),
-        };
-        server.store().create(resource, doc).unwrap();
-    }
+    support::cluster::apply_shipped_policy(server);
     server
         .tokens()
         .add_with_groups("agent-cmp-a", AGENT_USER, &[AGENT_GROUP], None);

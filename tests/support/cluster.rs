@@ -154,7 +154,7 @@ impl Cluster {
 }
 
 /// The shipped ValidatingAdmissionPolicies and bindings, stored as `kubectl apply` would.
-fn apply_shipped_policy(server: &ApiServer) {
+pub fn apply_shipped_policy(server: &ApiServer) {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/packaging/kubernetes/admission-policy.yaml"
