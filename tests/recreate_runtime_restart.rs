@@ -1,7 +1,10 @@
 //! containerd stopped and started again at different points of a request: before the agent
 //! acts on it, while it is stopping the container, after the stop and before kubelet starts the
 //! new container, and in the middle of an env-from-metadata restart. Every request must end
-//! truthfully (Succeeded) with each targeted container stopped exactly once.
+//! truthfully (Succeeded) with each targeted container stopped exactly once: no StopContainer
+//! after one answered OK, and at most one after one that failed because the runtime went away
+//! under it (the agent cannot know whether that one's SIGTERM arrived: it sends it again when
+//! the container still runs).
 //! Alone in its binary, one test running the points one after the other: it stops the shared
 //! containerd (cargo runs test binaries one at a time).
 
@@ -52,6 +55,19 @@ async fn wait_exited(id: &str) {
     }
 }
 
+/// `id` got a StopContainer, none after one answered OK, and at most two (one outage).
+fn assert_stopped_once(node: &Node, id: &str, context: &str) {
+    let outcomes = node.proxy.stop_outcomes(id);
+    let after_ok = outcomes
+        .iter()
+        .position(|ok| *ok)
+        .map(|at| at + 1 < outcomes.len());
+    assert!(
+        !outcomes.is_empty() && outcomes.len() <= 2 && after_ok != Some(true),
+        "{context}: {id} was stopped with these outcomes (true: answered OK): {outcomes:?}"
+    );
+}
+
 async fn crr_with_runtime_restart(point: Point) {
     let node = Node::start().await;
     let pod_name = unique("runtime-restart");
@@ -97,11 +113,7 @@ async fn crr_with_runtime_restart(point: Point) {
     let new = container_id(&pod, "app");
     // Settled: nothing more is stopped.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        node.proxy.stop_count(&old),
-        1,
-        "{point:?}: killed exactly once"
-    );
+    assert_stopped_once(&node, &old, &format!("{point:?}"));
     assert_eq!(node.proxy.stop_count(&new), 0, "{point:?}");
     node.stop().await;
 }
@@ -124,11 +136,7 @@ async fn env_restart_with_runtime_restart() {
     let new = container_id(&pod, "app");
     assert_eq!(support::env_of(&new, "V").await.as_deref(), Some("2"));
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        node.proxy.stop_count(&old),
-        1,
-        "env restart: killed exactly once"
-    );
+    assert_stopped_once(&node, &old, "env restart");
     assert_eq!(node.proxy.stop_count(&new), 0);
     node.stop().await;
 }

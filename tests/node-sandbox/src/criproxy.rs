@@ -132,6 +132,8 @@ struct Counters {
     calls: HashMap<String, usize>,
     stops: HashMap<String, usize>,
     stops_forwarded: HashMap<String, usize>,
+    /// Container → how each of its StopContainer calls ended for the caller (true: answered OK).
+    stop_outcomes: HashMap<String, Vec<bool>>,
     /// (method, container) → time the runtime took to answer the calls forwarded.
     upstream: HashMap<(String, String), Duration>,
     fired: HashMap<RuleId, usize>,
@@ -413,20 +415,46 @@ where
 {
     let req = request.into_inner();
     let cid = req.container_id().map(str::to_owned);
-    let fault = state.begin(method, cid.as_deref());
+    let answer = answer_call(state, method, cid.as_deref(), req, forward).await;
+    if method == "StopContainer"
+        && let Some(id) = &cid
+    {
+        lock(&state.counters)
+            .stop_outcomes
+            .entry(id.clone())
+            .or_default()
+            .push(answer.is_ok());
+    }
+    answer
+}
+
+/// The call's answer: the rule's fault, or the runtime's answer (mangled as the rule says).
+async fn answer_call<Req, Resp, F, Fut>(
+    state: &State,
+    method: &'static str,
+    cid: Option<&str>,
+    req: Req,
+    forward: F,
+) -> Result<Response<Resp>, Status>
+where
+    Resp: Mangle,
+    F: FnOnce(Req) -> Fut,
+    Fut: std::future::Future<Output = Result<Response<Resp>, Status>>,
+{
+    let fault = state.begin(method, cid);
     match &fault {
         Some(Fault::Error { code, message }) => return Err(Status::new(*code, message.clone())),
         Some(Fault::Empty) => return Ok(Response::new(Resp::default())),
         Some(Fault::Hang(d)) => tokio::time::sleep(*d).await,
         _ => {}
     }
-    state.forwarded(method, cid.as_deref());
+    state.forwarded(method, cid);
     let asked = std::time::Instant::now();
     let answer = forward(req).await;
-    if let Some(id) = &cid {
+    if let Some(id) = cid {
         *lock(&state.counters)
             .upstream
-            .entry((method.to_owned(), id.clone()))
+            .entry((method.to_owned(), id.to_owned()))
             .or_default() += asked.elapsed();
     }
     let answer = answer.map_err(relay)?.into_inner();
@@ -657,6 +685,17 @@ impl CriProxy {
             .get(strip_scheme(container_id))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// How each StopContainer call for this container ended for the agent, in order (true:
+    /// answered OK). A call that failed (the runtime went away under it) may be followed by
+    /// another; one answered OK never should be.
+    pub fn stop_outcomes(&self, container_id: &str) -> Vec<bool> {
+        lock(&self.state.counters)
+            .stop_outcomes
+            .get(strip_scheme(container_id))
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// How long the runtime took, in all, to answer the forwarded `method` calls naming this
