@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::cri::{CriClient, CriConfig, CriEndpoint, CriError};
 use crate::hashing::KubeletVersion;
 use crate::health::Health;
+use crate::health::Heartbeat;
 use crate::http;
 use crate::kube::{self, NodeObject, NodePods};
 use crate::metrics::Metrics;
@@ -25,7 +26,7 @@ use crate::recreate::{self, RecreateConfig};
 use crate::resize::{self, ResizeConfig};
 use crate::restart::{KillLedger, RestartTracker, StopGate};
 use crate::restartrequest::{self, RestartRequestConfig};
-use crate::systemd::{self, Heartbeat, Notifier};
+use crate::systemd::{self, Notifier};
 use crate::upgrade;
 
 /// How often the main loop turns even when nothing happens (its heartbeat).
@@ -39,10 +40,25 @@ const IDLE_BACKOFF: u32 = 8;
 /// ten-minute timeout needs no finer grain).
 const REBUILD_IDLE_TICKS: u32 = 60;
 
+/// Every module's metric families, registered at start: each outcome series exists at 0
+/// before its first event (an increase that rate() and alerts see), and `/metrics` lists every
+/// family the shipped dashboard and alerts name even before it has a sample.
+pub(crate) fn register_metrics(metrics: &Metrics) {
+    drop(metrics.families::<crate::cri::CriCallMetrics>());
+    drop(metrics.families::<crate::kube::ApiMetrics>());
+    drop(metrics.families::<crate::nodeview::RefreshMetrics>());
+    drop(metrics.families::<crate::restart::RestartMetrics>());
+    drop(metrics.families::<crate::recreate::ReactionMetrics>());
+    drop(metrics.families::<crate::containermeta::ContainerMetaMetrics>());
+    drop(metrics.families::<crate::resize::ResizeMetrics>());
+    drop(metrics.families::<crate::upgrade::UpgradeMetrics>());
+}
+
 /// Runs until SIGTERM or SIGINT. Errors only for what the agent itself cannot do (bind its
 /// listen address or admin socket): those are configuration problems.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = Metrics::new();
+    register_metrics(&metrics);
     let notifier = Notifier::start();
     let heartbeat = Heartbeat::default();
     let health = Health::new(heartbeat.clone()).with_stuck_worker_after(config.stuck_worker_after);
@@ -455,7 +471,7 @@ async fn refresh_runtime(
                 Ok(endpoint) => {
                     events = EventStream::Closed;
                     let client = CriClient::new(CriConfig::new(endpoint))
-                        .with_observer(Arc::new(metrics.clone()));
+                        .with_observer(Arc::new(metrics.families::<crate::cri::CriCallMetrics>()));
                     clients.send_replace(Some(client.clone()));
                     tracker = Some(RuntimeTracker::new(client));
                 }
@@ -471,7 +487,9 @@ async fn refresh_runtime(
                     EventStream::Opening(Box::pin(async move { client.container_events().await }));
             }
             let result = tracker.refresh().await;
-            metrics.count_node_view_refresh(result.is_ok());
+            metrics
+                .families::<crate::nodeview::RefreshMetrics>()
+                .count(result.is_ok());
             match result {
                 Ok(snapshot) => {
                     health.set("runtime", Ok(()));
@@ -632,4 +650,125 @@ async fn connect_api(
     let (node, node_task) = kube::watch_node(client.clone(), &config.node_name, metrics, health);
     sources.send_replace(Some(ApiSources { client, pods, node }));
     tokio::join!(pods_task, node_task);
+}
+
+#[cfg(test)]
+mod metrics_tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::containermeta::EnvRestartResult;
+    use crate::cri::CallObserver;
+    use crate::nodeview::Trigger;
+    use crate::restart::{RestartPhase, RestartResult};
+
+    #[test]
+    fn outcome_counters_start_at_zero() {
+        let metrics = Metrics::new();
+        register_metrics(&metrics);
+        let text = metrics.encode();
+        for series in [
+            "inplaced_env_restarts_total{result=\"error\"} 0",
+            "inplaced_restarts_total{trigger=\"crr\",result=\"not-ready\"} 0",
+            "inplaced_resizes_total{actuator=\"cri\",result=\"Failed\"} 0",
+            "inplaced_node_view_refreshes_total{result=\"error\"} 0",
+            "inplaced_runtime_meta_patches_total{result=\"error\"} 0",
+        ] {
+            assert!(text.contains(series), "{series} missing from:\n{text}");
+        }
+    }
+
+    /// Every metric a query of the shipped Grafana dashboard names must be one the agent exports.
+    #[test]
+    fn every_dashboard_query_names_an_exported_metric() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/packaging/grafana/inplaced-dashboard.json"
+        );
+        let dashboard: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let metrics = Metrics::new();
+        register_metrics(&metrics);
+        // Families are exposed once they have a sample: give every one of them one.
+        metrics.families::<crate::cri::CriCallMetrics>().observe(
+            "Version",
+            tonic::Code::Ok,
+            Duration::from_millis(1),
+        );
+        let api = metrics.families::<crate::kube::ApiMetrics>();
+        api.observe_request("list", "pods", 200, Duration::from_millis(1));
+        api.count_watch_restart("pods");
+        metrics
+            .families::<crate::nodeview::RefreshMetrics>()
+            .count(true);
+        let restarts = metrics.families::<crate::restart::RestartMetrics>();
+        restarts.observe_phase(Trigger::Crr, RestartPhase::Total, 1.0);
+        restarts.count(Trigger::Crr, RestartResult::Ready);
+        let meta = metrics.families::<crate::containermeta::ContainerMetaMetrics>();
+        meta.count_env_restart(EnvRestartResult::Success);
+        meta.count_annotation_patch(true);
+        let resizes = metrics.families::<crate::resize::ResizeMetrics>();
+        resizes.observe("cri", "Succeeded", Some(0.1));
+        resizes.count_reapplied();
+        metrics
+            .families::<crate::recreate::ReactionMetrics>()
+            .observe(Duration::from_millis(2));
+        metrics
+            .families::<crate::upgrade::UpgradeMetrics>()
+            .set_summaries(&[crate::upgrade::TargetSummary {
+                release: "1.34".into(),
+                restart: 1,
+                keep: 2,
+                unknown: 0,
+                not_running: 0,
+                checkpoint_hazard: false,
+                checkpoint_message: None,
+                workloads: vec![],
+                workloads_omitted: 0,
+            }]);
+        let exported: Vec<String> = metrics
+            .encode()
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .map(str::to_owned)
+            .collect();
+        assert!(exported.len() >= 8, "{exported:?}");
+        let mut queries = Vec::new();
+        for panel in dashboard["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().unwrap() {
+                queries.push(target["expr"].as_str().unwrap().to_owned());
+            }
+        }
+        for variable in dashboard["templating"]["list"].as_array().unwrap() {
+            if let Some(query) = variable["query"]
+                .as_str()
+                .filter(|q| q.contains("inplaced_"))
+            {
+                queries.push(query.to_owned());
+            }
+        }
+        assert!(!queries.is_empty());
+        for query in &queries {
+            let mut named = 0;
+            for (start, _) in query.match_indices("inplaced_") {
+                let name: String = query[start..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                // Samples of a family: name_bucket/_sum/_count of a histogram, name_total of a
+                // counter, name_info of an info metric.
+                let family = ["_bucket", "_sum", "_count", "_total", "_info"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix))
+                    .unwrap_or(&name);
+                assert!(
+                    exported.iter().any(|e| e == family),
+                    "{name} in {query:?} is not exported: {exported:?}"
+                );
+                named += 1;
+            }
+            assert!(named > 0, "a query without an inplaced metric: {query}");
+        }
+    }
 }

@@ -3,10 +3,9 @@
 //! controllers and the agent report into it; the HTTP endpoints and the status line read it.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use crate::systemd::Heartbeat;
 
 /// The main loop beats at least this often; a longer silence means it is stuck.
 pub(crate) const STALL_AFTER: Duration = Duration::from_secs(30);
@@ -181,6 +180,44 @@ pub(crate) async fn hang_here_if_told(worker: &str, with_work: bool) {
     }
     #[cfg(not(feature = "test-support"))]
     let _ = (worker, with_work);
+}
+
+/// The main loop's pulse: it beats on every turn; the watchdog and `/healthz` read it.
+#[derive(Clone, Debug)]
+pub struct Heartbeat {
+    origin: Instant,
+    /// Milliseconds since `origin` at the last beat, plus one (0 = never beat).
+    last: Arc<AtomicU64>,
+}
+
+impl Default for Heartbeat {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+            last: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Heartbeat {
+    pub fn beat(&self) {
+        let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1;
+        self.last.store(now, Ordering::Relaxed);
+    }
+
+    /// Time since the last beat; `None` before the first.
+    pub(crate) fn since_last_beat(&self) -> Option<Duration> {
+        let last = self.last.load(Ordering::Relaxed);
+        (last > 0).then(|| {
+            self.origin
+                .elapsed()
+                .saturating_sub(Duration::from_millis(last - 1))
+        })
+    }
+
+    pub(crate) fn mark(&self) -> u64 {
+        self.last.load(Ordering::Relaxed)
+    }
 }
 
 #[cfg(test)]

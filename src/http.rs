@@ -129,7 +129,7 @@ mod tests {
     async fn connections_beyond_the_bound_wait_for_a_free_one() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        let health = Health::new(crate::systemd::Heartbeat::default());
+        let health = Health::new(crate::health::Heartbeat::default());
         tokio::spawn(serve_at_most(listener, Metrics::new(), health, 2));
         let idle_1 = tokio::net::TcpStream::connect(address).await.unwrap();
         let idle_2 = tokio::net::TcpStream::connect(address).await.unwrap();

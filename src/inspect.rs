@@ -37,7 +37,7 @@ pub async fn snapshot(config: &Config) -> anyhow::Result<NodeView> {
 }
 
 async fn api_pods(config: &Config) -> anyhow::Result<(Vec<CachedPod>, Option<String>)> {
-    let health = crate::health::Health::new(crate::systemd::Heartbeat::default());
+    let health = crate::health::Health::new(crate::health::Heartbeat::default());
     let client = crate::kube::client(
         config.kubeconfig.as_deref(),
         Metrics::new(),
@@ -57,28 +57,6 @@ async fn api_pods(config: &Config) -> anyhow::Result<(Vec<CachedPod>, Option<Str
         .flatten()
         .and_then(|n| n.status?.node_info.map(|i| i.kubelet_version));
     Ok((list.items, kubelet_version))
-}
-
-/// Rows as columns padded to their widest cell, two spaces apart, one line each.
-pub(crate) fn aligned<R: AsRef<[String]>>(rows: &[R]) -> String {
-    let columns = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
-    let mut widths = vec![0usize; columns];
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row.as_ref()) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in rows {
-        let line: Vec<String> = row
-            .as_ref()
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        let _ = writeln!(out, "{}", line.join("  ").trim_end());
-    }
-    out
 }
 
 /// A `crictl ps`-like table: one row per spec container, with the runtime's view of it.
@@ -130,7 +108,7 @@ pub fn table(view: &NodeView) -> String {
             ]);
         }
     }
-    let mut out = aligned(&rows);
+    let mut out = crate::table::aligned(&rows);
     let backoffs: Vec<String> = view
         .pods
         .iter()

@@ -4,12 +4,12 @@
 //!
 //! Without `NOTIFY_SOCKET` (not started by systemd) every call is a no-op.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sd_notify::NotifyState;
+
+use crate::health::{Health, Heartbeat};
 
 /// Notifications waiting for the sending thread; more are dropped (see [`Notifier`]).
 const QUEUE: usize = 16;
@@ -155,44 +155,6 @@ impl Notifier {
     }
 }
 
-/// The main loop's pulse: it beats on every turn; the watchdog and `/healthz` read it.
-#[derive(Clone, Debug)]
-pub struct Heartbeat {
-    origin: Instant,
-    /// Milliseconds since `origin` at the last beat, plus one (0 = never beat).
-    last: Arc<AtomicU64>,
-}
-
-impl Default for Heartbeat {
-    fn default() -> Self {
-        Self {
-            origin: Instant::now(),
-            last: Arc::new(AtomicU64::new(0)),
-        }
-    }
-}
-
-impl Heartbeat {
-    pub fn beat(&self) {
-        let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1;
-        self.last.store(now, Ordering::Relaxed);
-    }
-
-    /// Time since the last beat; `None` before the first.
-    pub(crate) fn since_last_beat(&self) -> Option<Duration> {
-        let last = self.last.load(Ordering::Relaxed);
-        (last > 0).then(|| {
-            self.origin
-                .elapsed()
-                .saturating_sub(Duration::from_millis(last - 1))
-        })
-    }
-
-    fn mark(&self) -> u64 {
-        self.last.load(Ordering::Relaxed)
-    }
-}
-
 /// The watchdog interval systemd asked for (`WATCHDOG_USEC`, for this PID), if any.
 pub(crate) fn watchdog_interval() -> Option<Duration> {
     sd_notify::watchdog_enabled()
@@ -203,7 +165,7 @@ pub(crate) fn watchdog_interval() -> Option<Duration> {
 pub async fn run_watchdog(
     notifier: Notifier,
     heartbeat: Heartbeat,
-    health: crate::health::Health,
+    health: Health,
     interval: Duration,
 ) {
     let mut ticker = tokio::time::interval(interval / 2);
@@ -228,6 +190,8 @@ pub async fn run_watchdog(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
 
     #[test]

@@ -5,7 +5,8 @@ use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
 use inplaced::health::Health;
-use inplaced::systemd::{Heartbeat, Notifier, run_watchdog};
+use inplaced::health::Heartbeat;
+use inplaced::systemd::{Notifier, run_watchdog};
 
 fn pings_during(socket: &UnixDatagram, window: Duration) -> usize {
     let deadline = Instant::now() + window;

@@ -31,9 +31,11 @@ use crate::kube::events::PodEvents;
 use crate::kube::status::{ObjectRef, StatusWriter, Target, Written};
 
 use super::plan::{self, EnvRestart, RuntimeMeta};
+use super::{ContainerMetaMetrics, EnvRestartResult};
 use crate::cri::CriClient;
 use crate::cri::labels;
-use crate::metrics::{EnvRestartResult, Metrics, Trigger};
+use crate::metrics::Metrics;
+use crate::nodeview::Trigger;
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 use crate::restart::{
     self, ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillJournal, KillLedger, KillOrder,
@@ -113,7 +115,7 @@ struct ContainerMetaController {
     config: ContainerMetaConfig,
     client: ::kube::Client,
     cri: CriClient,
-    metrics: Metrics,
+    metrics: ContainerMetaMetrics,
     journal: Option<KillJournal>,
     /// (pod uid, container name) → what is known of that container of a served pod.
     containers: HashMap<(String, String), SeenContainer>,
@@ -137,6 +139,7 @@ pub async fn run(
 ) {
     let (done_tx, mut done_rx) = mpsc::channel::<String>(64);
     let tokens = f64::from(config.restarts_per_minute);
+    let metrics: ContainerMetaMetrics = metrics.families();
     let patches = metrics.clone();
     let mut controller = ContainerMetaController {
         annotations: StatusWriter::new(
@@ -161,7 +164,7 @@ pub async fn run(
             _ = views.changed() => {}
             Some(id) = done_rx.recv() => controller.killed(&id),
             Some(written) = controller.annotations.finished() => {
-                patches.count_runtime_meta_patch(written == Written::Landed);
+                patches.count_annotation_patch(written == Written::Landed);
             }
             _ = tokio::time::sleep(next_pass) => {}
             _ = shutdown.changed() => {}

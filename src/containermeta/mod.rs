@@ -10,7 +10,9 @@
 //!   (kruise pods) or the pod opted in. See [`controller`] for the safety rules.
 
 mod controller;
+mod metrics;
 pub mod plan;
 
 pub use controller::{ContainerMetaConfig, LONGEST_IDLE_PASS, run};
+pub(crate) use metrics::{ContainerMetaMetrics, EnvRestartResult};
 pub use plan::{META_ANNOTATION, OPT_IN_ANNOTATION};

@@ -6,9 +6,11 @@
 mod client;
 mod endpoint;
 pub mod labels;
+mod metrics;
 
 pub use client::{CriClient, CriConfig, PodLabels, RuntimeInfo};
 pub use endpoint::{CriEndpoint, DISCOVERY_ORDER};
+pub use metrics::CriCallMetrics;
 
 /// Generated CRI v1 protocol types and gRPC stubs (`runtime.v1`).
 #[allow(clippy::all, clippy::pedantic, missing_docs)]

@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 use http::{Request, Response};
 use tower::{Layer, Service};
 
+use super::ApiMetrics;
 use crate::metrics::Metrics;
 
 #[derive(Clone)]
 pub struct ApiLayer {
-    metrics: Metrics,
+    metrics: ApiMetrics,
     bucket: Arc<Mutex<TokenBucket>>,
     answer_deadline: Duration,
 }
@@ -27,7 +28,7 @@ pub struct ApiLayer {
 impl ApiLayer {
     pub fn new(metrics: Metrics, qps: u32, burst: u32, answer_deadline: Duration) -> Self {
         Self {
-            metrics,
+            metrics: metrics.families(),
             bucket: Arc::new(Mutex::new(TokenBucket::new(qps.max(1), burst.max(1)))),
             answer_deadline,
         }
@@ -55,7 +56,7 @@ impl<S> Layer<S> for ApiLayer {
 
 pub struct ApiService<S> {
     inner: S,
-    metrics: Metrics,
+    metrics: ApiMetrics,
     bucket: Arc<Mutex<TokenBucket>>,
     answer_deadline: Duration,
     wait: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -113,7 +114,7 @@ where
                 }
             };
             let code = result.as_ref().map_or(0, |r| r.status().as_u16());
-            metrics.observe_api_request(verb, &resource, code, started.elapsed());
+            metrics.observe_request(verb, &resource, code, started.elapsed());
             result
         })
     }

@@ -7,8 +7,7 @@ mod cached_pod;
 mod credentials;
 pub mod events;
 mod layer;
-pub mod request;
-mod request_loop;
+mod metrics;
 pub mod status;
 mod watches;
 
@@ -27,9 +26,7 @@ pub use cached_pod::{
 };
 use credentials::{CredentialSource, Credentials, ReloadingService};
 pub use layer::ApiLayer;
-pub(crate) use request_loop::{
-    MAX_REQUEUE as REQUEST_LOOP_IDLE, RequestController, run_request_loop,
-};
+pub(crate) use metrics::ApiMetrics;
 pub use watches::{
     NodeObject, NodePods, Watched, WatchedRequests, watch_namespaced, watch_node, watch_node_pods,
     watch_requests,

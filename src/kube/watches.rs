@@ -374,7 +374,9 @@ async fn until_crd_serves(client: Client, crd: String, version: String, metrics:
                 return;
             }
             Err(err) => {
-                metrics.count_watch_restart(CRDS);
+                metrics
+                    .families::<super::ApiMetrics>()
+                    .count_watch_restart(CRDS);
                 tracing::warn!(crd, error = %err, "CustomResourceDefinition watch failed; backing off and resuming");
             }
         }
@@ -454,7 +456,9 @@ async fn drive<S, K>(
                 tick.send_modify(|n| *n = n.wrapping_add(1));
             }
             Err(err) if when_not_served.is_some() && not_served(&err) => {
-                metrics.count_watch_restart(resource);
+                metrics
+                    .families::<super::ApiMetrics>()
+                    .count_watch_restart(resource);
                 if !said_not_served {
                     tracing::warn!(resource, error = %err, "{}", when_not_served.unwrap_or_default());
                     said_not_served = true;
@@ -464,7 +468,9 @@ async fn drive<S, K>(
                 }
             }
             Err(err) => {
-                metrics.count_watch_restart(resource);
+                metrics
+                    .families::<super::ApiMetrics>()
+                    .count_watch_restart(resource);
                 tracing::warn!(resource, error = %err, "watch failed; backing off and resuming");
                 let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
                 if since.elapsed() >= WATCH_FAILING_UNREADY {
@@ -539,7 +545,7 @@ mod tests {
     /// 80 s, then quiet again.
     #[tokio::test(start_paused = true)]
     async fn a_watch_failing_for_a_minute_makes_the_agent_unready_until_it_recovers() {
-        let health = Health::new(crate::systemd::Heartbeat::default());
+        let health = Health::new(crate::health::Heartbeat::default());
         let (tick, changes) = watch::channel(0u64);
         // (seconds before the item, whether it is an error)
         let script: Vec<(u64, bool)> = vec![
@@ -665,7 +671,7 @@ mod tests {
     /// until `until_served` returns; the first answer after it counts as an event, `Init` not.
     #[tokio::test(start_paused = true)]
     async fn an_unserved_resource_is_not_asked_for_again_until_it_is_served() {
-        let health = Health::new(crate::systemd::Heartbeat::default());
+        let health = Health::new(crate::health::Heartbeat::default());
         let (tick, changes) = watch::channel(0u64);
         let polled = Arc::new(std::sync::Mutex::new(Vec::new()));
         let log = polled.clone();
@@ -729,7 +735,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_optional_resource_not_served_leaves_the_agent_ready() {
         async fn unready_after_two_minutes_of_404(watched: Watched) -> Vec<String> {
-            let health = Health::new(crate::systemd::Heartbeat::default());
+            let health = Health::new(crate::health::Heartbeat::default());
             let (tick, _changes) = watch::channel(0u64);
             let stream = futures::stream::unfold(0u32, |n| async move {
                 (n < 12).then_some(())?;

@@ -4,6 +4,7 @@
 //! (the labels: `docs/cri-labels.md`).
 
 mod hashes;
+mod metrics;
 mod restart;
 mod runtime;
 
@@ -15,7 +16,8 @@ use crate::cri::labels;
 use crate::cri::proto::{Container, ContainerState, PodSandbox, PodSandboxState};
 use crate::kube::{CachedContainer, CachedPod};
 pub use hashes::{HashCache, HashCheck, UpgradeReport, UpgradeVerdict, annotate, upgrade_check};
-pub use restart::{CrashBackoffView, RestartTiming};
+pub(crate) use metrics::RefreshMetrics;
+pub use restart::{CrashBackoffView, RestartTiming, RestartWindow, Trigger};
 pub use runtime::{ContainerTimes, RuntimeSnapshot, RuntimeTracker};
 
 /// Annotation a mirror pod carries: the static pod's UID as kubelet knows it (its config hash).

@@ -2,9 +2,57 @@
 //! long each phase took. Measured by `restart::RestartTracker`; kept here because the view is
 //! what carries it.
 
+use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::Trigger;
+use crate::metrics::label_values;
+
+label_values! {
+    /// What killed the old container of a restart (the `trigger` label of the restart metrics).
+    Trigger {
+        Crr => "crr",
+        RestartRequest => "restart-request",
+        EnvChange => "env-change",
+        KubeletUpdate => "kubelet-update",
+        ContainerExit => "container-exit",
+    }
+}
+
+// As the node view shows a restart (`inplaced pods -o json`): the label's spelling.
+impl Serialize for Trigger {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Trigger {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Trigger::ALL
+            .iter()
+            .copied()
+            .find(|t| t.as_str() == text)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown restart trigger {text:?}")))
+    }
+}
+
+/// When the kubelet starts an exited container again: from the end of its crash back-off to
+/// that plus how late its sync may come (`restart::backoff`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestartWindow {
+    pub earliest: Timestamp,
+    pub latest: Timestamp,
+}
+
+impl std::fmt::Display for RestartWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.latest > self.earliest {
+            write!(f, "between {} and {}", self.earliest, self.latest)
+        } else {
+            write!(f, "at {}", self.earliest)
+        }
+    }
+}
 
 /// One restart as measured. Times are RFC 3339; durations in seconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -81,7 +129,7 @@ impl CrashBackoffView {
     }
 
     /// For an exited container still held: when the kubelet starts it again.
-    pub(crate) fn restart_window(&self) -> Option<crate::restart::RestartWindow> {
+    pub(crate) fn restart_window(&self) -> Option<RestartWindow> {
         if self.uncertain.is_some() {
             return None;
         }
@@ -90,13 +138,23 @@ impl CrashBackoffView {
             Some(t) => t.parse().ok()?,
             None => earliest,
         };
-        Some(crate::restart::RestartWindow { earliest, latest })
+        Some(RestartWindow { earliest, latest })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trigger_reads_back_as_written_and_an_unknown_one_is_refused() {
+        for trigger in Trigger::ALL {
+            let text = serde_json::to_string(trigger).unwrap();
+            assert_eq!(text, format!("\"{}\"", trigger.as_str()));
+            assert_eq!(serde_json::from_str::<Trigger>(&text).unwrap(), *trigger);
+        }
+        assert!(serde_json::from_str::<Trigger>("\"cron\"").is_err());
+    }
 
     #[test]
     fn a_held_container_is_said_with_its_window_or_why_it_is_not_known() {

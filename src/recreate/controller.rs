@@ -12,17 +12,20 @@ use ::kube::runtime::watcher;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{mpsc, watch};
 
+use super::ReactionMetrics;
 use super::crr::{self, Crr, CrrPhase, CrrStatus};
 use super::plan::{self, Facts, PodFacts, RuntimeFacts};
 use crate::cri::proto::{ContainerFilter, ContainerState};
 use crate::cri::{CriClient, labels};
 use crate::health::Health;
+use crate::kube::Watched;
 use crate::kube::events::PodEvents;
-use crate::kube::request::pod_group;
 use crate::kube::status::{ObjectRef, StatusWriter, Target};
-use crate::kube::{RequestController, Watched, run_request_loop};
-use crate::metrics::{Metrics, Trigger};
+use crate::metrics::Metrics;
+use crate::nodeview::Trigger;
 use crate::nodeview::{NodeView, PodView, RuntimeState};
+use crate::requests::pod_group;
+use crate::requests::{RequestController, run_request_loop};
 use crate::restart::{
     self, KillDone, KillIntent, KillJournal, KillLedger, KillOrder, NotPrepared, RequestKills,
     StopGate,
@@ -87,7 +90,7 @@ pub async fn run(
     metrics: Metrics,
     shutdown: watch::Receiver<bool>,
 ) {
-    let progress = health.worker(WORKER, crate::kube::REQUEST_LOOP_IDLE);
+    let progress = health.worker(WORKER, crate::requests::REQUEST_LOOP_IDLE);
     let ledger = config.ledger.clone();
     let version = served_crr_version(&client).await;
     tracing::info!(
@@ -129,7 +132,7 @@ pub async fn run(
         requests: HashMap::new(),
         health,
         ledger,
-        metrics,
+        reactions: metrics.families(),
         first_seen,
         working_on: HashMap::new(),
         pass_began: Instant::now(),
@@ -153,7 +156,7 @@ struct RecreateController {
     /// Where kills are noted for the restart timing metrics.
     ledger: KillLedger,
     health: Health,
-    metrics: Metrics,
+    reactions: ReactionMetrics,
     first_seen: FirstSeen,
     /// (namespace, pod) → UID of the request being worked on for that pod.
     working_on: HashMap<(String, String), String>,
@@ -504,7 +507,7 @@ impl RecreateController {
         let reaction = first_seen.map(|at| at.elapsed());
         let before_pass = first_seen.map(|at| self.pass_began.saturating_duration_since(at));
         if let Some(reaction) = reaction {
-            self.metrics.observe_crr_reaction(reaction);
+            self.reactions.observe(reaction);
         }
         tracing::info!(crr = %request.name, namespace = %request.namespace, pod = %pod.name, container = %order.container,
             id = %order.container_id, resumed = order.resumed, reaction = ?reaction, before_pass = ?before_pass,

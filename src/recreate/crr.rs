@@ -1,6 +1,6 @@
 //! The ContainerRecreateRequest (apps.kruise.io v1beta1 where the CRD serves it, as kruise 1.9
 //! does, else v1alpha1) as the node agent reads and writes it.
-//! Objects are decoded one by one (`kube::request::decode`), so a malformed CRR is reported on
+//! Objects are decoded one by one (`requests::decode`), so a malformed CRR is reported on
 //! its own status instead of breaking the watch for every other CRR.
 
 use std::collections::BTreeMap;
@@ -9,7 +9,7 @@ use ::kube::api::DynamicObject;
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::kube::request::{self, Decoded};
+use crate::requests::{self, Decoded};
 use crate::restart::{ContainerPort, PreStop};
 
 pub(crate) const GROUP: &str = "apps.kruise.io";
@@ -211,7 +211,7 @@ impl Crr {
     /// Decodes an object from the API. Only identity is required; a bad spec is kept as its
     /// error so that it can be reported on the object's status.
     pub fn from_object(object: &DynamicObject) -> Result<Crr, String> {
-        let Decoded { meta, spec, status } = request::decode(object, validate)?;
+        let Decoded { meta, spec, status } = requests::decode(object, validate)?;
         let manager: ManagerStatus = object
             .data
             .get("status")
@@ -318,7 +318,7 @@ mod tests {
     use super::*;
 
     fn decode_crr(json: serde_json::Value) -> Result<Crr, String> {
-        Crr::from_object(&request::object_from_json(json)?)
+        Crr::from_object(&requests::object_from_json(json)?)
     }
     use serde_json::json;
 

@@ -4,6 +4,8 @@
 
 mod controller;
 pub mod crr;
+mod metrics;
 pub mod plan;
 
 pub use controller::{RecreateConfig, crr_resource, run, served_crr_version};
+pub(crate) use metrics::ReactionMetrics;

@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
+use super::ResizeMetrics;
 use super::cgroup::Cgroups;
 use super::plan::{self, Admission, CriOutcome, CriStep, Facts};
 use super::request::{
@@ -24,12 +25,13 @@ use super::through_cri::{self, PodTarget, ResizeError};
 use super::through_kubelet::{self, ActuatorSetting, KubeletResizeApi, Progress};
 use crate::cri::CriClient;
 use crate::health::Health;
+use crate::kube::Watched;
 use crate::kube::events::PodEvents;
-use crate::kube::request::pod_group;
 use crate::kube::status::{ObjectRef, StatusWriter, Target};
-use crate::kube::{RequestController, Watched, run_request_loop};
 use crate::metrics::Metrics;
 use crate::nodeview::{NodeView, PodView};
+use crate::requests::pod_group;
+use crate::requests::{RequestController, run_request_loop};
 use crate::resources::Resources;
 
 #[derive(Clone, Debug)]
@@ -79,7 +81,7 @@ pub async fn run(
     metrics: Metrics,
     shutdown: watch::Receiver<bool>,
 ) {
-    let progress = health.worker(WORKER, crate::kube::REQUEST_LOOP_IDLE);
+    let progress = health.worker(WORKER, crate::requests::REQUEST_LOOP_IDLE);
     let resource = resize_resource();
     let selector = format!("{}={}", request::LABEL_NODE_NAME, config.node_name);
     let (requests, watch) = crate::kube::watch_requests(
@@ -105,7 +107,7 @@ pub async fn run(
         client,
         cri,
         health,
-        metrics,
+        metrics: metrics.families(),
         requests: HashMap::new(),
         limit_ranges: HashMap::new(),
         served_api: None,
@@ -124,7 +126,7 @@ struct ResizeController {
     client: ::kube::Client,
     cri: CriClient,
     health: Health,
-    metrics: Metrics,
+    metrics: ResizeMetrics,
     statuses: StatusWriter<ResizeStatus>,
     /// Request UID → what this agent did for it; pruned in [`ResizeController::sync`].
     requests: HashMap<String, Tracked>,
@@ -341,7 +343,7 @@ impl ResizeController {
             .started
             .take()
             .map(|at| at.elapsed().as_secs_f64());
-        self.metrics.observe_resize(
+        self.metrics.observe(
             status.actuator.map_or("none", Actuator::as_str),
             phase.as_str(),
             seconds,
@@ -728,7 +730,7 @@ impl ResizeController {
             reapply: true,
         }) = outcome
         {
-            self.metrics.count_resize_reapplied();
+            self.metrics.count_reapplied();
             for request in &succeeded {
                 let mut status = request.status.clone();
                 let mut changed = false;

@@ -5,6 +5,7 @@
 pub mod cgroup;
 pub mod cli;
 mod controller;
+mod metrics;
 mod plan;
 pub mod request;
 pub mod resources;
@@ -13,4 +14,5 @@ pub(crate) mod through_cri;
 pub mod through_kubelet;
 
 pub use controller::{ResizeConfig, resize_resource, run};
+pub(crate) use metrics::ResizeMetrics;
 pub use through_kubelet::ActuatorSetting;

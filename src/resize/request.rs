@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::kube::request::{self, Decoded};
+use crate::requests::{self, Decoded};
 use crate::resources::Resources;
 
 pub(crate) const GROUP: &str = "inplaced.io";
@@ -179,7 +179,7 @@ impl ResizeRequest {
     /// Decodes an object from the API. Only identity is required; a bad spec is kept as its
     /// error so that it can be reported on the object's status.
     pub fn from_object(object: &DynamicObject) -> Result<ResizeRequest, String> {
-        let Decoded { meta, spec, status } = request::decode(object, validate)?;
+        let Decoded { meta, spec, status } = requests::decode(object, validate)?;
         Ok(ResizeRequest {
             generation: meta.generation,
             created_at: meta.created_at,
@@ -300,11 +300,11 @@ fn validate(spec: ResizeSpec) -> Result<ResizeSpec, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::request::{crd_status_schema, schema_violations};
+    use crate::requests::{crd_status_schema, schema_violations};
     use serde_json::json;
 
     fn decode_request(json: Value) -> Result<ResizeRequest, String> {
-        ResizeRequest::from_object(&crate::kube::request::object_from_json(json)?)
+        ResizeRequest::from_object(&crate::requests::object_from_json(json)?)
     }
 
     #[test]

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
+use crate::nodeview::RestartWindow;
+
 /// The back-off one kubelet applies: its release's rule with its settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct BackoffRule {
@@ -172,14 +174,6 @@ impl BackoffRule {
     }
 }
 
-/// When the kubelet starts an exited container again: from the end of its wait to that plus
-/// the rule's [`BackoffRule::late_by`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RestartWindow {
-    pub earliest: Timestamp,
-    pub latest: Timestamp,
-}
-
 impl RestartWindow {
     /// The window of an instance that finished at `finished` and waits `wait`.
     pub(crate) fn after(rule: &BackoffRule, finished: Timestamp, wait: Duration) -> Option<Self> {
@@ -188,16 +182,6 @@ impl RestartWindow {
             .checked_add(jiff_duration(rule.late_by(wait)))
             .ok()?;
         Some(RestartWindow { earliest, latest })
-    }
-}
-
-impl std::fmt::Display for RestartWindow {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.latest > self.earliest {
-            write!(f, "between {} and {}", self.earliest, self.latest)
-        } else {
-            write!(f, "at {}", self.earliest)
-        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::metrics::Trigger;
+use crate::nodeview::Trigger;
 
 /// The agent's own kills, by container ID, so that the restart they cause is attributed.
 #[derive(Clone, Debug, Default)]

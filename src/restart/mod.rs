@@ -16,10 +16,10 @@ mod journal;
 mod kill;
 mod kubelet_process;
 mod ledger;
+mod metrics;
 mod prepare;
 mod tracker;
 
-pub use backoff::RestartWindow;
 pub use gate::{StopClaim, StopGate};
 pub use hook::{
     ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, ExecAction, HttpGetAction, HttpHeader,
@@ -30,5 +30,6 @@ pub(crate) use kill::{KillDone, RequestKills, kill_and_report};
 pub use kill::{KillError, KillOrder, KillOutcome, kill};
 pub use kubelet_process::KubeletProcess;
 pub use ledger::KillLedger;
+pub(crate) use metrics::{RestartMetrics, RestartPhase, RestartResult};
 pub use prepare::{NotPrepared, Prepared, prepare_kill};
 pub use tracker::RestartTracker;

@@ -11,7 +11,7 @@ use super::journal::{JournalError, KillIntent, KillJournal, Unsynced};
 use super::kill::KillOrder;
 use super::ledger::KillLedger;
 use crate::cri::{CriClient, CriError, PodLabels};
-use crate::metrics::Trigger;
+use crate::nodeview::Trigger;
 
 /// A kill cleared to start.
 pub struct Prepared {

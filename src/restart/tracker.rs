@@ -20,9 +20,12 @@ use std::time::{Duration, Instant};
 use k8s_openapi::jiff::Timestamp;
 
 use super::KillLedger;
-use super::backoff::{BackoffBook, BackoffRule, BackoffSettings, RestartWindow};
+use super::backoff::{BackoffBook, BackoffRule, BackoffSettings};
+use super::{RestartMetrics, RestartPhase, RestartResult};
 use crate::hashing::KubeletVersion;
-use crate::metrics::{Metrics, RestartPhase, RestartResult, Trigger};
+use crate::metrics::Metrics;
+use crate::nodeview::RestartWindow;
+use crate::nodeview::Trigger;
 use crate::nodeview::{CrashBackoffView, NodeView, RestartTiming, RuntimeSnapshot, RuntimeState};
 
 /// A readiness wait gives up after this long (result `not-ready`).
@@ -35,7 +38,7 @@ struct Seen {
 }
 
 pub struct RestartTracker {
-    metrics: Metrics,
+    metrics: RestartMetrics,
     ledger: KillLedger,
     seen: HashMap<(String, String), Seen>,
     /// Restarts whose new container is running but not yet ready.
@@ -86,7 +89,7 @@ impl RestartTracker {
         backoff_settings: BackoffSettings,
     ) -> Self {
         Self {
-            metrics,
+            metrics: metrics.families(),
             ledger,
             seen: HashMap::new(),
             pending: HashMap::new(),
@@ -281,7 +284,7 @@ impl RestartTracker {
                             (RestartPhase::Backoff, timing.backoff_seconds),
                         ] {
                             if let Some(value) = value {
-                                self.metrics.observe_restart_phase(trigger, phase, value);
+                                self.metrics.observe_phase(trigger, phase, value);
                             }
                         }
                         // A restart still waiting for readiness was itself replaced (a crash
@@ -289,7 +292,7 @@ impl RestartTracker {
                         if let Some((replaced, _)) =
                             self.pending.insert(key.clone(), (timing, Instant::now()))
                         {
-                            self.metrics.count_restart(
+                            self.metrics.count(
                                 replaced.trigger.unwrap_or(Trigger::ContainerExit),
                                 RestartResult::NotReady,
                             );
@@ -341,10 +344,10 @@ impl RestartTracker {
                         (RestartPhase::Total, timing.total_seconds),
                     ] {
                         if let Some(value) = value {
-                            self.metrics.observe_restart_phase(trigger, phase, value);
+                            self.metrics.observe_phase(trigger, phase, value);
                         }
                     }
-                    self.metrics.count_restart(trigger, RestartResult::Ready);
+                    self.metrics.count(trigger, RestartResult::Ready);
                     self.last.insert(key.clone(), timing);
                 }
                 container.last_restart = self
@@ -362,7 +365,7 @@ impl RestartTracker {
         self.pending.retain(|key, (timing, since)| {
             let keep = since.elapsed() < READY_TIMEOUT && live.contains(key);
             if !keep {
-                metrics.count_restart(
+                metrics.count(
                     timing.trigger.unwrap_or(Trigger::ContainerExit),
                     RestartResult::NotReady,
                 );

@@ -18,12 +18,14 @@ use super::plan::{self, ContainerFacts, Facts, PodFacts};
 use super::request::{self, RestartPhase, RestartRequest, RestartStatus};
 use crate::cri::CriClient;
 use crate::health::Health;
+use crate::kube::Watched;
 use crate::kube::events::PodEvents;
-use crate::kube::request::pod_group;
 use crate::kube::status::{ObjectRef, StatusWriter, Target};
-use crate::kube::{RequestController, Watched, run_request_loop};
-use crate::metrics::{Metrics, Trigger};
+use crate::metrics::Metrics;
+use crate::nodeview::Trigger;
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
+use crate::requests::pod_group;
+use crate::requests::{RequestController, run_request_loop};
 use crate::restart::{
     self, ContainerPort, KillDone, KillIntent, KillJournal, KillLedger, KillOrder, NotPrepared,
     PreStop, RequestKills, StopGate,
@@ -71,7 +73,7 @@ pub async fn run(
     metrics: Metrics,
     shutdown: watch::Receiver<bool>,
 ) {
-    let progress = health.worker(WORKER, crate::kube::REQUEST_LOOP_IDLE);
+    let progress = health.worker(WORKER, crate::requests::REQUEST_LOOP_IDLE);
     let resource = restart_request_resource();
     let selector = format!("{}={}", request::LABEL_NODE_NAME, config.node_name);
     let (requests, watch_task) = crate::kube::watch_requests(

@@ -442,7 +442,7 @@ fn backoff_message(runtime: &ContainerFacts) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::request::object_from_json;
+    use crate::requests::object_from_json;
     use serde_json::{Value, json};
 
     const NOW: &str = "2026-11-28T10:00:00Z";

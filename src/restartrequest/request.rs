@@ -8,7 +8,7 @@ use ::kube::api::DynamicObject;
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::kube::request::{self, Decoded};
+use crate::requests::{self, Decoded};
 
 pub(crate) const GROUP: &str = "inplaced.io";
 pub(crate) const VERSION: &str = "v1alpha1";
@@ -164,7 +164,7 @@ impl RestartRequest {
     /// Decodes an object from the API. Only identity is required; a bad spec is kept as its
     /// error so that it can be reported on the object's status.
     pub fn from_object(object: &DynamicObject) -> Result<RestartRequest, String> {
-        let Decoded { meta, spec, status } = request::decode(object, validate)?;
+        let Decoded { meta, spec, status } = requests::decode(object, validate)?;
         Ok(RestartRequest {
             node_label: meta.labels.get(LABEL_NODE_NAME).cloned(),
             namespace: meta.namespace,
@@ -232,7 +232,7 @@ mod tests {
         let object = json!({"metadata": {"name": "r", "namespace": "ns", "uid": "u1",
                                           "labels": {LABEL_NODE_NAME: "n1"}},
                             "spec": spec});
-        RestartRequest::from_object(&request::object_from_json(object).unwrap()).unwrap()
+        RestartRequest::from_object(&requests::object_from_json(object).unwrap()).unwrap()
     }
 
     #[test]
@@ -278,7 +278,7 @@ mod tests {
 
     #[test]
     fn every_status_the_agent_writes_fits_the_crd_schema() {
-        use crate::kube::request::{crd_status_schema, schema_violations};
+        use crate::requests::{crd_status_schema, schema_violations};
         let schema = crd_status_schema(include_str!(
             "../../packaging/kubernetes/crd-containerrestartrequests.yaml"
         ));

@@ -21,8 +21,8 @@ use serde::{Deserialize, Deserializer};
 use tokio::sync::Notify;
 
 use super::budget::{Budget, PodState};
-use super::object::LABEL_ROLLOUT;
-use super::plan::{Census, NodeRequest, NodeRequests, RolloutPod};
+use super::object::{LABEL_AGENT_LEASE, LABEL_ROLLOUT};
+use super::plan::{Census, NodeRequest, NodeRequests, RequestOutcome, RolloutPod};
 use crate::restartrequest::request as restart;
 use crate::restartrequest::restart_request_resource;
 
@@ -209,7 +209,7 @@ impl NamespaceWatch {
         }
         let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
         let listed = leases
-            .list(&ListParams::default().labels(super::controller::LABEL_AGENT_LEASE))
+            .list(&ListParams::default().labels(LABEL_AGENT_LEASE))
             .await;
         match listed {
             Ok(list) => {
@@ -309,9 +309,26 @@ pub(super) fn rollout_request(
         uid.to_string(),
         NodeRequest {
             pod: pod.to_string(),
-            outcome: super::controller::outcome_of(object),
+            outcome: outcome_of(object),
         },
     ))
+}
+
+/// How a request stands.
+fn outcome_of(object: &DynamicObject) -> RequestOutcome {
+    match restart::RestartRequest::from_object(object) {
+        Ok(request) => match request.status.phase {
+            restart::RestartPhase::Succeeded => RequestOutcome::Succeeded,
+            restart::RestartPhase::Failed => RequestOutcome::Failed(
+                request
+                    .status
+                    .message
+                    .unwrap_or_else(|| "its request failed".into()),
+            ),
+            _ => RequestOutcome::Underway,
+        },
+        Err(err) => RequestOutcome::Failed(format!("its request cannot be read: {err}")),
+    }
 }
 
 #[cfg(test)]

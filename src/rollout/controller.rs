@@ -19,21 +19,18 @@ use tokio::sync::{Notify, mpsc, watch};
 use super::budget::PodState;
 use super::census::rollout_request;
 use super::census::{LEASES_PERIOD, NamespaceWatch};
-use super::object::{self, Claim, LABEL_ROLLOUT, Rollout, RolloutPhase};
+use super::object::{self, Claim, LABEL_AGENT_LEASE, LABEL_ROLLOUT, Rollout, RolloutPhase};
 use super::plan::{
     self, Facts, LEASE_DURATION, NodeRequest, NodeRequests, RequestOutcome, RolloutPod,
 };
 use crate::health::Health;
-use crate::kube::{RequestController, Watched, run_request_loop};
+use crate::kube::Watched;
 use crate::metrics::Metrics;
 use crate::nodeview::{NodeView, PodView};
-use crate::restartrequest::request::{
-    self as restart, RestartContainer, RestartPhase, RestartRequest, RestartSpec,
-};
+use crate::requests::{RequestController, run_request_loop};
+use crate::restartrequest::request::{self as restart, RestartContainer, RestartSpec};
 use crate::restartrequest::restart_request_resource;
 
-/// On each agent's Lease (one per namespace it has rollout work in), for the census to list.
-pub const LABEL_AGENT_LEASE: &str = "inplaced.io/agent-lease";
 /// How often an agent with rollout work renews its Lease.
 const LEASE_RENEWAL: Duration = Duration::from_secs(10);
 /// After a refused status write, the next try comes at a random point within a window of this
@@ -84,7 +81,7 @@ pub async fn run(
     metrics: Metrics,
     shutdown: watch::Receiver<bool>,
 ) {
-    let progress = health.worker(WORKER, crate::kube::REQUEST_LOOP_IDLE);
+    let progress = health.worker(WORKER, crate::requests::REQUEST_LOOP_IDLE);
     let (rollouts, watch_task) = crate::kube::watch_requests(
         client.clone(),
         &rollout_resource(),
@@ -571,23 +568,6 @@ impl Controller {
 
 /// A write refused or failed: decided again from a newer version.
 struct Conflict;
-
-/// How a request stands.
-pub(super) fn outcome_of(object: &DynamicObject) -> RequestOutcome {
-    match RestartRequest::from_object(object) {
-        Ok(request) => match request.status.phase {
-            RestartPhase::Succeeded => RequestOutcome::Succeeded,
-            RestartPhase::Failed => RequestOutcome::Failed(
-                request
-                    .status
-                    .message
-                    .unwrap_or_else(|| "its request failed".into()),
-            ),
-            _ => RequestOutcome::Underway,
-        },
-        Err(err) => RequestOutcome::Failed(format!("its request cannot be read: {err}")),
-    }
-}
 
 pub fn lease_name(node: &str) -> String {
     format!("inplaced-agent-{node}")

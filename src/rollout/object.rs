@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::kube::request::{self, Decoded};
+use crate::requests::{self, Decoded};
 use crate::restartrequest::request::RestartStrategy;
 
 pub(crate) const GROUP: &str = "inplaced.io";
@@ -19,6 +19,8 @@ pub(crate) const KIND: &str = "ContainerRestartRollout";
 pub(crate) const PLURAL: &str = "containerrestartrollouts";
 /// On the ContainerRestartRequests a rollout's agents make: the rollout's name.
 pub const LABEL_ROLLOUT: &str = "inplaced.io/rollout";
+/// On each agent's Lease (one per namespace it has rollout work in), for the census to list.
+pub const LABEL_AGENT_LEASE: &str = "inplaced.io/agent-lease";
 
 /// A failure message longer than this is cut (the status must stay small).
 const MAX_MESSAGE: usize = 300;
@@ -363,7 +365,7 @@ pub type Rollout = Decoded<RolloutSpec, RolloutStatus>;
 
 /// Decodes a rollout; `Err` only without identity (the watch guarantees it).
 pub fn decode(object: &DynamicObject) -> Result<Rollout, String> {
-    request::decode(object, RolloutSpec::validate)
+    requests::decode(object, RolloutSpec::validate)
 }
 
 #[cfg(test)]
@@ -466,11 +468,11 @@ mod tests {
                 waiting: Some("w".into()),
             }],
         };
-        let schema = request::crd_status_schema(include_str!(
+        let schema = requests::crd_status_schema(include_str!(
             "../../packaging/kubernetes/crd-containerrestartrollouts.yaml"
         ));
         let written = serde_json::to_value(&status).unwrap();
-        let violations = request::schema_violations(&written, &schema, "status");
+        let violations = requests::schema_violations(&written, &schema, "status");
         assert!(violations.is_empty(), "{violations:?}");
     }
 

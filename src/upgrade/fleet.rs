@@ -168,7 +168,7 @@ pub fn table(answer: &FleetAnswer, wide: bool) -> String {
     }
     rows.push(totals);
     let mut out = format!("kubelet {}:\n", answer.target);
-    out.push_str(&crate::inspect::aligned(&rows));
+    out.push_str(&crate::table::aligned(&rows));
     if answer.nodes_without_answer > 0 {
         out.push_str(&format!(
             "{} node(s) without an answer for {} (-o wide says why)\n",

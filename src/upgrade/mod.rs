@@ -4,6 +4,7 @@
 //! node's NodeUpgradeCheck for `inplaced upgrade-check --fleet` (`fleet`) to read.
 
 pub mod fleet;
+mod metrics;
 mod publish;
 mod summary;
 
@@ -17,6 +18,7 @@ use tokio::sync::watch;
 use crate::hashing::KubeletVersion;
 use crate::metrics::Metrics;
 use crate::nodeview::NodeView;
+pub(crate) use metrics::UpgradeMetrics;
 pub use publish::{MIN_WRITE_INTERVAL, resource, run as run_publisher};
 pub use summary::{
     MAX_WORKLOADS, TargetSummary, Workload, default_targets, fingerprint, summarize,
@@ -53,7 +55,7 @@ impl NodeAnswer {
 pub struct UpgradeWatch {
     configured: Vec<KubeletVersion>,
     kubelet_root_dir: PathBuf,
-    metrics: Metrics,
+    metrics: UpgradeMetrics,
     fingerprint: Option<u64>,
     answers: watch::Sender<Option<Arc<NodeAnswer>>>,
 }
@@ -70,7 +72,7 @@ impl UpgradeWatch {
         let upgrade_watch = UpgradeWatch {
             configured,
             kubelet_root_dir,
-            metrics,
+            metrics: metrics.families(),
             fingerprint: None,
             answers,
         };
@@ -94,7 +96,7 @@ impl UpgradeWatch {
         }
         self.fingerprint = Some(fingerprint);
         let summaries = summarize(view, &targets, &self.kubelet_root_dir);
-        self.metrics.set_upgrade_summaries(&summaries);
+        self.metrics.set_summaries(&summaries);
         let unchanged = self.answers.borrow().as_ref().is_some_and(|previous| {
             previous.targets == summaries && previous.kubelet_version == view.kubelet_version
         });

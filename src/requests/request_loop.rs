@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use ::kube::api::DynamicObject;
 use tokio::sync::{mpsc, watch};
 
-use super::WatchedRequests;
 use crate::health::{WorkerBeat, hang_here_if_told};
+use crate::kube::WatchedRequests;
 use crate::nodeview::NodeView;
 
 /// The longest wait between two passes: requests are also looked at without a change.
@@ -172,7 +172,7 @@ mod tests {
             watch_task,
             views,
             shutdown,
-            crate::health::Health::new(crate::systemd::Heartbeat::default())
+            crate::health::Health::new(crate::health::Heartbeat::default())
                 .worker("scripted", MAX_REQUEUE),
         ));
         Harness {
