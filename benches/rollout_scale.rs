@@ -24,10 +24,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use apiserver_double::{ApiServer, ServerConfig};
+use inplaced::cri::{CriClient, CriConfig, CriEndpoint};
 use inplaced::health::Health;
 use inplaced::kube::CachedPod;
 use inplaced::metrics::Metrics;
 use inplaced::nodeview::{NodeView, PodView};
+use inplaced::requests::Context;
+use inplaced::rollout::RolloutConfig;
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -145,6 +148,11 @@ async fn main() {
     let mut tasks = Vec::new();
     let mut views = BTreeMap::new();
     let all_views = views_by_node(&server, &names);
+    // The rollout stops nothing itself (it asks through ContainerRestartRequests): its runtime
+    // client is never called, and connects lazily, so no runtime is needed.
+    let unused_runtime = CriClient::new(CriConfig::new(
+        CriEndpoint::parse("unix:///nonexistent/inplaced-bench.sock").expect("an endpoint"),
+    ));
     for node in &names {
         let token = format!("agent-{node}");
         server.tokens().add_with_groups(
@@ -159,14 +167,18 @@ async fn main() {
         let view = all_views.get(node).cloned().unwrap_or_default();
         let (views_tx, views_rx) = watch::channel(Arc::new(view));
         views.insert(node.clone(), views_tx);
-        tasks.push(tokio::spawn(inplaced::rollout::run(
-            node.clone(),
+        let ctx = Context {
             client,
-            views_rx,
-            Health::new(Default::default()),
-            Metrics::new(),
-            shutdown.clone(),
-        )));
+            cri: unused_runtime.clone(),
+            views: views_rx,
+            health: Health::new(Default::default()),
+            metrics: Metrics::new(),
+            shutdown: shutdown.clone(),
+        };
+        let config = RolloutConfig {
+            node_name: node.clone(),
+        };
+        tasks.push(tokio::spawn(inplaced::rollout::run(ctx, config)));
     }
     // Every node's kubelet and restart-request loop, in one task: it reads the requests every
     // 50 ms, makes a requested pod unready at once, and ready again (its request Succeeded)

@@ -23,9 +23,11 @@ use crate::kube::{self, NodeObject, NodePods};
 use crate::metrics::Metrics;
 use crate::nodeview::{self, HashCache, NodeView, RuntimeSnapshot, RuntimeTracker};
 use crate::recreate::{self, RecreateConfig};
+use crate::requests;
 use crate::resize::{self, ResizeConfig};
 use crate::restart::{KillLedger, RestartTracker, StopGate};
 use crate::restartrequest::{self, RestartRequestConfig};
+use crate::rollout::{self, RolloutConfig};
 use crate::systemd::{self, Notifier};
 use crate::upgrade;
 
@@ -306,55 +308,41 @@ async fn run_workers(
     );
     meta_config.settle = config.env_restart_settle;
     meta_config.restarts_per_minute = config.env_restarts_per_minute;
-    let meta = crate::containermeta::run(
-        meta_config,
-        api.client.clone(),
-        cri.clone(),
-        views.clone(),
-        metrics.clone(),
-        shutdown.clone(),
-        health.worker(
-            "runtime-containers-meta",
-            crate::containermeta::LONGEST_IDLE_PASS,
-        ),
-    );
+    let ctx = requests::Context {
+        client: api.client,
+        cri,
+        views,
+        health,
+        metrics,
+        shutdown,
+    };
+    let meta = crate::containermeta::run(ctx.clone(), meta_config);
     let resize = resize::run(
+        ctx.clone(),
         ResizeConfig {
             node_name: config.node_name.clone(),
             actuator: config.resize_actuator,
             kubelet_config: config.kubelet_config.clone(),
             cgroup_root: config.cgroup_root.clone(),
         },
-        api.client.clone(),
-        cri.clone(),
-        views.clone(),
-        health.clone(),
-        metrics.clone(),
-        shutdown.clone(),
     );
-    let rollouts = crate::rollout::run(
-        config.node_name.clone(),
-        api.client.clone(),
-        views.clone(),
-        health.clone(),
-        metrics.clone(),
-        shutdown.clone(),
+    let rollouts = rollout::run(
+        ctx.clone(),
+        RolloutConfig {
+            node_name: config.node_name.clone(),
+        },
     );
     let restart_requests = restartrequest::run(
+        ctx.clone(),
         RestartRequestConfig {
             node_name: config.node_name.clone(),
             state_dir: config.state_dir.clone(),
             ledger: ledger.clone(),
             stops: stops.clone(),
         },
-        api.client.clone(),
-        cri.clone(),
-        views.clone(),
-        health.clone(),
-        metrics.clone(),
-        shutdown.clone(),
     );
     let recreate = recreate::run(
+        ctx,
         RecreateConfig {
             node_name: config.node_name.clone(),
             state_dir: config.state_dir.clone(),
@@ -362,12 +350,6 @@ async fn run_workers(
             ledger,
             stops,
         },
-        api.client,
-        cri,
-        views,
-        health,
-        metrics,
-        shutdown,
     );
     tokio::join!(recreate, meta, resize, restart_requests, rollouts);
 }

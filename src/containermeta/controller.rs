@@ -18,13 +18,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ::kube::api::ApiResource;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::kube::CachedPod;
 use crate::kube::events::PodEvents;
@@ -34,9 +33,9 @@ use super::plan::{self, EnvRestart, RuntimeMeta};
 use super::{ContainerMetaMetrics, EnvRestartResult};
 use crate::cri::CriClient;
 use crate::cri::labels;
-use crate::metrics::Metrics;
 use crate::nodeview::Trigger;
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
+use crate::requests::Context;
 use crate::restart::{
     self, ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillJournal, KillLedger, KillOrder,
     PreStop, StopClaim, StopGate,
@@ -73,6 +72,8 @@ impl ContainerMetaConfig {
 }
 
 const JOURNAL_FILE: &str = "env-kill-journal.jsonl";
+/// This controller's loop, as `/healthz` names it when it is stuck.
+const WORKER: &str = "runtime-containers-meta";
 /// ExecSync `env` timeout, as kruise.
 const EXEC_TIMEOUT: Duration = Duration::from_secs(3);
 /// A container whose env could not be read is asked again after this long.
@@ -111,7 +112,7 @@ struct Instance {
     resumed: bool,
 }
 
-struct ContainerMetaController {
+struct Controller {
     config: ContainerMetaConfig,
     client: ::kube::Client,
     cri: CriClient,
@@ -127,21 +128,24 @@ struct ContainerMetaController {
     refilled: Instant,
 }
 
-/// Runs until `shutdown` turns true; kills under way are waited for.
-pub async fn run(
-    config: ContainerMetaConfig,
-    client: ::kube::Client,
-    cri: CriClient,
-    mut views: watch::Receiver<Arc<NodeView>>,
-    metrics: Metrics,
-    mut shutdown: watch::Receiver<bool>,
-    progress: crate::health::WorkerBeat,
-) {
+/// Runs until `shutdown` turns true; kills under way are waited for. Not a request kind: it
+/// follows the node view's pods, not request objects, so it runs a loop of its own (passes on a
+/// view change, a kill's end, an annotation write landing, or when a settle time is up).
+pub async fn run(ctx: Context, config: ContainerMetaConfig) {
+    let Context {
+        client,
+        cri,
+        mut views,
+        health,
+        metrics,
+        mut shutdown,
+    } = ctx;
+    let progress = health.worker(WORKER, LONGEST_IDLE_PASS);
     let (done_tx, mut done_rx) = mpsc::channel::<String>(64);
     let tokens = f64::from(config.restarts_per_minute);
     let metrics: ContainerMetaMetrics = metrics.families();
     let patches = metrics.clone();
-    let mut controller = ContainerMetaController {
+    let mut controller = Controller {
         annotations: StatusWriter::new(
             client.clone(),
             ApiResource::erase::<Pod>(&()),
@@ -194,9 +198,9 @@ const IDLE_PASS: Duration = Duration::from_secs(5);
 
 /// The longest the controller waits without a change before it turns anyway (its worker's
 /// bound in `Health` adds it).
-pub const LONGEST_IDLE_PASS: Duration = IDLE_PASS;
+const LONGEST_IDLE_PASS: Duration = IDLE_PASS;
 
-impl ContainerMetaController {
+impl Controller {
     /// Every view change is a pass; between changes, passes only as often as pending work needs.
     fn next_pass(&self) -> Duration {
         let settling = self.containers.values().any(|c| c.mismatch_since.is_some());

@@ -13,6 +13,6 @@ mod controller;
 mod metrics;
 pub mod plan;
 
-pub use controller::{ContainerMetaConfig, LONGEST_IDLE_PASS, run};
+pub use controller::{ContainerMetaConfig, run};
 pub(crate) use metrics::{ContainerMetaMetrics, EnvRestartResult};
 pub use plan::{META_ANNOTATION, OPT_IN_ANNOTATION};

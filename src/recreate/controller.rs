@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ::kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use ::kube::runtime::watcher;
 use k8s_openapi::jiff::Timestamp;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use super::ReactionMetrics;
 use super::crr::{self, Crr, CrrPhase, CrrStatus};
@@ -21,11 +21,10 @@ use crate::health::Health;
 use crate::kube::Watched;
 use crate::kube::events::PodEvents;
 use crate::kube::status::{ObjectRef, StatusWriter, Target};
-use crate::metrics::Metrics;
 use crate::nodeview::Trigger;
 use crate::nodeview::{NodeView, PodView, RuntimeState};
 use crate::requests::pod_group;
-use crate::requests::{RequestController, run_request_loop};
+use crate::requests::{Context, RequestController, RequestWatch, run_kind};
 use crate::restart::{
     self, KillDone, KillIntent, KillJournal, KillLedger, KillOrder, NotPrepared, RequestKills,
     StopGate,
@@ -81,18 +80,8 @@ const WATCHED: Watched = Watched {
 
 /// Runs until `shutdown` turns true; then starts no new kill and returns once the kills under
 /// way have finished.
-pub async fn run(
-    config: RecreateConfig,
-    client: ::kube::Client,
-    cri: CriClient,
-    views: watch::Receiver<Arc<NodeView>>,
-    health: Health,
-    metrics: Metrics,
-    shutdown: watch::Receiver<bool>,
-) {
-    let progress = health.worker(WORKER, crate::requests::REQUEST_LOOP_IDLE);
-    let ledger = config.ledger.clone();
-    let version = served_crr_version(&client).await;
+pub async fn run(ctx: Context, config: RecreateConfig) {
+    let version = served_crr_version(&ctx.client).await;
     tracing::info!(
         version,
         "ContainerRecreateRequests read and written as apps.kruise.io/{version}"
@@ -106,46 +95,38 @@ pub async fn run(
     );
     let first_seen = FirstSeen::default();
     let seen_by_watch = first_seen.clone();
-    let (requests, watch_task) = crate::kube::watch_requests(
-        client.clone(),
-        &resource,
-        &selector,
-        WATCHED,
-        metrics.clone(),
-        health.clone(),
-        move |event| seen_by_watch.note(event),
-    );
-    let (done_tx, done_rx) = mpsc::channel::<KillDone>(64);
-    let controller = RecreateController {
+    let watch = RequestWatch {
+        resource: resource.clone(),
+        selector,
+        watched: WATCHED,
+        on_event: move |event: &_| seen_by_watch.note(event),
+    };
+    let controller = |done_tx| Controller {
         statuses: StatusWriter::new(
-            client.clone(),
+            ctx.client.clone(),
             resource,
             crr::KIND,
             Target::Status {
                 clear: &["message", "completionTime"],
             },
         ),
+        ledger: config.ledger.clone(),
         config,
-        client,
-        cri,
+        client: ctx.client.clone(),
+        cri: ctx.cri.clone(),
         journal: None,
         requests: HashMap::new(),
-        health,
-        ledger,
-        reactions: metrics.families(),
+        health: ctx.health.clone(),
+        reactions: ctx.metrics.families(),
         first_seen,
         working_on: HashMap::new(),
         pass_began: Instant::now(),
         done_tx,
     };
-    let watch_task = tokio::spawn(watch_task);
-    run_request_loop(
-        controller, done_rx, requests, watch_task, views, shutdown, progress,
-    )
-    .await;
+    run_kind(ctx.clone(), watch, controller).await;
 }
 
-struct RecreateController {
+struct Controller {
     config: RecreateConfig,
     client: ::kube::Client,
     cri: CriClient,
@@ -204,8 +185,9 @@ impl FirstSeen {
     }
 }
 
-impl RequestController for RecreateController {
+impl RequestController for Controller {
     type Done = KillDone;
+    const WORKER: &'static str = WORKER;
 
     async fn sync(&mut self, requests: &[Arc<DynamicObject>], view: &NodeView) -> Option<Duration> {
         self.sync_requests(requests, view).await
@@ -218,7 +200,8 @@ impl RequestController for RecreateController {
             .finish(done.container, done.result);
     }
 
-    async fn status_written(&mut self) {
+    /// A status write landed: the next step may follow from it.
+    async fn woken(&mut self) {
         self.statuses.finished().await;
     }
 
@@ -231,7 +214,7 @@ impl RequestController for RecreateController {
     }
 }
 
-impl RecreateController {
+impl Controller {
     /// One pass over every request; returns when to look again at the latest.
     async fn sync_requests(
         &mut self,

@@ -1,28 +1,37 @@
-//! The loop every request controller runs (ContainerRecreateRequests, ContainerRestartRequests,
-//! ContainerResizeRequests): level-triggered passes over the watched requests and the node view,
-//! on any change of either, on background work ending, on a status write landing, and at least
-//! every second; housekeeping every ten minutes; and on shutdown, no new work and a wait for the
-//! work under way (a kill or a resize is never left half done).
+//! The loop every request kind runs (ContainerRecreateRequests, ContainerRestartRequests,
+//! ContainerResizeRequests, ContainerRestartRollouts): level-triggered passes over the watched
+//! requests and the node view, on any change of either, on background work ending, on whatever
+//! else the kind waits for (a status write landing), and at least every second; housekeeping
+//! every ten minutes; and on shutdown, no new work and a wait for the work under way (a kill or a
+//! resize is never left half done).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::kube::api::DynamicObject;
+use ::kube::api::{ApiResource, DynamicObject};
+use ::kube::runtime::watcher;
 use tokio::sync::{mpsc, watch};
 
+use super::Context;
 use crate::health::{WorkerBeat, hang_here_if_told};
-use crate::kube::WatchedRequests;
+use crate::kube::{Watched, WatchedRequests};
 use crate::nodeview::NodeView;
 
 /// The longest wait between two passes: requests are also looked at without a change.
 pub(crate) const MAX_REQUEUE: Duration = Duration::from_secs(1);
 const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(600);
+/// Background work reports that may wait to be taken in.
+const REPORTS: usize = 64;
 
-/// One request controller, as [`run_request_loop`] drives it.
-pub(crate) trait RequestController {
-    /// What a piece of background work (a kill, a resize) reports when it ends.
-    type Done: Send;
+/// One request kind's controller, as [`run_request_loop`] drives it.
+pub(crate) trait RequestController: Send {
+    /// What a piece of background work (a kill, a resize) reports when it ends;
+    /// `std::convert::Infallible` for a kind whose work ends within its pass.
+    type Done: Send + 'static;
+
+    /// The loop's name in `/healthz` when it is stuck.
+    const WORKER: &'static str;
 
     /// One pass over every request; returns when to look again at the latest (a second at
     /// most).
@@ -35,11 +44,16 @@ pub(crate) trait RequestController {
     /// Takes in the end of a piece of background work.
     fn finish(&mut self, done: Self::Done);
 
-    /// Waits for the next status write to land and records it.
-    fn status_written(&mut self) -> impl Future<Output = ()> + Send;
+    /// Ends when something else than the requests and the view calls for a pass: a status
+    /// write landing, or a change the kind follows itself. Never, unless the kind says so.
+    fn woken(&mut self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
 
-    /// Background work is under way: shutdown waits for it.
-    fn busy(&self) -> bool;
+    /// Background work is under way: shutdown waits for it. None, unless the kind has some.
+    fn busy(&self) -> bool {
+        false
+    }
 
     /// Forgets what belongs to requests no longer watched (every ten minutes).
     fn housekeep(&mut self, requests: &[Arc<DynamicObject>]) -> impl Future<Output = ()> + Send {
@@ -48,11 +62,57 @@ pub(crate) trait RequestController {
     }
 }
 
+/// Which objects a kind handles: this node's, by label.
+pub(crate) struct RequestWatch<F> {
+    pub resource: ApiResource,
+    pub selector: String,
+    pub watched: Watched,
+    /// Sees every watch event once the store has it (e.g. to time the reaction to it).
+    pub on_event: F,
+}
+
+/// Runs a request kind until `ctx.shutdown` turns true: watches its requests, builds its
+/// controller with the sender its background work reports to, and runs the loop.
+pub(crate) async fn run_kind<C, F>(
+    ctx: Context,
+    watch: RequestWatch<F>,
+    controller: impl FnOnce(mpsc::Sender<C::Done>) -> C,
+) where
+    C: RequestController,
+    F: Fn(&watcher::Event<DynamicObject>) + Send + 'static,
+{
+    let progress = ctx.health.worker(C::WORKER, MAX_REQUEUE);
+    let (requests, watch_task) = crate::kube::watch_requests(
+        ctx.client.clone(),
+        &watch.resource,
+        &watch.selector,
+        watch.watched,
+        ctx.metrics.clone(),
+        ctx.health.clone(),
+        watch.on_event,
+    );
+    let (reports_tx, reports) = mpsc::channel(REPORTS);
+    let controller = controller(reports_tx.clone());
+    let watch_task = tokio::spawn(watch_task);
+    run_request_loop(
+        controller,
+        (reports_tx, reports),
+        requests,
+        watch_task,
+        ctx.views,
+        ctx.shutdown,
+        progress,
+    )
+    .await;
+}
+
 /// Runs `controller` until `shutdown` turns true; then stops the watch (`watch_task`), starts no
-/// new work and returns once the work under way has reported to `reports`.
+/// new work and returns once the work under way has reported to `reports`. The loop keeps a
+/// sender of `reports` itself, so that the channel stays open whatever the controller does with
+/// its own.
 pub(crate) async fn run_request_loop<C: RequestController>(
     mut controller: C,
-    mut reports: mpsc::Receiver<C::Done>,
+    (_keep_open, mut reports): (mpsc::Sender<C::Done>, mpsc::Receiver<C::Done>),
     requests: WatchedRequests,
     watch_task: tokio::task::JoinHandle<()>,
     mut views: watch::Receiver<Arc<NodeView>>,
@@ -70,7 +130,7 @@ pub(crate) async fn run_request_loop<C: RequestController>(
             _ = changed.changed() => {}
             _ = views.changed() => {}
             Some(done) = reports.recv() => controller.finish(done),
-            _ = controller.status_written() => {}
+            _ = controller.woken() => {}
             _ = tokio::time::sleep(requeue) => {}
             _ = shutdown.changed() => {}
         }
@@ -121,6 +181,7 @@ mod tests {
 
     impl RequestController for Scripted {
         type Done = &'static str;
+        const WORKER: &'static str = "scripted";
 
         async fn sync(&mut self, _: &[Arc<DynamicObject>], _: &NodeView) -> Option<Duration> {
             self.0.lock().expect("log").passes += 1;
@@ -131,10 +192,6 @@ mod tests {
             let mut log = self.0.lock().expect("log");
             log.finished.push(done);
             log.busy = log.busy.saturating_sub(1);
-        }
-
-        async fn status_written(&mut self) {
-            std::future::pending::<()>().await;
         }
 
         fn busy(&self) -> bool {
@@ -162,12 +219,13 @@ mod tests {
             changes,
         };
         let (reports_tx, reports) = mpsc::channel(4);
+        let loop_reports = (reports_tx.clone(), reports);
         let (views_tx, views) = watch::channel(Arc::new(NodeView::default()));
         let (shutdown_tx, shutdown) = watch::channel(false);
         let watch_task = tokio::spawn(std::future::pending::<()>());
         let looping = tokio::spawn(run_request_loop(
             Scripted(log.clone()),
-            reports,
+            loop_reports,
             requests,
             watch_task,
             views,

@@ -12,7 +12,7 @@ use ::kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKin
 use k8s_openapi::api::core::v1::LimitRange;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use super::ResizeMetrics;
 use super::cgroup::Cgroups;
@@ -28,10 +28,9 @@ use crate::health::Health;
 use crate::kube::Watched;
 use crate::kube::events::PodEvents;
 use crate::kube::status::{ObjectRef, StatusWriter, Target};
-use crate::metrics::Metrics;
 use crate::nodeview::{NodeView, PodView};
 use crate::requests::pod_group;
-use crate::requests::{RequestController, run_request_loop};
+use crate::requests::{Context, RequestController, RequestWatch, run_kind};
 use crate::resources::Resources;
 
 #[derive(Clone, Debug)]
@@ -72,31 +71,19 @@ struct CriDone {
     reapply: bool,
 }
 
-pub async fn run(
-    config: ResizeConfig,
-    client: ::kube::Client,
-    cri: CriClient,
-    views: watch::Receiver<Arc<NodeView>>,
-    health: Health,
-    metrics: Metrics,
-    shutdown: watch::Receiver<bool>,
-) {
-    let progress = health.worker(WORKER, crate::requests::REQUEST_LOOP_IDLE);
+/// Runs until `shutdown` turns true; a resize under way (a handful of cgroup writes and CRI
+/// calls) is finished first.
+pub async fn run(ctx: Context, config: ResizeConfig) {
     let resource = resize_resource();
-    let selector = format!("{}={}", request::LABEL_NODE_NAME, config.node_name);
-    let (requests, watch) = crate::kube::watch_requests(
-        client.clone(),
-        &resource,
-        &selector,
-        WATCHED,
-        metrics.clone(),
-        health.clone(),
-        |_| {},
-    );
-    let (done_tx, done_rx) = mpsc::channel::<CriDone>(64);
-    let controller = ResizeController {
+    let watch = RequestWatch {
+        resource: resource.clone(),
+        selector: format!("{}={}", request::LABEL_NODE_NAME, config.node_name),
+        watched: WATCHED,
+        on_event: |_: &_| {},
+    };
+    let controller = |done_tx| Controller {
         statuses: StatusWriter::new(
-            client.clone(),
+            ctx.client.clone(),
             resource,
             request::KIND,
             Target::Status {
@@ -104,31 +91,26 @@ pub async fn run(
             },
         ),
         config,
-        client,
-        cri,
-        health,
-        metrics: metrics.families(),
+        client: ctx.client.clone(),
+        cri: ctx.cri.clone(),
+        health: ctx.health.clone(),
+        metrics: ctx.metrics.families(),
         requests: HashMap::new(),
         limit_ranges: HashMap::new(),
         served_api: None,
         done_tx,
     };
-    let watch_task = tokio::spawn(watch);
-    // A resize under way is a handful of cgroup writes and CRI calls: shutdown lets it finish.
-    run_request_loop(
-        controller, done_rx, requests, watch_task, views, shutdown, progress,
-    )
-    .await;
+    run_kind(ctx.clone(), watch, controller).await;
 }
 
-struct ResizeController {
+struct Controller {
     config: ResizeConfig,
     client: ::kube::Client,
     cri: CriClient,
     health: Health,
     metrics: ResizeMetrics,
     statuses: StatusWriter<ResizeStatus>,
-    /// Request UID → what this agent did for it; pruned in [`ResizeController::sync`].
+    /// Request UID → what this agent did for it; pruned in [`Controller::sync`].
     requests: HashMap<String, Tracked>,
     /// Namespace → its LimitRanges and when they were listed: requests waiting their turn are
     /// checked on every pass, and listing each time flooded the API (15,000 lists in the soak).
@@ -170,8 +152,9 @@ fn now_text() -> String {
     Timestamp::now().to_string()
 }
 
-impl RequestController for ResizeController {
+impl RequestController for Controller {
     type Done = CriDone;
+    const WORKER: &'static str = WORKER;
 
     async fn sync(&mut self, requests: &[Arc<DynamicObject>], view: &NodeView) -> Option<Duration> {
         self.sync_requests(requests, view).await;
@@ -204,7 +187,8 @@ impl RequestController for ResizeController {
         }
     }
 
-    async fn status_written(&mut self) {
+    /// A status write landed: the next step may follow from it.
+    async fn woken(&mut self) {
         self.statuses.finished().await;
     }
 
@@ -213,7 +197,7 @@ impl RequestController for ResizeController {
     }
 }
 
-impl ResizeController {
+impl Controller {
     fn tracked(&mut self, uid: &str) -> &mut Tracked {
         self.requests.entry(uid.to_owned()).or_default()
     }

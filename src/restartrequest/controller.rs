@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use ::kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
 use k8s_openapi::jiff::Timestamp;
 use serde::Deserialize;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use super::plan::{self, ContainerFacts, Facts, PodFacts};
 use super::request::{self, RestartPhase, RestartRequest, RestartStatus};
@@ -21,11 +21,10 @@ use crate::health::Health;
 use crate::kube::Watched;
 use crate::kube::events::PodEvents;
 use crate::kube::status::{ObjectRef, StatusWriter, Target};
-use crate::metrics::Metrics;
 use crate::nodeview::Trigger;
 use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 use crate::requests::pod_group;
-use crate::requests::{RequestController, run_request_loop};
+use crate::requests::{Context, RequestController, RequestWatch, run_kind};
 use crate::restart::{
     self, ContainerPort, KillDone, KillIntent, KillJournal, KillLedger, KillOrder, NotPrepared,
     PreStop, RequestKills, StopGate,
@@ -64,31 +63,17 @@ const WATCHED: Watched = Watched {
 
 /// Runs until `shutdown` turns true; then starts no new kill and returns once the kills under
 /// way have finished.
-pub async fn run(
-    config: RestartRequestConfig,
-    client: ::kube::Client,
-    cri: CriClient,
-    views: watch::Receiver<Arc<NodeView>>,
-    health: Health,
-    metrics: Metrics,
-    shutdown: watch::Receiver<bool>,
-) {
-    let progress = health.worker(WORKER, crate::requests::REQUEST_LOOP_IDLE);
+pub async fn run(ctx: Context, config: RestartRequestConfig) {
     let resource = restart_request_resource();
-    let selector = format!("{}={}", request::LABEL_NODE_NAME, config.node_name);
-    let (requests, watch_task) = crate::kube::watch_requests(
-        client.clone(),
-        &resource,
-        &selector,
-        WATCHED,
-        metrics,
-        health.clone(),
-        |_| {},
-    );
-    let (done_tx, done_rx) = mpsc::channel::<KillDone>(64);
-    let controller = Controller {
+    let watch = RequestWatch {
+        resource: resource.clone(),
+        selector: format!("{}={}", request::LABEL_NODE_NAME, config.node_name),
+        watched: WATCHED,
+        on_event: |_: &_| {},
+    };
+    let controller = |done_tx| Controller {
         statuses: StatusWriter::new(
-            client.clone(),
+            ctx.client.clone(),
             resource,
             request::KIND,
             Target::Status {
@@ -96,18 +81,14 @@ pub async fn run(
             },
         ),
         config,
-        client,
-        cri,
-        health,
+        client: ctx.client.clone(),
+        cri: ctx.cri.clone(),
+        health: ctx.health.clone(),
         journal: None,
         requests: HashMap::new(),
         done_tx,
     };
-    let watch_task = tokio::spawn(watch_task);
-    run_request_loop(
-        controller, done_rx, requests, watch_task, views, shutdown, progress,
-    )
-    .await;
+    run_kind(ctx.clone(), watch, controller).await;
 }
 
 struct Controller {
@@ -147,6 +128,7 @@ impl Default for Tracked {
 
 impl RequestController for Controller {
     type Done = KillDone;
+    const WORKER: &'static str = WORKER;
 
     async fn sync(&mut self, requests: &[Arc<DynamicObject>], view: &NodeView) -> Option<Duration> {
         self.sync_requests(requests, view).await
@@ -160,7 +142,8 @@ impl RequestController for Controller {
             .finish(done.container, done.result);
     }
 
-    async fn status_written(&mut self) {
+    /// A status write landed: the next step may follow from it.
+    async fn woken(&mut self) {
         self.statuses.finished().await;
     }
 

@@ -6,6 +6,7 @@
 //! rollout whatever happens to the agent; this node's restart-request loop carries them out.
 
 use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use ::kube::core::{Selector, SelectorExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc};
 
 use super::budget::PodState;
 use super::census::rollout_request;
@@ -23,11 +24,9 @@ use super::object::{self, Claim, LABEL_AGENT_LEASE, LABEL_ROLLOUT, Rollout, Roll
 use super::plan::{
     self, Facts, LEASE_DURATION, NodeRequest, NodeRequests, RequestOutcome, RolloutPod,
 };
-use crate::health::Health;
 use crate::kube::Watched;
-use crate::metrics::Metrics;
 use crate::nodeview::{NodeView, PodView};
-use crate::requests::{RequestController, run_request_loop};
+use crate::requests::{Context, RequestController, RequestWatch, run_kind};
 use crate::restartrequest::request::{self as restart, RestartContainer, RestartSpec};
 use crate::restartrequest::restart_request_resource;
 
@@ -72,40 +71,32 @@ pub fn request_name(rollout: &str, pod_uid: &str) -> String {
     name
 }
 
-/// Runs until `shutdown` turns true.
-pub async fn run(
-    node_name: String,
-    client: ::kube::Client,
-    views: watch::Receiver<Arc<NodeView>>,
-    health: Health,
-    metrics: Metrics,
-    shutdown: watch::Receiver<bool>,
-) {
-    let progress = health.worker(WORKER, crate::requests::REQUEST_LOOP_IDLE);
-    let (rollouts, watch_task) = crate::kube::watch_requests(
-        client.clone(),
-        &rollout_resource(),
-        "",
-        WATCHED,
-        metrics,
-        health,
-        |_| {},
-    );
-    // No background work: every write is awaited in the pass.
-    let (_done_tx, done_rx) = mpsc::channel::<()>(1);
-    let controller = Controller {
-        node: node_name,
-        client,
+/// What the rollout controller of one agent needs beyond the shared context.
+#[derive(Clone, Debug)]
+pub struct RolloutConfig {
+    /// The node this agent serves: its pods' claims, its Lease.
+    pub node_name: String,
+}
+
+/// Runs until `shutdown` turns true. Every write is awaited within its pass: nothing is under
+/// way at shutdown.
+pub async fn run(ctx: Context, config: RolloutConfig) {
+    let watch = RequestWatch {
+        resource: rollout_resource(),
+        // Rollouts name no node: every agent follows every rollout.
+        selector: String::new(),
+        watched: WATCHED,
+        on_event: |_: &_| {},
+    };
+    let controller = |_: mpsc::Sender<Infallible>| Controller {
+        node: config.node_name,
+        client: ctx.client.clone(),
         tracked: HashMap::new(),
         leases: HashMap::new(),
         namespaces: HashMap::new(),
         requests_changed: Arc::new(Notify::new()),
     };
-    let watch_task = tokio::spawn(watch_task);
-    run_request_loop(
-        controller, done_rx, rollouts, watch_task, views, shutdown, progress,
-    )
-    .await;
+    run_kind(ctx.clone(), watch, controller).await;
 }
 
 struct Controller {
@@ -140,7 +131,8 @@ struct Tracked {
 }
 
 impl RequestController for Controller {
-    type Done = ();
+    type Done = Infallible;
+    const WORKER: &'static str = WORKER;
 
     async fn sync(&mut self, objects: &[Arc<DynamicObject>], view: &NodeView) -> Option<Duration> {
         if !view.synced {
@@ -178,16 +170,14 @@ impl RequestController for Controller {
             .map(|after| after - now)
     }
 
-    fn finish(&mut self, _: ()) {}
-
-    /// Not a status write here: a change of one of this node's rollout requests, so that a
-    /// finished one frees its claim at once rather than at the next second's pass.
-    async fn status_written(&mut self) {
-        self.requests_changed.notified().await;
+    fn finish(&mut self, done: Infallible) {
+        match done {}
     }
 
-    fn busy(&self) -> bool {
-        false
+    /// A change of one of this node's rollout requests, so that a finished one frees its claim
+    /// at once rather than at the next second's pass.
+    async fn woken(&mut self) {
+        self.requests_changed.notified().await;
     }
 }
 

@@ -13,4 +13,4 @@ mod controller;
 pub mod object;
 pub mod plan;
 
-pub use controller::{lease_name, request_name, rollout_resource, run};
+pub use controller::{RolloutConfig, lease_name, request_name, rollout_resource, run};
