@@ -112,19 +112,43 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
             return unchanged(status);
         }
     };
-    let Some(pod) = facts.pod else {
-        // kruise-manager completes requests whose pod is gone; nothing to kill here.
-        status.message = Some(format!("pod {} not found on this node", spec.pod_name));
-        if status.phase == CrrPhase::None {
-            status.phase = CrrPhase::Pending;
+    let pod = match pod_to_act_on(request, spec, facts.pod) {
+        Ok(pod) => pod,
+        Err(message) => {
+            status.message = Some(message);
+            if status.phase == CrrPhase::None {
+                status.phase = CrrPhase::Pending;
+            }
+            return unchanged(status);
         }
-        return unchanged(status);
+    };
+    let inputs = ContainerInputs {
+        request,
+        facts,
+        pod,
+        strategy: spec.strategy.clone().unwrap_or_default(),
+        synced: request.synced_statuses(),
+    };
+    let followed = follow_containers(&inputs, spec);
+    conclude(status, followed, &inputs.strategy, facts.now)
+}
+
+/// The pod to act on, or why the request waits instead: no such pod here, another pod than
+/// the one it was made for, or one terminating.
+fn pod_to_act_on<'a>(
+    request: &Crr,
+    spec: &CrrSpec,
+    pod: Option<&'a PodFacts>,
+) -> Result<&'a PodFacts, String> {
+    let Some(pod) = pod else {
+        // kruise-manager completes requests whose pod is gone; nothing to kill here.
+        return Err(format!("pod {} not found on this node", spec.pod_name));
     };
     // Without the label (a request made past kruise's webhook) the pod it was made for is
     // unknown: kruise-daemon then finds no container, and kills nothing.
     let wanted = request.labels.get(LABEL_POD_UID);
     if wanted != Some(&pod.uid) {
-        status.message = Some(match wanted {
+        return Err(match wanted {
             Some(wanted) => format!(
                 "pod {} has UID {}, the request was made for UID {wanted}: not acting",
                 spec.pod_name, pod.uid
@@ -133,37 +157,58 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
                 "the request has no {LABEL_POD_UID} label, so the pod it was made for is unknown: not acting"
             ),
         });
-        if status.phase == CrrPhase::None {
-            status.phase = CrrPhase::Pending;
-        }
-        return unchanged(status);
     }
     if pod.terminating {
-        status.message = Some(format!("pod {} is terminating: not acting", spec.pod_name));
-        if status.phase == CrrPhase::None {
-            status.phase = CrrPhase::Pending;
-        }
-        return unchanged(status);
+        return Err(format!("pod {} is terminating: not acting", spec.pod_name));
     }
+    Ok(pod)
+}
 
-    let strategy = spec.strategy.clone().unwrap_or_default();
-    let synced = request.synced_statuses();
-    let previous: HashMap<&str, &ContainerRecreateState> = request
+/// What every container's step reads besides the container.
+struct ContainerInputs<'a> {
+    request: &'a Crr,
+    facts: &'a Facts<'a>,
+    pod: &'a PodFacts,
+    strategy: Strategy,
+    /// The manager's `sync-container-statuses`.
+    synced: Vec<SyncedContainerStatus>,
+}
+
+/// What the containers' steps add up to.
+struct Followed {
+    states: Vec<ContainerRecreateState>,
+    kills: Vec<KillOrder>,
+    requeue_after: Option<Duration>,
+    /// A container waits for the pod to be marked unready (unreadyGracePeriodSeconds).
+    waiting_for_unready: bool,
+}
+
+impl Followed {
+    /// Decide again after `after` at the latest.
+    fn wake(&mut self, after: Duration) {
+        self.requeue_after = Some(self.requeue_after.map_or(after, |r| r.min(after)));
+    }
+}
+
+/// Each container's step, in the request's order.
+fn follow_containers(inputs: &ContainerInputs<'_>, spec: &CrrSpec) -> Followed {
+    let previous: HashMap<&str, &ContainerRecreateState> = inputs
+        .request
         .status
         .container_recreate_states
         .iter()
         .map(|s| (s.name.as_str(), s))
         .collect();
-    let mut states = Vec::with_capacity(spec.containers.len());
-    let mut kills = Vec::new();
-    let mut requeue: Option<Duration> = None;
-    let mut wake = |after: Duration| requeue = Some(requeue.map_or(after, |r| r.min(after)));
+    let mut followed = Followed {
+        states: Vec::with_capacity(spec.containers.len()),
+        kills: Vec::new(),
+        requeue_after: None,
+        waiting_for_unready: false,
+    };
     // orderedRecreate: only the first container not yet final may move.
     let mut earlier_unfinished = false;
-    let mut waiting_for_unready = false;
-
     for container in &spec.containers {
-        let previous = previous.get(container.name.as_str());
+        let previous = previous.get(container.name.as_str()).copied();
         let mut state = ContainerRecreateState {
             name: container.name.clone(),
             phase: previous.map_or(ContainerPhase::Pending, |p| p.phase),
@@ -172,177 +217,232 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
         };
         if state.phase.is_final() {
             state.message = previous.map(|p| p.message.clone()).unwrap_or_default();
-            states.push(state);
-            continue;
-        }
-        let intent = facts.intents.get(container.name.as_str()).copied();
-        let in_flight = facts.in_flight.contains(&container.name);
-        // A kill this request recorded, not under way any more (it ended, or an agent restart
-        // abandoned it: see the resume below).
-        let kill_confirmed = state.is_killed;
-        state.is_killed |= intent.is_some() && !in_flight;
-        let blocked = strategy.ordered_recreate && earlier_unfinished;
-        earlier_unfinished = true;
-
-        if let Some(failure) = facts.kill_failures.get(&container.name) {
-            state.phase = ContainerPhase::Failed;
-            state.message = failure.clone();
-            states.push(state);
-            continue;
-        }
-        let Some(runtime) = pod.containers.get(&container.name) else {
-            state.phase = ContainerPhase::Pending;
-            state.message = NOT_FOUND_MESSAGE.into();
-            states.push(state);
-            continue;
-        };
-        let context = container.status_context.clone().unwrap_or_default();
-        // Only a statusContext is evidence of a restart since the request. Without one (a
-        // request made past kruise's webhook, which fills it in) the container running now is
-        // the one to recreate, as kruise-daemon takes it.
-        let restarted = container.status_context.is_some()
-            && ((!context.container_id.is_empty() && runtime.container_id != context.container_id)
-                || runtime.restart_count > context.restart_count);
-
-        // The container this request killed has been replaced.
-        let killed_and_replaced = intent.is_some_and(|i| i.container_id != runtime.id);
-        // Still the container a recorded kill was aimed at (without the record, the journal
-        // gone: the one the request was made for). However `isKilled` reads, that one running
-        // means the kill is under way or was abandoned, never that it was recreated.
-        let still_the_killed_one = match intent {
-            Some(i) => i.container_id == runtime.id,
-            None => {
-                !context.container_id.is_empty() && runtime.container_id == context.container_id
-            }
-        };
-        let recreated = if strategy.force_recreate {
-            killed_and_replaced || (kill_confirmed && !still_the_killed_one)
         } else {
-            restarted || killed_and_replaced
-        };
-        // Already recreated: wait for it to run, be ready (as the manager saw it) and stay up.
-        if recreated {
-            state.phase = ContainerPhase::Recreating;
-            if runtime.running {
-                let synced_ready = synced.iter().any(|s| {
-                    s.name == container.name && s.container_id == runtime.container_id && s.ready
-                });
-                // kruise-manager syncs only containers started after the request was created
-                // (second resolution, as the API stores both). One already replaced when the
-                // request was made (its statusContext came from a pod status not yet updated)
-                // would wait for that sync forever; the pod's status is the fact the manager
-                // would have copied.
-                let started_before_request = runtime
-                    .started_at
-                    .zip(request.created_at)
-                    .is_some_and(|(started, created)| started.as_second() < created.as_second());
-                let ready = synced_ready || (started_before_request && runtime.ready_in_pod_status);
-                let min_started =
-                    Duration::from_secs(u64::try_from(strategy.min_started_seconds).unwrap_or(0));
-                let up_for = runtime
-                    .started_at
-                    .map(|started| facts.now.duration_since(started))
-                    .unwrap_or(SignedDuration::ZERO);
-                let up_for = Duration::try_from(up_for).unwrap_or(Duration::ZERO);
-                if ready && up_for >= min_started {
-                    state.phase = ContainerPhase::Succeeded;
-                } else if ready {
-                    wake(min_started - up_for);
-                }
-            }
-            states.push(state);
-            continue;
+            let blocked = inputs.strategy.ordered_recreate && earlier_unfinished;
+            earlier_unfinished = true;
+            state = follow_container(inputs, container, state, blocked, &mut followed);
         }
-        // Stopped but not yet restarted by kubelet, or being killed right now.
-        if !runtime.running || in_flight {
-            state.phase = ContainerPhase::Recreating;
-            if let Some(hold) = runtime.backoff_hold.as_ref().filter(|_| !runtime.running) {
-                state.message = hold.clone();
-            }
-            states.push(state);
-            continue;
-        }
-        // Running and neither restarted nor (forceRecreate) killed: a kill is due. If one was
-        // recorded for this very container but is not under way, the agent died during it and
-        // the runtime abandoned the stop with it (a cancelled StopContainer has sent SIGTERM but
-        // never sends the SIGKILL; or the call never reached it). If the container is still running
-        // when the first kill would have sent SIGKILL, finish it: StopContainer with the minimum
-        // grace.
-        if let Some(intent) = intent
-            && intent.container_id == runtime.id
-        {
-            let due_ms = intent.started_ms.saturating_add(intent.grace_ms);
-            let now_ms = facts.now.as_millisecond();
-            state.phase = ContainerPhase::Recreating;
-            if now_ms < due_ms {
-                wake(Duration::from_millis(
-                    u64::try_from(due_ms.saturating_sub(now_ms)).unwrap_or(0),
-                ));
-            } else {
-                kills.push(KillOrder {
-                    container: container.name.clone(),
-                    container_id: runtime.id.clone(),
-                    pre_stop: None,
-                    ports: Vec::new(),
-                    grace: Duration::ZERO,
-                    resumed: true,
-                });
-            }
-            states.push(state);
-            continue;
-        }
-        if blocked {
-            state.phase = ContainerPhase::Pending;
-            state.message = "waiting for the containers before it (orderedRecreate)".into();
-            states.push(state);
-            continue;
-        }
-        // Any value, 0 included, means "mark the pod unready first" (kruise tests for nil). The
-        // manager marks it only once the request is Recreating, so the request must be
-        // Recreating while it waits.
-        if let Some(grace) = strategy.unready_grace_period_seconds {
-            waiting_for_unready = true;
-            match request.unready_acquired_at() {
-                None => {
-                    state.phase = ContainerPhase::Pending;
-                    state.message = "waiting for the pod to be marked unready".into();
-                    states.push(state);
-                    continue;
-                }
-                Some(acquired) => {
-                    // A grace beyond the end of time (a hostile i64::MAX) is never over.
-                    let due = acquired
-                        .checked_add(SignedDuration::from_secs(grace))
-                        .unwrap_or(Timestamp::MAX);
-                    if facts.now < due {
-                        state.phase = ContainerPhase::Pending;
-                        state.message = "waiting for unreadyGracePeriodSeconds".into();
-                        wake(
-                            Duration::try_from(due.duration_since(facts.now))
-                                .unwrap_or(Duration::ZERO),
-                        );
-                        states.push(state);
-                        continue;
-                    }
-                }
-            }
-        }
-        let grace_seconds = strategy
-            .termination_grace_period_seconds
-            .unwrap_or(DEFAULT_TERMINATION_GRACE_SECONDS)
-            .max(0);
-        kills.push(KillOrder {
-            container: container.name.clone(),
-            container_id: runtime.id.clone(),
-            pre_stop: container.pre_stop.clone(),
-            ports: container.ports.clone(),
-            grace: Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0)),
-            resumed: false,
-        });
-        state.phase = ContainerPhase::Recreating;
-        states.push(state);
+        followed.states.push(state);
     }
+    followed
+}
 
+/// The step of one container not yet final: its state now, with the kill or the wake-up it
+/// needs added to `followed`.
+fn follow_container(
+    inputs: &ContainerInputs<'_>,
+    container: &CrrContainer,
+    mut state: ContainerRecreateState,
+    blocked: bool,
+    followed: &mut Followed,
+) -> ContainerRecreateState {
+    let facts = inputs.facts;
+    let intent = facts.intents.get(container.name.as_str()).copied();
+    let in_flight = facts.in_flight.contains(&container.name);
+    // A kill this request recorded, not under way any more (it ended, or an agent restart
+    // abandoned it: see the resume below).
+    let kill_confirmed = state.is_killed;
+    state.is_killed |= intent.is_some() && !in_flight;
+
+    if let Some(failure) = facts.kill_failures.get(&container.name) {
+        state.phase = ContainerPhase::Failed;
+        state.message = failure.clone();
+        return state;
+    }
+    let Some(runtime) = inputs.pod.containers.get(&container.name) else {
+        state.phase = ContainerPhase::Pending;
+        state.message = NOT_FOUND_MESSAGE.into();
+        return state;
+    };
+    if was_recreated(container, runtime, intent, kill_confirmed, &inputs.strategy) {
+        follow_recreated(inputs, container, runtime, &mut state, followed);
+        return state;
+    }
+    // Stopped but not yet restarted by kubelet, or being killed right now.
+    if !runtime.running || in_flight {
+        state.phase = ContainerPhase::Recreating;
+        if let Some(hold) = runtime.backoff_hold.as_ref().filter(|_| !runtime.running) {
+            state.message = hold.clone();
+        }
+        return state;
+    }
+    // Running and neither restarted nor (forceRecreate) killed: a kill is due. If one was
+    // recorded for this very container but is not under way, the agent died during it and
+    // the runtime abandoned the stop with it (a cancelled StopContainer has sent SIGTERM but
+    // never sends the SIGKILL; or the call never reached it). If the container is still running
+    // when the first kill would have sent SIGKILL, finish it: StopContainer with the minimum
+    // grace.
+    if let Some(intent) = intent
+        && intent.container_id == runtime.id
+    {
+        state.phase = ContainerPhase::Recreating;
+        finish_abandoned_kill(&container.name, intent, runtime, facts.now, followed);
+        return state;
+    }
+    if blocked {
+        state.phase = ContainerPhase::Pending;
+        state.message = "waiting for the containers before it (orderedRecreate)".into();
+        return state;
+    }
+    if let Some(wait) = unready_wait(inputs, followed) {
+        state.phase = ContainerPhase::Pending;
+        state.message = wait.into();
+        return state;
+    }
+    let grace_seconds = inputs
+        .strategy
+        .termination_grace_period_seconds
+        .unwrap_or(DEFAULT_TERMINATION_GRACE_SECONDS)
+        .max(0);
+    followed.kills.push(KillOrder {
+        container: container.name.clone(),
+        container_id: runtime.id.clone(),
+        pre_stop: container.pre_stop.clone(),
+        ports: container.ports.clone(),
+        grace: Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0)),
+        resumed: false,
+    });
+    state.phase = ContainerPhase::Recreating;
+    state
+}
+
+/// Whether the container running now is a new one: restarted since the request was made, or
+/// a replacement of the one this request killed (forceRecreate: only the latter counts).
+fn was_recreated(
+    container: &CrrContainer,
+    runtime: &RuntimeFacts,
+    intent: Option<&KillIntent>,
+    kill_confirmed: bool,
+    strategy: &Strategy,
+) -> bool {
+    let context = container.status_context.clone().unwrap_or_default();
+    // Only a statusContext is evidence of a restart since the request. Without one (a
+    // request made past kruise's webhook, which fills it in) the container running now is
+    // the one to recreate, as kruise-daemon takes it.
+    let restarted = container.status_context.is_some()
+        && ((!context.container_id.is_empty() && runtime.container_id != context.container_id)
+            || runtime.restart_count > context.restart_count);
+
+    // The container this request killed has been replaced.
+    let killed_and_replaced = intent.is_some_and(|i| i.container_id != runtime.id);
+    // Still the container a recorded kill was aimed at (without the record, the journal
+    // gone: the one the request was made for). However `isKilled` reads, that one running
+    // means the kill is under way or was abandoned, never that it was recreated.
+    let still_the_killed_one = match intent {
+        Some(i) => i.container_id == runtime.id,
+        None => !context.container_id.is_empty() && runtime.container_id == context.container_id,
+    };
+    if strategy.force_recreate {
+        killed_and_replaced || (kill_confirmed && !still_the_killed_one)
+    } else {
+        restarted || killed_and_replaced
+    }
+}
+
+/// Already recreated: wait for it to run, be ready (as the manager saw it) and stay up.
+fn follow_recreated(
+    inputs: &ContainerInputs<'_>,
+    container: &CrrContainer,
+    runtime: &RuntimeFacts,
+    state: &mut ContainerRecreateState,
+    followed: &mut Followed,
+) {
+    state.phase = ContainerPhase::Recreating;
+    if !runtime.running {
+        return;
+    }
+    let synced_ready = inputs
+        .synced
+        .iter()
+        .any(|s| s.name == container.name && s.container_id == runtime.container_id && s.ready);
+    // kruise-manager syncs only containers started after the request was created
+    // (second resolution, as the API stores both). One already replaced when the
+    // request was made (its statusContext came from a pod status not yet updated)
+    // would wait for that sync forever; the pod's status is the fact the manager
+    // would have copied.
+    let started_before_request = runtime
+        .started_at
+        .zip(inputs.request.created_at)
+        .is_some_and(|(started, created)| started.as_second() < created.as_second());
+    let ready = synced_ready || (started_before_request && runtime.ready_in_pod_status);
+    let min_started =
+        Duration::from_secs(u64::try_from(inputs.strategy.min_started_seconds).unwrap_or(0));
+    let up_for = runtime
+        .started_at
+        .map(|started| inputs.facts.now.duration_since(started))
+        .unwrap_or(SignedDuration::ZERO);
+    let up_for = Duration::try_from(up_for).unwrap_or(Duration::ZERO);
+    if ready && up_for >= min_started {
+        state.phase = ContainerPhase::Succeeded;
+    } else if ready {
+        followed.wake(min_started - up_for);
+    }
+}
+
+/// An abandoned kill of a container still running: ordered again with the minimum grace
+/// once the first one's grace is over, else woken up for then.
+fn finish_abandoned_kill(
+    name: &str,
+    intent: &KillIntent,
+    runtime: &RuntimeFacts,
+    now: Timestamp,
+    followed: &mut Followed,
+) {
+    let due_ms = intent.started_ms.saturating_add(intent.grace_ms);
+    let now_ms = now.as_millisecond();
+    if now_ms < due_ms {
+        followed.wake(Duration::from_millis(
+            u64::try_from(due_ms.saturating_sub(now_ms)).unwrap_or(0),
+        ));
+    } else {
+        followed.kills.push(KillOrder {
+            container: name.to_owned(),
+            container_id: runtime.id.clone(),
+            pre_stop: None,
+            ports: Vec::new(),
+            grace: Duration::ZERO,
+            resumed: true,
+        });
+    }
+}
+
+/// What a container due for its kill waits for first, if anything, under
+/// unreadyGracePeriodSeconds. Any value, 0 included, means "mark the pod unready first"
+/// (kruise tests for nil). The manager marks it only once the request is Recreating, so the
+/// request must be Recreating while it waits.
+fn unready_wait(inputs: &ContainerInputs<'_>, followed: &mut Followed) -> Option<&'static str> {
+    let grace = inputs.strategy.unready_grace_period_seconds?;
+    followed.waiting_for_unready = true;
+    let Some(acquired) = inputs.request.unready_acquired_at() else {
+        return Some("waiting for the pod to be marked unready");
+    };
+    // A grace beyond the end of time (a hostile i64::MAX) is never over.
+    let due = acquired
+        .checked_add(SignedDuration::from_secs(grace))
+        .unwrap_or(Timestamp::MAX);
+    let now = inputs.facts.now;
+    if now < due {
+        followed.wake(Duration::try_from(due.duration_since(now)).unwrap_or(Duration::ZERO));
+        return Some("waiting for unreadyGracePeriodSeconds");
+    }
+    None
+}
+
+/// The request's status from its containers' steps: completed once every container is final
+/// (or at the first failure under failurePolicy Fail), pending while none has moved,
+/// recreating otherwise.
+fn conclude(
+    mut status: CrrStatus,
+    followed: Followed,
+    strategy: &Strategy,
+    now: Timestamp,
+) -> Decision {
+    let Followed {
+        states,
+        mut kills,
+        requeue_after,
+        waiting_for_unready,
+    } = followed;
     let any_failed = states.iter().any(|s| s.phase == ContainerPhase::Failed);
     let all_final = states.iter().all(|s| s.phase.is_final());
     if all_final || (any_failed && strategy.fail_fast()) {
@@ -351,7 +451,7 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
             kills.clear();
         }
         status.phase = CrrPhase::Completed;
-        status.completion_time = Some(meta_time(facts.now));
+        status.completion_time = Some(meta_time(now));
         status.message = any_failed.then(|| "a container failed to be recreated".to_string());
     } else {
         let pending_only = states.iter().all(|s| s.phase == ContainerPhase::Pending)
@@ -368,7 +468,7 @@ pub fn decide(request: &Crr, facts: &Facts<'_>) -> Decision {
     Decision {
         status,
         kills,
-        requeue_after: requeue,
+        requeue_after,
     }
 }
 
@@ -1030,5 +1130,57 @@ mod tests {
                 .contains("spec.containers is empty")
         );
         assert!(decision.kills.is_empty());
+    }
+
+    #[test]
+    fn recreated_is_a_restart_since_the_request_or_a_replacement_of_the_killed_one() {
+        let app = |context: Option<(&str, i32)>| CrrContainer {
+            name: "app".into(),
+            status_context: context.map(|(id, restarts)| StatusContext {
+                container_id: id.into(),
+                restart_count: restarts,
+            }),
+            ..Default::default()
+        };
+        let restarted = pod(&[("app", "new", true, 1)]);
+        let runtime = &restarted.containers["app"];
+        let plain = Strategy::default();
+        let force = Strategy {
+            force_recreate: true,
+            ..Default::default()
+        };
+        let old = app(Some(("containerd://old", 0)));
+        // Restarted since the request: recreated, unless forceRecreate asks for a kill of its own.
+        assert!(was_recreated(&old, runtime, None, false, &plain));
+        assert!(!was_recreated(&old, runtime, None, false, &force));
+        assert!(was_recreated(&old, runtime, None, true, &force));
+        // Without a statusContext the running container is the one to recreate.
+        assert!(!was_recreated(&app(None), runtime, None, false, &plain));
+        // The one a recorded kill was aimed at, replaced: recreated either way.
+        let killed = KillIntent {
+            key: "crr-1".into(),
+            container: "app".into(),
+            container_id: "old".into(),
+            started_ms: 0,
+            grace_ms: 0,
+        };
+        assert!(was_recreated(
+            &app(None),
+            runtime,
+            Some(&killed),
+            false,
+            &force
+        ));
+        let still = KillIntent {
+            container_id: "new".into(),
+            ..killed
+        };
+        assert!(!was_recreated(
+            &app(None),
+            runtime,
+            Some(&still),
+            true,
+            &force
+        ));
     }
 }

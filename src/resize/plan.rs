@@ -6,7 +6,9 @@
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
-use super::request::{Actuator, ContainerPhase, ContainerResult, ResizePhase, ResizeRequest};
+use super::request::{
+    Actuator, ContainerPhase, ContainerResult, ResizePhase, ResizeRequest, ResizeSpec,
+};
 use super::resources::{self, InitContainer, Refusal};
 use super::through_cri::{self, ContainerTarget, PodTarget};
 use super::through_kubelet::{self, ActuatorSetting};
@@ -68,75 +70,128 @@ fn failed(message: String, actuator: Option<Actuator>) -> Admission {
 /// request), then once before any change the pod's resize policies and the resize's
 /// admission (node allocatable, LimitRanges).
 pub(super) fn admit(f: &Facts<'_>) -> Admission {
+    match admitted(f) {
+        Ok((actuator, after)) => Admission::Proceed { actuator, after },
+        Err(end) => end,
+    }
+}
+
+/// Each app container of a pod with its resources.
+type PodResources = Vec<(String, Resources)>;
+
+/// The checks of [`admit`] in its order: the actuator and the resources after the resize, or
+/// the admission that ends or holds the request.
+fn admitted(f: &Facts<'_>) -> Result<(Actuator, PodResources), Admission> {
     let request = f.request;
-    let spec = match &request.spec {
-        Ok(spec) => spec,
-        Err(err) => return failed(err.clone(), None),
-    };
-    if let (Some(seconds), Some(created)) = (spec.active_deadline_seconds, request.created_at)
+    let spec = request
+        .spec
+        .as_ref()
+        .map_err(|err| failed(err.clone(), None))?;
+    check_deadline(f, spec)?;
+    let pod = pod_to_resize(f, spec)?;
+    let base = spec_resources(pod);
+    check_named_containers(spec, pod, &base)?;
+    let actuator = actuator_of(f, pod)?;
+    let (before, after) = before_and_after(f, actuator, base);
+    let untouched = matches!(
+        request.status.phase,
+        ResizePhase::None | ResizePhase::Pending
+    ) && !f.in_flight
+        && !f.begun;
+    if untouched {
+        check_before_any_change(f, pod, actuator, &before, &after)?;
+    }
+    Ok((actuator, after))
+}
+
+/// Past `activeDeadlineSeconds`, unless its resize is running.
+fn check_deadline(f: &Facts<'_>, spec: &ResizeSpec) -> Result<(), Admission> {
+    if let (Some(seconds), Some(created)) = (spec.active_deadline_seconds, f.request.created_at)
         && f.now.duration_since(created).as_secs() >= seconds
         && !f.in_flight
     {
-        return failed(
+        return Err(failed(
             format!("not done within activeDeadlineSeconds ({seconds} s)"),
             None,
-        );
+        ));
     }
+    Ok(())
+}
+
+/// The pod named, found on the node with the UID asked for and not terminating.
+fn pod_to_resize<'a>(f: &Facts<'a>, spec: &ResizeSpec) -> Result<&'a PodView, Admission> {
     let Some(pod) = f.pod else {
-        return failed(
+        return Err(failed(
             format!(
                 "pod {} not found on node {}",
                 spec.pod_name, f.view.node_name
             ),
             None,
-        );
+        ));
     };
     if let Some(uid) = &spec.pod_uid
         && *uid != pod.uid
     {
-        return failed(
+        return Err(failed(
             format!(
                 "pod {} has UID {}, the request is for {uid}",
                 pod.name, pod.uid
             ),
             None,
-        );
+        ));
     }
     if pod.terminating {
-        return failed(format!("pod {} is terminating", pod.name), None);
+        return Err(failed(format!("pod {} is terminating", pod.name), None));
     }
-    let base = spec_resources(pod);
+    Ok(pod)
+}
+
+/// Every container the request names is an app container of the pod (`base`).
+fn check_named_containers(
+    spec: &ResizeSpec,
+    pod: &PodView,
+    base: &[(String, Resources)],
+) -> Result<(), Admission> {
     if let Some(c) = spec
         .containers
         .iter()
         .find(|c| !base.iter().any(|(name, _)| *name == c.name))
     {
-        return failed(
+        return Err(failed(
             format!(
                 "pod {} has no container {:?} that can be resized",
                 pod.name, c.name
             ),
             None,
-        );
+        ));
     }
-    let actuator = match request.status.actuator {
-        Some(actuator) => actuator,
-        None => {
-            let kubelet = through_kubelet::kubelet_support(f.view, f.kubelet_gate);
-            if kubelet.pending && f.setting != ActuatorSetting::Cri && !pod.static_pod {
-                return Admission::Wait(format!(
-                    "waiting to see whether the kubelet resizes in place: {}",
-                    kubelet.why
-                ));
-            }
-            match through_kubelet::choose_actuator(f.setting, &kubelet, pod.static_pod) {
-                Ok(actuator) => actuator,
-                Err(message) => return failed(message, None),
-            }
-        }
-    };
-    // Before: what the pod has now (the API's spec; for `cri`, with the resizes this agent
-    // keeps applied). After: that with this request on top.
+    Ok(())
+}
+
+/// The request's actuator: the one chosen before, else chosen now from the setting and what
+/// the kubelet supports, once that is known.
+fn actuator_of(f: &Facts<'_>, pod: &PodView) -> Result<Actuator, Admission> {
+    if let Some(actuator) = f.request.status.actuator {
+        return Ok(actuator);
+    }
+    let kubelet = through_kubelet::kubelet_support(f.view, f.kubelet_gate);
+    if kubelet.pending && f.setting != ActuatorSetting::Cri && !pod.static_pod {
+        return Err(Admission::Wait(format!(
+            "waiting to see whether the kubelet resizes in place: {}",
+            kubelet.why
+        )));
+    }
+    through_kubelet::choose_actuator(f.setting, &kubelet, pod.static_pod)
+        .map_err(|message| failed(message, None))
+}
+
+/// Before: what the pod has now (the API's spec `base`; for `cri`, with the resizes this
+/// agent keeps applied). After: that with this request on top.
+fn before_and_after(
+    f: &Facts<'_>,
+    actuator: Actuator,
+    base: PodResources,
+) -> (PodResources, PodResources) {
     let mut before = base;
     if actuator == Actuator::Cri {
         for earlier in f.group.iter().filter(|r| applied_through_cri(r)) {
@@ -144,41 +199,45 @@ pub(super) fn admit(f: &Facts<'_>) -> Admission {
         }
     }
     let mut after = before.clone();
-    overlay(&mut after, request);
+    overlay(&mut after, f.request);
+    (before, after)
+}
 
-    let untouched = matches!(
-        request.status.phase,
-        ResizePhase::None | ResizePhase::Pending
-    ) && !f.in_flight
-        && !f.begun;
-    if untouched {
-        let Some(limit_ranges) = f.limit_ranges else {
-            return Admission::NeedsLimitRanges;
-        };
-        if actuator == Actuator::Cri
-            && let Some(message) = restart_required(pod, &before, &after)
-        {
-            return failed(message, Some(actuator));
-        }
-        if let Err(refusal) = resources::check_resize(
-            &before,
-            &after,
-            &init_containers(pod),
-            &node_allocatable(f.view),
-            limit_ranges,
-        ) {
-            let phase = match refusal {
-                Refusal::ExceedsAllocatable { .. } => ResizePhase::Infeasible,
-                _ => ResizePhase::Failed,
-            };
-            return Admission::Conclude {
-                phase,
-                message: refusal.to_string(),
-                actuator: Some(actuator),
-            };
-        }
+/// The checks made once, before any change: the pod's resize policies (for `cri`) and the
+/// resize's admission (node allocatable, LimitRanges), which need the LimitRanges listed.
+fn check_before_any_change(
+    f: &Facts<'_>,
+    pod: &PodView,
+    actuator: Actuator,
+    before: &[(String, Resources)],
+    after: &[(String, Resources)],
+) -> Result<(), Admission> {
+    let Some(limit_ranges) = f.limit_ranges else {
+        return Err(Admission::NeedsLimitRanges);
+    };
+    if actuator == Actuator::Cri
+        && let Some(message) = restart_required(pod, before, after)
+    {
+        return Err(failed(message, Some(actuator)));
     }
-    Admission::Proceed { actuator, after }
+    if let Err(refusal) = resources::check_resize(
+        before,
+        after,
+        &init_containers(pod),
+        &node_allocatable(f.view),
+        limit_ranges,
+    ) {
+        let phase = match refusal {
+            Refusal::ExceedsAllocatable { .. } => ResizePhase::Infeasible,
+            _ => ResizePhase::Failed,
+        };
+        return Err(Admission::Conclude {
+            phase,
+            message: refusal.to_string(),
+            actuator: Some(actuator),
+        });
+    }
+    Ok(())
 }
 
 /// A request whose `cri` resize succeeded: the pod keeps its values applied.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::request::{
-    ContainerPhase, ContainerRestartState, RestartPhase, RestartRequest, RestartStatus,
+    ContainerPhase, ContainerRestartState, RestartPhase, RestartRequest, RestartSpec, RestartStatus,
 };
 use crate::restart::{
     ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillOrder, PreStop,
@@ -103,129 +103,166 @@ pub fn decide(request: &RestartRequest, facts: &Facts<'_>) -> Decision {
     };
     let now = facts.now;
     if decision.status.phase.is_final() {
-        let ttl = request
-            .spec
-            .as_ref()
-            .ok()
-            .and_then(|s| s.ttl_seconds_after_finished);
-        let done = decision
-            .status
-            .completion_time
-            .as_deref()
-            .and_then(|t| t.parse::<Timestamp>().ok());
-        if let (Some(ttl), Some(done)) = (ttl, done) {
-            let due = done
-                .checked_add(SignedDuration::from_secs(ttl))
-                .unwrap_or(Timestamp::MAX);
-            if now >= due {
-                decision.delete = true;
-            } else {
-                decision.requeue_after = Some(until(now, due));
-            }
-        }
+        expire_finished(request, &mut decision, now);
         return decision;
     }
-    let fail = |mut decision: Decision, message: String| {
-        decision.status.phase = RestartPhase::Failed;
-        decision.status.completion_time = Some(now.to_string());
-        decision.status.message = Some(message);
-        decision.kills.clear();
-        decision
-    };
     let spec = match &request.spec {
         Ok(spec) => spec,
-        Err(reason) => return fail(decision, format!("invalid request, nothing done: {reason}")),
-    };
-    if let Some(deadline) = spec.active_deadline_seconds
-        && let Some(created) = request.created_at
-    {
-        let due = created
-            .checked_add(SignedDuration::from_secs(deadline))
-            .unwrap_or(Timestamp::MAX);
-        if now >= due {
+        Err(reason) => {
             return fail(
                 decision,
-                format!("not finished within activeDeadlineSeconds ({deadline} s)"),
+                now,
+                format!("invalid request, nothing done: {reason}"),
             );
         }
-        decision.requeue_after = Some(until(now, due));
+    };
+    match time_to_deadline(request, spec, now) {
+        Ok(left) => decision.requeue_after = left,
+        Err(message) => return fail(decision, now, message),
     }
     let Some(pod) = facts.pod else {
-        if facts.known_for < POD_APPEAR_GRACE && decision.status.pod_uid.is_none() {
-            decision.status.phase = RestartPhase::Pending;
-            decision.status.message = Some(format!(
-                "waiting for pod {} to appear on node {}",
-                spec.pod_name, facts.node_name
-            ));
-            decision.requeue_after = Some(POD_APPEAR_GRACE.saturating_sub(facts.known_for));
-            return decision;
-        }
-        return fail(
-            decision,
-            format!(
-                "pod {} not found on node {}: nothing restarted",
-                spec.pod_name, facts.node_name
-            ),
-        );
+        return pod_not_found(spec, facts, decision);
     };
+    if let Err(message) = check_pod(request, spec, pod) {
+        return fail(decision, now, message);
+    }
+    let wanted = match chosen_containers(spec, pod) {
+        Ok(wanted) => wanted,
+        Err(message) => return fail(decision, now, message),
+    };
+    let followed = follow_containers(request, spec, pod, facts, wanted, decision.requeue_after);
+    conclude(decision, followed, pod, now)
+}
+
+/// Ends the request as failed at `now`, with nothing stopped.
+fn fail(mut decision: Decision, now: Timestamp, message: String) -> Decision {
+    decision.status.phase = RestartPhase::Failed;
+    decision.status.completion_time = Some(now.to_string());
+    decision.status.message = Some(message);
+    decision.kills.clear();
+    decision
+}
+
+/// A finished request: deleted once `ttlSecondsAfterFinished` is over, and decided again at
+/// that moment until then.
+fn expire_finished(request: &RestartRequest, decision: &mut Decision, now: Timestamp) {
+    let ttl = request
+        .spec
+        .as_ref()
+        .ok()
+        .and_then(|s| s.ttl_seconds_after_finished);
+    let done = decision
+        .status
+        .completion_time
+        .as_deref()
+        .and_then(|t| t.parse::<Timestamp>().ok());
+    if let (Some(ttl), Some(done)) = (ttl, done) {
+        let due = done
+            .checked_add(SignedDuration::from_secs(ttl))
+            .unwrap_or(Timestamp::MAX);
+        if now >= due {
+            decision.delete = true;
+        } else {
+            decision.requeue_after = Some(until(now, due));
+        }
+    }
+}
+
+/// How long until `activeDeadlineSeconds` is over (None without a deadline), or why the
+/// request fails for being past it.
+fn time_to_deadline(
+    request: &RestartRequest,
+    spec: &RestartSpec,
+    now: Timestamp,
+) -> Result<Option<Duration>, String> {
+    let (Some(deadline), Some(created)) = (spec.active_deadline_seconds, request.created_at) else {
+        return Ok(None);
+    };
+    let due = created
+        .checked_add(SignedDuration::from_secs(deadline))
+        .unwrap_or(Timestamp::MAX);
+    if now >= due {
+        return Err(format!(
+            "not finished within activeDeadlineSeconds ({deadline} s)"
+        ));
+    }
+    Ok(Some(until(now, due)))
+}
+
+/// No such pod on this node: a request that has not taken a pod up yet gives it
+/// [`POD_APPEAR_GRACE`] to reach the agent's watch, then fails.
+fn pod_not_found(spec: &RestartSpec, facts: &Facts<'_>, mut decision: Decision) -> Decision {
+    if facts.known_for < POD_APPEAR_GRACE && decision.status.pod_uid.is_none() {
+        decision.status.phase = RestartPhase::Pending;
+        decision.status.message = Some(format!(
+            "waiting for pod {} to appear on node {}",
+            spec.pod_name, facts.node_name
+        ));
+        decision.requeue_after = Some(POD_APPEAR_GRACE.saturating_sub(facts.known_for));
+        return decision;
+    }
+    fail(
+        decision,
+        facts.now,
+        format!(
+            "pod {} not found on node {}: nothing restarted",
+            spec.pod_name, facts.node_name
+        ),
+    )
+}
+
+/// Why the pod found is not one to restart containers of: another pod than the one asked
+/// for or taken up, or one whose stopped containers the kubelet would not start again.
+fn check_pod(request: &RestartRequest, spec: &RestartSpec, pod: &PodFacts) -> Result<(), String> {
     if let Some(wanted) = &spec.pod_uid
         && *wanted != pod.uid
     {
-        return fail(
-            decision,
-            format!(
-                "pod {} has UID {}, the request was made for UID {wanted}: nothing restarted",
-                spec.pod_name, pod.uid
-            ),
-        );
+        return Err(format!(
+            "pod {} has UID {}, the request was made for UID {wanted}: nothing restarted",
+            spec.pod_name, pod.uid
+        ));
     }
     if let Some(taken) = &request.status.pod_uid
         && *taken != pod.uid
     {
-        return fail(
-            decision,
-            format!(
-                "pod {} was replaced (UID {taken} is now {}) during the restart",
-                spec.pod_name, pod.uid
-            ),
-        );
+        return Err(format!(
+            "pod {} was replaced (UID {taken} is now {}) during the restart",
+            spec.pod_name, pod.uid
+        ));
     }
     if pod.static_pod {
-        return fail(
-            decision,
-            format!(
-                "pod {} is a static pod: the kubelet runs it from a file on the node, restart it there; nothing restarted",
-                spec.pod_name
-            ),
-        );
+        return Err(format!(
+            "pod {} is a static pod: the kubelet runs it from a file on the node, restart it there; nothing restarted",
+            spec.pod_name
+        ));
     }
     match pod.restart_policy.as_str() {
         "Always" => {}
         "Never" => {
-            return fail(
-                decision,
-                format!(
-                    "pod {} has restartPolicy Never: the kubelet would not start a stopped container again; nothing restarted",
-                    spec.pod_name
-                ),
-            );
+            return Err(format!(
+                "pod {} has restartPolicy Never: the kubelet would not start a stopped container again; nothing restarted",
+                spec.pod_name
+            ));
         }
         other => {
-            return fail(
-                decision,
-                format!(
-                    "pod {} has restartPolicy {other}: the kubelet would not start a container that exits 0 on SIGTERM again; nothing restarted",
-                    spec.pod_name
-                ),
-            );
+            return Err(format!(
+                "pod {} has restartPolicy {other}: the kubelet would not start a container that exits 0 on SIGTERM again; nothing restarted",
+                spec.pod_name
+            ));
         }
     }
     if pod.terminating {
-        return fail(
-            decision,
-            format!("pod {} is terminating: nothing restarted", spec.pod_name),
-        );
+        return Err(format!(
+            "pod {} is terminating: nothing restarted",
+            spec.pod_name
+        ));
     }
+    Ok(())
+}
+
+/// The containers to restart, in the request's order (every app container in the pod's
+/// order when it names none), or why a name it gives is not one of the pod's.
+fn chosen_containers<'a>(spec: &'a RestartSpec, pod: &'a PodFacts) -> Result<Vec<&'a str>, String> {
     let app: Vec<&str> = pod.containers.iter().map(|(n, _)| n.as_str()).collect();
     let wanted: Vec<&str> = if spec.containers.is_empty() {
         app.clone()
@@ -233,172 +270,258 @@ pub fn decide(request: &RestartRequest, facts: &Facts<'_>) -> Decision {
         spec.containers.iter().map(|c| c.name.as_str()).collect()
     };
     if let Some(unknown) = wanted.iter().find(|w| !app.contains(w)) {
-        return fail(
-            decision,
-            format!(
-                "container {unknown:?} is not an app container of pod {} (it has {}): nothing restarted",
-                spec.pod_name,
-                app.join(", ")
-            ),
-        );
+        return Err(format!(
+            "container {unknown:?} is not an app container of pod {} (it has {}): nothing restarted",
+            spec.pod_name,
+            app.join(", ")
+        ));
     }
+    Ok(wanted)
+}
 
+/// How this request's containers are stopped and counted as restarted.
+struct StopRules {
+    /// orderedRestart.
+    ordered: bool,
+    grace: Duration,
+    min_started: Duration,
+}
+
+/// What the containers' steps add up to.
+struct Followed {
+    states: Vec<ContainerRestartState>,
+    kills: Vec<KillOrder>,
+    /// Containers that became Succeeded.
+    restarted: Vec<String>,
+    requeue_after: Option<Duration>,
+}
+
+impl Followed {
+    /// Decide again after `after` at the latest.
+    fn wake(&mut self, after: Duration) {
+        self.requeue_after = Some(self.requeue_after.map_or(after, |r| r.min(after)));
+    }
+}
+
+/// Each wanted container's step, in order; `requeue_after` is the wake-up decided before
+/// them (the deadline's).
+fn follow_containers(
+    request: &RestartRequest,
+    spec: &RestartSpec,
+    pod: &PodFacts,
+    facts: &Facts<'_>,
+    wanted: Vec<&str>,
+    requeue_after: Option<Duration>,
+) -> Followed {
     let strategy = spec.strategy.clone().unwrap_or_default();
-    let grace = seconds(
-        strategy
-            .termination_grace_period_seconds
-            .or(pod.termination_grace_seconds)
-            .unwrap_or(DEFAULT_TERMINATION_GRACE_SECONDS),
-    );
-    let min_started = seconds(strategy.min_started_seconds);
+    let rules = StopRules {
+        ordered: strategy.ordered_restart,
+        grace: seconds(
+            strategy
+                .termination_grace_period_seconds
+                .or(pod.termination_grace_seconds)
+                .unwrap_or(DEFAULT_TERMINATION_GRACE_SECONDS),
+        ),
+        min_started: seconds(strategy.min_started_seconds),
+    };
     let previous: HashMap<&str, &ContainerRestartState> = request
         .status
         .containers
         .iter()
         .map(|s| (s.name.as_str(), s))
         .collect();
-    let mut requeue = decision.requeue_after;
-    let mut wake = |after: Duration| requeue = Some(requeue.map_or(after, |r| r.min(after)));
-    let mut states = Vec::with_capacity(wanted.len());
-    let mut kills = Vec::new();
-    let mut restarted = Vec::new();
+    let mut followed = Followed {
+        states: Vec::with_capacity(wanted.len()),
+        kills: Vec::new(),
+        restarted: Vec::new(),
+        requeue_after,
+    };
     for name in wanted {
-        let previous = previous.get(name).copied();
-        let mut state = previous.cloned().unwrap_or_else(|| ContainerRestartState {
-            name: name.to_owned(),
-            ..Default::default()
-        });
-        if state.phase.is_final() {
-            states.push(state);
-            continue;
-        }
-        state.message = None;
-        // orderedRestart: only once every container before it is done.
-        let blocked = strategy.ordered_restart && states.iter().any(|s| !s.phase.is_final());
-        if let Some(failure) = facts.kill_failures.get(name) {
-            state.phase = ContainerPhase::Failed;
-            state.message = Some(failure.clone());
-            states.push(state);
-            continue;
-        }
-        let intent = facts.intents.get(name).copied();
-        let in_flight = facts.in_flight.contains(name);
-        // The container this request stopped (or is stopping): the journal's record, else the
-        // status's (written after the record).
-        let old = intent
-            .map(|i| i.container_id.as_str())
-            .or(state.old_container_id.as_deref().map(bare_id));
-        let runtime = pod
-            .containers
-            .iter()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, r)| r.as_ref());
-        let Some(runtime) = runtime else {
-            if old.is_some() || in_flight {
-                state.phase = ContainerPhase::Restarting;
-                state.message = Some("waiting for the kubelet to start it again".into());
-            } else {
-                state.phase = ContainerPhase::Pending;
-                state.message = Some("the container has not been created yet".into());
-            }
-            states.push(state);
-            continue;
+        let state = previous.get(name).map_or_else(
+            || ContainerRestartState {
+                name: name.to_owned(),
+                ..Default::default()
+            },
+            |previous| (*previous).clone(),
+        );
+        let state = if state.phase.is_final() {
+            state
+        } else {
+            follow_container(name, state, pod, facts, &rules, &mut followed)
         };
-        if old.is_some_and(|old| old != runtime.id) {
-            // Replaced by the kubelet: wait for it to be ready and to stay up.
+        followed.states.push(state);
+    }
+    followed
+}
+
+/// The step of one container not yet finished: its state now, with the stop or the wake-up
+/// it needs added to `followed`.
+fn follow_container(
+    name: &str,
+    mut state: ContainerRestartState,
+    pod: &PodFacts,
+    facts: &Facts<'_>,
+    rules: &StopRules,
+    followed: &mut Followed,
+) -> ContainerRestartState {
+    state.message = None;
+    // orderedRestart: only once every container before it is done.
+    let blocked = rules.ordered && followed.states.iter().any(|s| !s.phase.is_final());
+    if let Some(failure) = facts.kill_failures.get(name) {
+        state.phase = ContainerPhase::Failed;
+        state.message = Some(failure.clone());
+        return state;
+    }
+    let intent = facts.intents.get(name).copied();
+    let in_flight = facts.in_flight.contains(name);
+    // The container this request stopped (or is stopping): the journal's record, else the
+    // status's (written after the record).
+    let old = intent
+        .map(|i| i.container_id.as_str())
+        .or(state.old_container_id.as_deref().map(bare_id));
+    let runtime = pod
+        .containers
+        .iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, r)| r.as_ref());
+    let Some(runtime) = runtime else {
+        if old.is_some() || in_flight {
             state.phase = ContainerPhase::Restarting;
-            if state.new_container_id.as_deref() != Some(runtime.container_id.as_str()) {
-                state.new_container_id = Some(runtime.container_id.clone());
-                state.ready_time = None;
-            }
-            if runtime.running && runtime.ready_in_pod_status {
-                let ready_at = state
-                    .ready_time
-                    .as_deref()
-                    .and_then(|t| t.parse::<Timestamp>().ok())
-                    .unwrap_or(now);
-                state.ready_time = Some(ready_at.to_string());
-                let up_for = runtime
-                    .started_at
-                    .map(|s| Duration::try_from(now.duration_since(s)).unwrap_or(Duration::ZERO))
-                    .unwrap_or(Duration::ZERO);
-                if up_for >= min_started {
-                    state.phase = ContainerPhase::Succeeded;
-                    restarted.push(name.to_owned());
-                } else {
-                    state.message = Some(format!(
-                        "ready; counted as restarted after minStartedSeconds ({} s)",
-                        min_started.as_secs()
-                    ));
-                    wake(min_started - up_for);
-                }
-            } else if !runtime.running {
-                state.message = Some(backoff_message(runtime));
-            } else {
-                state.message = Some("running, waiting for the pod to report it ready".into());
-            }
-            states.push(state);
-            continue;
-        }
-        if !runtime.running || in_flight {
-            // Stopping, or stopped and not started again yet. A container found exited before
-            // this request stopped anything is the old one too: the kubelet's next start of it
-            // is the restart asked for, and stopping that one as well would be a second.
-            state.phase = ContainerPhase::Restarting;
-            if state.old_container_id.is_none() {
-                state.old_container_id = Some(runtime.container_id.clone());
-            }
-            if !runtime.running {
-                state.message = Some(backoff_message(runtime));
-            }
-            states.push(state);
-            continue;
-        }
-        // Running, and the one to stop. A kill recorded for it but not under way was abandoned
-        // by an agent that died during it: finished with SIGKILL once its grace is over.
-        if let Some(intent) = intent
-            && intent.container_id == runtime.id
-        {
-            state.phase = ContainerPhase::Restarting;
-            state.old_container_id = Some(runtime.container_id.clone());
-            let due_ms = intent.started_ms.saturating_add(intent.grace_ms);
-            let now_ms = now.as_millisecond();
-            if now_ms < due_ms {
-                wake(Duration::from_millis(
-                    u64::try_from(due_ms.saturating_sub(now_ms)).unwrap_or(0),
-                ));
-            } else {
-                kills.push(KillOrder {
-                    container: name.to_owned(),
-                    container_id: runtime.id.clone(),
-                    pre_stop: None,
-                    ports: Vec::new(),
-                    grace: Duration::ZERO,
-                    resumed: true,
-                });
-            }
-            states.push(state);
-            continue;
-        }
-        if blocked {
+            state.message = Some("waiting for the kubelet to start it again".into());
+        } else {
             state.phase = ContainerPhase::Pending;
-            state.message = Some("waiting for the containers before it (orderedRestart)".into());
-            states.push(state);
-            continue;
+            state.message = Some("the container has not been created yet".into());
         }
-        kills.push(KillOrder {
-            container: name.to_owned(),
-            container_id: runtime.id.clone(),
-            pre_stop: runtime.pre_stop.clone(),
-            ports: runtime.ports.clone(),
-            grace,
-            resumed: false,
-        });
+        return state;
+    };
+    if old.is_some_and(|old| old != runtime.id) {
+        follow_replacement(name, &mut state, runtime, facts.now, rules, followed);
+        return state;
+    }
+    if !runtime.running || in_flight {
+        // Stopping, or stopped and not started again yet. A container found exited before
+        // this request stopped anything is the old one too: the kubelet's next start of it
+        // is the restart asked for, and stopping that one as well would be a second.
+        state.phase = ContainerPhase::Restarting;
+        if state.old_container_id.is_none() {
+            state.old_container_id = Some(runtime.container_id.clone());
+        }
+        if !runtime.running {
+            state.message = Some(backoff_message(runtime));
+        }
+        return state;
+    }
+    // Running, and the one to stop. A kill recorded for it but not under way was abandoned
+    // by an agent that died during it: finished with SIGKILL once its grace is over.
+    if let Some(intent) = intent
+        && intent.container_id == runtime.id
+    {
         state.phase = ContainerPhase::Restarting;
         state.old_container_id = Some(runtime.container_id.clone());
-        states.push(state);
+        finish_abandoned_kill(name, intent, runtime, facts.now, followed);
+        return state;
     }
+    if blocked {
+        state.phase = ContainerPhase::Pending;
+        state.message = Some("waiting for the containers before it (orderedRestart)".into());
+        return state;
+    }
+    followed.kills.push(KillOrder {
+        container: name.to_owned(),
+        container_id: runtime.id.clone(),
+        pre_stop: runtime.pre_stop.clone(),
+        ports: runtime.ports.clone(),
+        grace: rules.grace,
+        resumed: false,
+    });
+    state.phase = ContainerPhase::Restarting;
+    state.old_container_id = Some(runtime.container_id.clone());
+    state
+}
 
+/// Replaced by the kubelet: wait for it to be ready and to stay up.
+fn follow_replacement(
+    name: &str,
+    state: &mut ContainerRestartState,
+    runtime: &ContainerFacts,
+    now: Timestamp,
+    rules: &StopRules,
+    followed: &mut Followed,
+) {
+    state.phase = ContainerPhase::Restarting;
+    if state.new_container_id.as_deref() != Some(runtime.container_id.as_str()) {
+        state.new_container_id = Some(runtime.container_id.clone());
+        state.ready_time = None;
+    }
+    if runtime.running && runtime.ready_in_pod_status {
+        let ready_at = state
+            .ready_time
+            .as_deref()
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            .unwrap_or(now);
+        state.ready_time = Some(ready_at.to_string());
+        let up_for = runtime
+            .started_at
+            .map(|s| Duration::try_from(now.duration_since(s)).unwrap_or(Duration::ZERO))
+            .unwrap_or(Duration::ZERO);
+        if up_for >= rules.min_started {
+            state.phase = ContainerPhase::Succeeded;
+            followed.restarted.push(name.to_owned());
+        } else {
+            state.message = Some(format!(
+                "ready; counted as restarted after minStartedSeconds ({} s)",
+                rules.min_started.as_secs()
+            ));
+            followed.wake(rules.min_started - up_for);
+        }
+    } else if !runtime.running {
+        state.message = Some(backoff_message(runtime));
+    } else {
+        state.message = Some("running, waiting for the pod to report it ready".into());
+    }
+}
+
+/// An abandoned kill of a container still running: ordered again with no grace once the
+/// first one's grace is over, else woken up for then.
+fn finish_abandoned_kill(
+    name: &str,
+    intent: &KillIntent,
+    runtime: &ContainerFacts,
+    now: Timestamp,
+    followed: &mut Followed,
+) {
+    let due_ms = intent.started_ms.saturating_add(intent.grace_ms);
+    let now_ms = now.as_millisecond();
+    if now_ms < due_ms {
+        followed.wake(Duration::from_millis(
+            u64::try_from(due_ms.saturating_sub(now_ms)).unwrap_or(0),
+        ));
+    } else {
+        followed.kills.push(KillOrder {
+            container: name.to_owned(),
+            container_id: runtime.id.clone(),
+            pre_stop: None,
+            ports: Vec::new(),
+            grace: Duration::ZERO,
+            resumed: true,
+        });
+    }
+}
+
+/// The request's status from its containers' steps: failed with the first failed container,
+/// succeeded once every one has, pending while none has moved, restarting otherwise.
+fn conclude(
+    mut decision: Decision,
+    followed: Followed,
+    pod: &PodFacts,
+    now: Timestamp,
+) -> Decision {
+    let Followed {
+        states,
+        kills,
+        restarted,
+        requeue_after,
+    } = followed;
     let status = &mut decision.status;
     status.pod_uid = Some(pod.uid.clone());
     if let Some(failed) = states.iter().find(|s| s.phase == ContainerPhase::Failed) {
@@ -408,7 +531,7 @@ pub fn decide(request: &RestartRequest, facts: &Facts<'_>) -> Decision {
             failed.message.as_deref().unwrap_or("failed")
         );
         status.containers = states;
-        return fail(decision, message);
+        return fail(decision, now, message);
     }
     if states.iter().all(|s| s.phase == ContainerPhase::Succeeded) {
         status.phase = RestartPhase::Succeeded;
@@ -426,7 +549,7 @@ pub fn decide(request: &RestartRequest, facts: &Facts<'_>) -> Decision {
     }
     status.containers = states;
     decision.kills = kills;
-    decision.requeue_after = requeue;
+    decision.requeue_after = requeue_after;
     decision.restarted = restarted;
     decision
 }
@@ -798,5 +921,45 @@ mod tests {
         let held = pod(&[("app", Some(stopped))]);
         let d = run(Some(&held)).decide(&request(spec, status));
         assert_eq!(d.status.containers[0].message.as_deref(), Some(hold));
+    }
+
+    #[test]
+    fn a_request_naming_no_container_restarts_every_app_container_in_the_pods_order() {
+        let unnamed = request(json!({"podName": "p"}), json!({}));
+        let spec = unnamed.spec.as_ref().unwrap();
+        let two = pod(&[("b", None), ("a", None)]);
+        assert_eq!(chosen_containers(spec, &two), Ok(vec!["b", "a"]));
+    }
+
+    #[test]
+    fn the_earliest_wake_up_wins() {
+        let mut followed = Followed {
+            states: Vec::new(),
+            kills: Vec::new(),
+            restarted: Vec::new(),
+            requeue_after: None,
+        };
+        followed.wake(Duration::from_secs(10));
+        followed.wake(Duration::from_secs(3));
+        followed.wake(Duration::from_secs(5));
+        assert_eq!(followed.requeue_after, Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn the_deadline_counts_from_the_requests_creation() {
+        let none = request(json!({"podName": "p"}), json!({}));
+        let spec = none.spec.as_ref().unwrap();
+        assert_eq!(time_to_deadline(&none, spec, now()), Ok(None));
+        // Created at 09:59:00, a minute before now.
+        let timed = request(
+            json!({"podName": "p", "activeDeadlineSeconds": 100}),
+            json!({}),
+        );
+        let spec = timed.spec.as_ref().unwrap();
+        assert_eq!(
+            time_to_deadline(&timed, spec, now()),
+            Ok(Some(Duration::from_secs(40)))
+        );
+        assert!(time_to_deadline(&timed, spec, now() + SignedDuration::from_secs(40)).is_err());
     }
 }

@@ -128,6 +128,35 @@ pub fn step(facts: &Facts) -> Step {
         status.start_time = Some(seconds(now));
     }
     let start = status.start();
+    let part = follow_own_part(facts, &status, start);
+    put_part(&mut status, part);
+    if let Some(census) = facts.census {
+        release_gone_agents_claims(&mut status, census, facts.node, now);
+    }
+    if !status.phase.is_final() {
+        advance_phase(&mut status, facts.spec, start, now);
+    }
+    let todo = pods_left_to_claim(facts, &status, start);
+    let (claimed, waiting) = claim_or_wait(facts, &mut status, &todo);
+    if !status.phase.is_final()
+        && let Some(census) = facts.census
+    {
+        conclude(&mut status, census, facts.node, start, now);
+    }
+    summarize(&mut status, facts.node, facts.generation);
+    let takes_part =
+        !status.phase.is_final() && (!todo.is_empty() || status.part(facts.node).is_some());
+    Step {
+        status,
+        claimed,
+        waiting: if todo.is_empty() { None } else { waiting },
+        takes_part,
+    }
+}
+
+/// This node's part as its pods and requests show it now: what it counts, and its claims
+/// followed to their end (a finished request is the pod's record).
+fn follow_own_part(facts: &Facts, status: &RolloutStatus, start: Option<Timestamp>) -> NodePart {
     let mut part = status
         .part(facts.node)
         .cloned()
@@ -146,7 +175,6 @@ pub fn step(facts: &Facts) -> Step {
     part.matched = (included_here + gone_since) as u32;
     part.not_included = (facts.my_pods.len() - included_here) as u32;
 
-    // This node's claims, followed to their end: a finished request is the pod's record.
     let mut kept = Vec::new();
     for claim in std::mem::take(&mut part.claims) {
         let outcome = facts.requests.get(&claim.pod_uid).map(|r| &r.outcome);
@@ -155,18 +183,22 @@ pub fn step(facts: &Facts) -> Step {
             _ if !here.contains(claim.pod_uid.as_str()) => part.skipped += 1,
             // A claim whose request was not made in time (the agent stopped in between) is
             // let go: other agents may have released it already. The pod is claimed afresh.
-            None if !fresh(&claim, now) => {}
+            None if !fresh(&claim, facts.now) => {}
             _ => kept.push(claim),
         }
     }
     part.claims = kept;
-    part.done = facts
-        .requests
+    record_outcomes(&mut part, facts.requests);
+    part
+}
+
+/// The part's done count and failures, from every request of the node's pods.
+fn record_outcomes(part: &mut NodePart, requests: &HashMap<String, NodeRequest>) {
+    part.done = requests
         .values()
         .filter(|r| r.outcome == RequestOutcome::Succeeded)
         .count() as u32;
-    part.failures = facts
-        .requests
+    part.failures = requests
         .iter()
         .filter_map(|(uid, r)| match &r.outcome {
             RequestOutcome::Failed(message) => Some(Failure::new(&r.pod, uid, message)),
@@ -175,73 +207,83 @@ pub fn step(facts: &Facts) -> Step {
         .collect();
     part.failures
         .sort_by(|a, b| (&a.pod, &a.pod_uid).cmp(&(&b.pod, &b.pod_uid)));
-    put_part(&mut status, part);
+}
 
-    // Claims of agents that are gone: released once their pods are gone, or ready with their
-    // request finished, or ready with no request made long after the claim (its agent makes
-    // a request only for a claim younger than the Lease's duration: it cannot make one now).
-    if let Some(census) = facts.census {
-        for other in status.nodes.iter_mut() {
-            if other.node == facts.node || census.live_agents.contains(&other.node) {
-                continue;
-            }
-            other.claims.retain(|claim| {
-                let Some(pod) = census
-                    .matching
-                    .iter()
-                    .find(|p| p.state.uid == claim.pod_uid)
-                else {
-                    return false;
-                };
-                // A node whose requests could not be listed: nothing is known of them.
-                let released = pod.state.ready
-                    && census
-                        .foreign_requests
-                        .get(&other.node)
-                        .is_some_and(|asked| match asked.get(&claim.pod_uid) {
-                            Some(RequestOutcome::Succeeded | RequestOutcome::Failed(_)) => true,
-                            Some(RequestOutcome::Underway) => false,
-                            None => age(claim, now) >= 2 * LEASE_DURATION,
-                        });
-                !released
-            });
+/// Claims of agents that are gone: released once their pods are gone, or ready with their
+/// request finished, or ready with no request made long after the claim (its agent makes
+/// a request only for a claim younger than the Lease's duration: it cannot make one now).
+fn release_gone_agents_claims(
+    status: &mut RolloutStatus,
+    census: &Census,
+    node: &str,
+    now: Timestamp,
+) {
+    for other in status.nodes.iter_mut() {
+        if other.node == node || census.live_agents.contains(&other.node) {
+            continue;
         }
-    }
-
-    let failed: usize = status.nodes.iter().map(|p| p.failures.len()).sum();
-    if !status.phase.is_final() {
-        let deadline = facts
-            .spec
-            .deadline_seconds
-            .and_then(|d| start.map(|s| (s, d)))
-            .filter(|(s, d)| now.as_second() >= s.as_second().saturating_add(*d));
-        if failed >= facts.spec.max_failed_pods() as usize {
-            let message = first_failures(&status);
-            finish(
-                &mut status,
-                RolloutPhase::Failed,
-                "PodsFailed",
-                message,
-                now,
-            );
-        } else if let Some((_, seconds)) = deadline {
-            finish(
-                &mut status,
-                RolloutPhase::Failed,
-                "DeadlineExceeded",
-                format!("not finished within spec.deadlineSeconds ({seconds} s)"),
-                now,
-            );
-        } else {
-            status.phase = if facts.spec.paused {
-                RolloutPhase::Paused
-            } else {
-                RolloutPhase::Progressing
+        other.claims.retain(|claim| {
+            let Some(pod) = census
+                .matching
+                .iter()
+                .find(|p| p.state.uid == claim.pod_uid)
+            else {
+                return false;
             };
-        }
+            // A node whose requests could not be listed: nothing is known of them.
+            let released = pod.state.ready
+                && census
+                    .foreign_requests
+                    .get(&other.node)
+                    .is_some_and(|asked| match asked.get(&claim.pod_uid) {
+                        Some(RequestOutcome::Succeeded | RequestOutcome::Failed(_)) => true,
+                        Some(RequestOutcome::Underway) => false,
+                        None => age(claim, now) >= 2 * LEASE_DURATION,
+                    });
+            !released
+        });
     }
+}
 
-    // This node's pods left to restart: those without a request and unclaimed.
+/// The phase of an unfinished rollout: failed with too many failures or past its deadline,
+/// else paused or progressing as the spec says.
+fn advance_phase(
+    status: &mut RolloutStatus,
+    spec: &RolloutSpec,
+    start: Option<Timestamp>,
+    now: Timestamp,
+) {
+    let failed: usize = status.nodes.iter().map(|p| p.failures.len()).sum();
+    let deadline = spec
+        .deadline_seconds
+        .and_then(|d| start.map(|s| (s, d)))
+        .filter(|(s, d)| now.as_second() >= s.as_second().saturating_add(*d));
+    if failed >= spec.max_failed_pods() as usize {
+        let message = first_failures(status);
+        finish(status, RolloutPhase::Failed, "PodsFailed", message, now);
+    } else if let Some((_, seconds)) = deadline {
+        finish(
+            status,
+            RolloutPhase::Failed,
+            "DeadlineExceeded",
+            format!("not finished within spec.deadlineSeconds ({seconds} s)"),
+            now,
+        );
+    } else {
+        status.phase = if spec.paused {
+            RolloutPhase::Paused
+        } else {
+            RolloutPhase::Progressing
+        };
+    }
+}
+
+/// This node's pods left to restart: those without a request and unclaimed, in name order.
+fn pods_left_to_claim<'a>(
+    facts: &Facts<'a>,
+    status: &RolloutStatus,
+    start: Option<Timestamp>,
+) -> Vec<&'a RolloutPod> {
     let claimed_here: HashSet<&str> = status
         .part(facts.node)
         .into_iter()
@@ -259,13 +301,22 @@ pub fn step(facts: &Facts) -> Step {
         })
         .collect();
     todo.sort_by(|a, b| a.state.name.cmp(&b.state.name));
+    todo
+}
 
+/// Claims of `todo` while the rollout progresses, written in this node's part with what is
+/// left pending; with them, why this node claims nothing (more) now.
+fn claim_or_wait(
+    facts: &Facts,
+    status: &mut RolloutStatus,
+    todo: &[&RolloutPod],
+) -> (Vec<Claim>, Option<String>) {
     let mut claimed = Vec::new();
     let mut waiting = None;
     if status.phase == RolloutPhase::Progressing && !todo.is_empty() {
         let mut part = status.part(facts.node).cloned().unwrap_or_default();
         match facts.census {
-            Some(census) => match claim(facts, census, &status, &todo, now) {
+            Some(census) => match claim(facts, census, status, todo, facts.now) {
                 Ok(new) => {
                     claimed = new;
                     part.waiting = None;
@@ -283,27 +334,13 @@ pub fn step(facts: &Facts) -> Step {
         }
         part.claims.extend(claimed.iter().cloned());
         part.pending = (todo.len() - claimed.len()) as u32;
-        put_part(&mut status, part);
+        put_part(status, part);
     } else if let Some(mut part) = status.part(facts.node).cloned() {
         part.waiting = None;
         part.pending = todo.len() as u32;
-        put_part(&mut status, part);
+        put_part(status, part);
     }
-
-    if !status.phase.is_final()
-        && let Some(census) = facts.census
-    {
-        conclude(&mut status, census, facts.node, start, now);
-    }
-    summarize(&mut status, facts.node, facts.generation);
-    let takes_part =
-        !status.phase.is_final() && (!todo.is_empty() || status.part(facts.node).is_some());
-    Step {
-        status,
-        claimed,
-        waiting: if todo.is_empty() { None } else { waiting },
-        takes_part,
-    }
+    (claimed, waiting)
 }
 
 /// Why a node claims nothing now.
@@ -416,23 +453,39 @@ fn conclude(
         .filter(|p| included(p, start))
         .collect();
     status.not_included = (census.matching.len() - ours.len()) as u32;
+    let any_claims = status.claims().next().is_some();
+    let (matched, pending_by_node) = count_left(status, census, node, &ours);
+    status.matched = matched as u32;
+    report_nodes_without_agent(status, census, node, start, &pending_by_node, now);
+    if pending_by_node.is_empty() && !any_claims && status.phase == RolloutPhase::Progressing {
+        let failed: usize = status.nodes.iter().map(|p| p.failures.len()).sum();
+        let message = if failed == 0 {
+            "every pod restarted".to_string()
+        } else {
+            format!(
+                "every pod restarted but {failed} (within spec.failurePolicy): {}",
+                first_failures(status)
+            )
+        };
+        finish(status, RolloutPhase::Succeeded, "Restarted", message, now);
+    }
+}
+
+/// The rollout's size (the pods it counts, on every node) and each node's pods left to
+/// restart, from `ours`: the matching pods it includes.
+fn count_left(
+    status: &RolloutStatus,
+    census: &Census,
+    node: &str,
+    ours: &[&RolloutPod],
+) -> (usize, BTreeMap<String, usize>) {
     let claimed: HashSet<&str> = status.claims().map(|(_, c)| c.pod_uid.as_str()).collect();
     let parts: HashMap<&str, &NodePart> =
         status.nodes.iter().map(|p| (p.node.as_str(), p)).collect();
     let mut ours_by_node: BTreeMap<&str, Vec<&RolloutPod>> = BTreeMap::new();
-    for pod in &ours {
+    for pod in ours {
         ours_by_node.entry(pod.node.as_str()).or_default().push(pod);
     }
-    let left_unasked = |pods: &[&RolloutPod], asked: Option<&NodeRequests>| {
-        pods.iter()
-            .filter(|p| {
-                let uid = p.state.uid.as_str();
-                !p.terminating
-                    && !claimed.contains(uid)
-                    && asked.is_none_or(|a| !a.contains_key(uid))
-            })
-            .count()
-    };
     let mut matched = 0usize;
     let mut pending_by_node: BTreeMap<String, usize> = BTreeMap::new();
     let nodes: BTreeSet<&str> = ours_by_node.keys().chain(parts.keys()).copied().collect();
@@ -441,13 +494,13 @@ fn conclude(
         let pending = match parts.get(name) {
             None => {
                 matched += pods.len();
-                left_unasked(pods, None)
+                left_unasked(pods, &claimed, None)
             }
             Some(part) => {
                 matched += part.matched as usize;
                 let gone = name != node && !census.live_agents.contains(name);
                 match census.foreign_requests.get(name) {
-                    Some(asked) if gone => left_unasked(pods, Some(asked)),
+                    Some(asked) if gone => left_unasked(pods, &claimed, Some(asked)),
                     _ => part.pending as usize,
                 }
             }
@@ -456,8 +509,33 @@ fn conclude(
             pending_by_node.insert(name.to_string(), pending);
         }
     }
-    let any_claims = !claimed.is_empty();
-    status.matched = matched as u32;
+    (matched, pending_by_node)
+}
+
+/// How many of `pods` are left to restart: neither terminating, claimed nor asked for.
+fn left_unasked(
+    pods: &[&RolloutPod],
+    claimed: &HashSet<&str>,
+    asked: Option<&NodeRequests>,
+) -> usize {
+    pods.iter()
+        .filter(|p| {
+            let uid = p.state.uid.as_str();
+            !p.terminating && !claimed.contains(uid) && asked.is_none_or(|a| !a.contains_key(uid))
+        })
+        .count()
+}
+
+/// The `WaitingForNodes` condition (and message): the nodes with pods left whose agent is
+/// gone or never came.
+fn report_nodes_without_agent(
+    status: &mut RolloutStatus,
+    census: &Census,
+    node: &str,
+    start: Option<Timestamp>,
+    pending_by_node: &BTreeMap<String, usize>,
+    now: Timestamp,
+) {
     // An agent has the Lease's duration from the start to take its part up.
     let grace_over =
         start.is_some_and(|s| now.as_second() >= s.as_second() + LEASE_DURATION.as_secs() as i64);
@@ -475,40 +553,28 @@ fn conclude(
             "",
             now,
         );
-    } else {
-        let mut named: Vec<String> = without_agent
-            .iter()
-            .take(NODES_NAMED)
-            .map(|(node, count)| format!("waiting for node {node}: no agent ({count} pods)"))
-            .collect();
-        if without_agent.len() > NODES_NAMED {
-            named.push(format!(
-                "and {} more nodes",
-                without_agent.len() - NODES_NAMED
-            ));
-        }
-        set_condition(
-            status,
-            CONDITION_WAITING,
-            true,
-            "NoAgent",
-            &named.join("; "),
-            now,
-        );
-        status.message = Some(named.join("; "));
+        return;
     }
-    if pending_by_node.is_empty() && !any_claims && status.phase == RolloutPhase::Progressing {
-        let failed: usize = status.nodes.iter().map(|p| p.failures.len()).sum();
-        let message = if failed == 0 {
-            "every pod restarted".to_string()
-        } else {
-            format!(
-                "every pod restarted but {failed} (within spec.failurePolicy): {}",
-                first_failures(status)
-            )
-        };
-        finish(status, RolloutPhase::Succeeded, "Restarted", message, now);
+    let mut named: Vec<String> = without_agent
+        .iter()
+        .take(NODES_NAMED)
+        .map(|(node, count)| format!("waiting for node {node}: no agent ({count} pods)"))
+        .collect();
+    if without_agent.len() > NODES_NAMED {
+        named.push(format!(
+            "and {} more nodes",
+            without_agent.len() - NODES_NAMED
+        ));
     }
+    set_condition(
+        status,
+        CONDITION_WAITING,
+        true,
+        "NoAgent",
+        &named.join("; "),
+        now,
+    );
+    status.message = Some(named.join("; "));
 }
 
 fn finish(
@@ -1349,5 +1415,48 @@ mod tests {
                 prop_assert!(sim.worst <= max);
             }
         }
+    }
+
+    #[test]
+    fn left_unasked_counts_pods_neither_terminating_claimed_nor_asked_for() {
+        let mut gone = pod("p4", "b", true);
+        gone.terminating = true;
+        let pods = [
+            pod("p1", "b", true),
+            pod("p2", "b", true),
+            pod("p3", "b", false),
+            gone,
+        ];
+        let pods: Vec<&RolloutPod> = pods.iter().collect();
+        let claimed: HashSet<&str> = ["uid-p1"].into();
+        assert_eq!(left_unasked(&pods, &claimed, None), 2);
+        let asked: NodeRequests = [("uid-p2".to_string(), RequestOutcome::Underway)].into();
+        assert_eq!(left_unasked(&pods, &claimed, Some(&asked)), 1);
+    }
+
+    #[test]
+    fn a_parts_failures_are_in_pod_order() {
+        let requests: HashMap<String, NodeRequest> = [
+            ("uid-b", "b", RequestOutcome::Failed("no".into())),
+            ("uid-a", "a", RequestOutcome::Failed("no".into())),
+            ("uid-c", "c", RequestOutcome::Succeeded),
+            ("uid-d", "d", RequestOutcome::Underway),
+        ]
+        .into_iter()
+        .map(|(uid, pod, outcome)| {
+            (
+                uid.to_string(),
+                NodeRequest {
+                    pod: pod.into(),
+                    outcome,
+                },
+            )
+        })
+        .collect();
+        let mut part = NodePart::default();
+        record_outcomes(&mut part, &requests);
+        assert_eq!(part.done, 1);
+        let failed: Vec<&str> = part.failures.iter().map(|f| f.pod.as_str()).collect();
+        assert_eq!(failed, ["a", "b"]);
     }
 }
