@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::mpsc;
 
 use super::ReactionMetrics;
-use super::crr::{self, Crr, CrrPhase, CrrStatus};
+use super::object::{self, Crr, CrrPhase, CrrStatus};
 use super::plan::{self, Facts, PodFacts, RuntimeFacts};
 use crate::cri::proto::{ContainerFilter, ContainerState};
 use crate::cri::{CriClient, labels};
@@ -45,8 +45,8 @@ pub struct RecreateConfig {
 /// The ContainerRecreateRequest resource of `version` (see [`served_crr_version`]).
 pub fn crr_resource(version: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(crr::GROUP, version, crr::KIND),
-        crr::PLURAL,
+        &GroupVersionKind::gvk(object::GROUP, version, object::KIND),
+        object::PLURAL,
     )
 }
 
@@ -55,12 +55,12 @@ pub fn crr_resource(version: &str) -> ApiResource {
 /// One discovery request at start; where kruise is not installed yet the agent takes v1alpha1
 /// (kruise up to 1.8), and a kruise 1.9 installed later needs the agent restarted.
 pub async fn served_crr_version(client: &::kube::Client) -> &'static str {
-    let [preferred, fallback] = crr::VERSIONS;
+    let [preferred, fallback] = object::VERSIONS;
     match client
-        .list_api_group_resources(&format!("{}/{preferred}", crr::GROUP))
+        .list_api_group_resources(&format!("{}/{preferred}", object::GROUP))
         .await
     {
-        Ok(list) if list.resources.iter().any(|r| r.name == crr::PLURAL) => preferred,
+        Ok(list) if list.resources.iter().any(|r| r.name == object::PLURAL) => preferred,
         _ => fallback,
     }
 }
@@ -89,9 +89,9 @@ pub async fn run(ctx: Context, config: RecreateConfig) {
     let resource = crr_resource(version);
     let selector = format!(
         "{}={},{}=true",
-        crr::LABEL_NODE_NAME,
+        object::LABEL_NODE_NAME,
         config.node_name,
-        crr::LABEL_ACTIVE
+        object::LABEL_ACTIVE
     );
     let first_seen = FirstSeen::default();
     let seen_by_watch = first_seen.clone();
@@ -105,7 +105,7 @@ pub async fn run(ctx: Context, config: RecreateConfig) {
         statuses: StatusWriter::new(
             ctx.client.clone(),
             resource,
-            crr::KIND,
+            object::KIND,
             Target::Status {
                 clear: &["message", "completionTime"],
             },

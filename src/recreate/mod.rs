@@ -3,8 +3,8 @@
 //! The kill, its journal and the stop gate are the shared `restart` machinery.
 
 mod controller;
-pub mod crr;
 mod metrics;
+pub mod object;
 pub mod plan;
 
 pub use controller::{RecreateConfig, crr_resource, run, served_crr_version};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::crr::*;
+use super::object::*;
 use crate::kube::meta_time;
 use crate::restart::{DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillOrder};
 

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Map, Value, json};
 
-use super::request::{self, ResizePhase, ResizeRequest};
+use super::object::{self, ResizePhase, ResizeRequest};
 use crate::resources::Resources;
 
 #[derive(clap::Args, Debug)]
@@ -106,12 +106,12 @@ pub async fn run(args: ResizeArgs) -> anyhow::Result<ExitCode> {
         .ok_or_else(|| anyhow::anyhow!("pod {} is not scheduled to a node yet", args.pod))?;
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{}/{}", request::GROUP, request::VERSION),
-        "kind": request::KIND,
+        "apiVersion": format!("{}/{}", object::GROUP, object::VERSION),
+        "kind": object::KIND,
         "metadata": {
             "generateName": format!("{}-", args.pod),
             "namespace": args.namespace,
-            "labels": { request::LABEL_NODE_NAME: node },
+            "labels": { object::LABEL_NODE_NAME: node },
         },
         "spec": {
             "podName": args.pod,

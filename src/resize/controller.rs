@@ -16,10 +16,10 @@ use tokio::sync::mpsc;
 
 use super::ResizeMetrics;
 use super::cgroup::Cgroups;
-use super::plan::{self, Admission, CriOutcome, CriStep, Facts};
-use super::request::{
+use super::object::{
     self, Actuator, ContainerPhase, ContainerResult, ResizePhase, ResizeRequest, ResizeStatus,
 };
+use super::plan::{self, CriOutcome, CriStep, Decision, Facts};
 use super::resources::ZeroCpuRequest;
 use super::through_cri::{self, PodTarget, ResizeError};
 use super::through_kubelet::{self, ActuatorSetting, KubeletResizeApi, Progress};
@@ -45,8 +45,8 @@ pub struct ResizeConfig {
 
 pub fn resize_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(request::GROUP, request::VERSION, request::KIND),
-        request::PLURAL,
+        &GroupVersionKind::gvk(object::GROUP, object::VERSION, object::KIND),
+        object::PLURAL,
     )
 }
 
@@ -77,7 +77,7 @@ pub async fn run(ctx: Context, config: ResizeConfig) {
     let resource = resize_resource();
     let watch = RequestWatch {
         resource: resource.clone(),
-        selector: format!("{}={}", request::LABEL_NODE_NAME, config.node_name),
+        selector: format!("{}={}", object::LABEL_NODE_NAME, config.node_name),
         watched: WATCHED,
         on_event: |_: &_| {},
     };
@@ -85,7 +85,7 @@ pub async fn run(ctx: Context, config: ResizeConfig) {
         statuses: StatusWriter::new(
             ctx.client.clone(),
             resource,
-            request::KIND,
+            object::KIND,
             Target::Status {
                 clear: &["message", "completionTime"],
             },
@@ -338,7 +338,7 @@ impl Controller {
         self.write(request, status);
     }
 
-    /// Decides the request whose turn it is ([`plan::admit`]) and carries the decision out.
+    /// Decides the request whose turn it is ([`plan::decide`]) and carries the decision out.
     async fn drive(
         &mut self,
         request: &ResizeRequest,
@@ -346,6 +346,7 @@ impl Controller {
         pod: Option<&PodView>,
         view: &NodeView,
     ) {
+        let pod_busy = self.pod_busy(group);
         let tracked = self.tracked(&request.uid);
         tracked.started.get_or_insert_with(Instant::now);
         let in_flight = tracked.in_flight;
@@ -357,8 +358,12 @@ impl Controller {
             .then(|| through_kubelet::resize_gate_from_kubelet_config(&self.config.kubelet_config))
             .flatten();
         let mut limit_ranges = None;
-        let admission = loop {
-            let admission = plan::admit(&Facts {
+        let decision = loop {
+            let cri_outcome = self
+                .requests
+                .get(&request.uid)
+                .and_then(|t| t.outcome.as_ref());
+            let decision = plan::decide(&Facts {
                 request,
                 group,
                 pod,
@@ -369,9 +374,11 @@ impl Controller {
                 setting: self.config.actuator,
                 kubelet_gate,
                 limit_ranges: limit_ranges.as_deref(),
+                cri_outcome,
+                pod_busy,
             });
-            if admission != Admission::NeedsLimitRanges {
-                break admission;
+            if !matches!(decision, Decision::NeedsLimitRanges) {
+                break decision;
             }
             match self.limit_ranges(&request.namespace).await {
                 Ok(ranges) => limit_ranges = Some(ranges),
@@ -381,32 +388,24 @@ impl Controller {
                 }
             }
         };
-        match (admission, pod) {
+        match (decision, pod) {
             (
-                Admission::Conclude {
+                Decision::Conclude {
                     phase,
                     message,
                     actuator,
                 },
                 _,
             ) => self.conclude(request, phase, message, actuator),
-            (
-                Admission::Proceed {
-                    actuator: Actuator::Cri,
-                    after,
-                    ..
-                },
-                Some(pod),
-            ) => self.drive_cri(request, group, pod, view, &after),
-            (
-                Admission::Proceed {
-                    actuator: Actuator::Kubelet,
-                    after,
-                },
-                Some(pod),
-            ) => self.drive_kubelet(request, pod, &after).await,
-            // Admitted only with a pod; relisted LimitRanges are asked for again.
-            (Admission::Wait(message), _) => {
+            (Decision::ThroughCri(step), Some(pod)) => {
+                // The last run's outcome is taken in by this step.
+                self.tracked(&request.uid).outcome = None;
+                self.drive_cri(request, pod, step);
+            }
+            (Decision::ThroughKubelet { after }, Some(pod)) => {
+                self.drive_kubelet(request, pod, &after).await
+            }
+            (Decision::Wait(message), _) => {
                 if matches!(
                     request.status.phase,
                     ResizePhase::None | ResizePhase::Pending
@@ -420,7 +419,13 @@ impl Controller {
                     self.write(request, status);
                 }
             }
-            (Admission::Proceed { .. } | Admission::NeedsLimitRanges, _) => {}
+            // Admitted only with a pod; relisted LimitRanges are asked for again.
+            (
+                Decision::ThroughCri(_)
+                | Decision::ThroughKubelet { .. }
+                | Decision::NeedsLimitRanges,
+                _,
+            ) => {}
         }
     }
 
@@ -470,19 +475,11 @@ impl Controller {
         Ok(ranges)
     }
 
-    /// Carries out [`plan::cri_step`].
-    fn drive_cri(
-        &mut self,
-        request: &ResizeRequest,
-        group: &[ResizeRequest],
-        pod: &PodView,
-        view: &NodeView,
-        after: &[(String, Resources)],
-    ) {
+    /// Carries out a `cri` resize's next step.
+    fn drive_cri(&mut self, request: &ResizeRequest, pod: &PodView, step: CriStep) {
         let named: Vec<String> = request.desired().into_iter().map(|d| d.name).collect();
-        let outcome = self.tracked(&request.uid).outcome.take();
         let mut status = self.running_status(request, Actuator::Cri);
-        match plan::cri_step(request, outcome, self.pod_busy(group), pod, view, after) {
+        match step {
             CriStep::Succeeded(containers) => {
                 status.containers = containers;
                 PodEvents::new(self.client.clone(), &self.config.node_name).emit(

@@ -6,7 +6,7 @@
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
-use super::request::{
+use super::object::{
     Actuator, ContainerPhase, ContainerResult, ResizePhase, ResizeRequest, ResizeSpec,
 };
 use super::resources::{self, InitContainer, Refusal};
@@ -34,11 +34,15 @@ pub(super) struct Facts<'a> {
     pub kubelet_gate: Option<bool>,
     /// The namespace's LimitRanges, once listed.
     pub limit_ranges: Option<&'a [Value]>,
+    /// How this request's last `cri` resize ended, when that is not taken in yet.
+    pub cri_outcome: Option<&'a CriOutcome>,
+    /// A `cri` resize of another request of the pod runs.
+    pub pod_busy: bool,
 }
 
-/// The request's next step before anything is changed.
-#[derive(Debug, PartialEq)]
-pub(super) enum Admission {
+/// The request's next step: the plan's one answer.
+#[derive(Debug)]
+pub(super) enum Decision {
     /// End it.
     Conclude {
         phase: ResizePhase,
@@ -50,38 +54,44 @@ pub(super) enum Admission {
     /// Not yet: what decides the actuator is about to be known (the kubelet has not reported
     /// the status of containers that run).
     Wait(String),
-    /// Resize through `actuator` to `after` (every app container of the pod).
-    Proceed {
-        actuator: Actuator,
-        after: Vec<(String, Resources)>,
-    },
+    /// Admitted for the kubelet: ask it to resize the pod to `after`.
+    ThroughKubelet { after: PodResources },
+    /// Admitted for `cri`: its next step.
+    ThroughCri(CriStep),
 }
 
-fn failed(message: String, actuator: Option<Actuator>) -> Admission {
-    Admission::Conclude {
+/// Decides a request whose turn it is: first whether it may go ahead (its spec, its deadline,
+/// its pod, the actuator, the checks before any change), then, for a `cri` resize, its next
+/// step ([`cri_step`]).
+pub(super) fn decide(f: &Facts<'_>) -> Decision {
+    match admitted(f) {
+        Ok((Actuator::Kubelet, _, after)) => Decision::ThroughKubelet { after },
+        Ok((Actuator::Cri, pod, after)) => Decision::ThroughCri(cri_step(
+            f.request,
+            f.cri_outcome,
+            f.pod_busy,
+            pod,
+            f.view,
+            &after,
+        )),
+        Err(held) => held,
+    }
+}
+
+fn failed(message: String, actuator: Option<Actuator>) -> Decision {
+    Decision::Conclude {
         phase: ResizePhase::Failed,
         message,
         actuator,
     }
 }
 
-/// Checks a request whose turn it is, in this order: its spec, its deadline, its pod (found,
-/// the same UID, not terminating, naming containers it has), the actuator (chosen once per
-/// request), then once before any change the pod's resize policies and the resize's
-/// admission (node allocatable, LimitRanges).
-pub(super) fn admit(f: &Facts<'_>) -> Admission {
-    match admitted(f) {
-        Ok((actuator, after)) => Admission::Proceed { actuator, after },
-        Err(end) => end,
-    }
-}
-
 /// Each app container of a pod with its resources.
 type PodResources = Vec<(String, Resources)>;
 
-/// The checks of [`admit`] in its order: the actuator and the resources after the resize, or
+/// The checks of [`decide`] in its order: the actuator and the resources after the resize, or
 /// the admission that ends or holds the request.
-fn admitted(f: &Facts<'_>) -> Result<(Actuator, PodResources), Admission> {
+fn admitted<'a>(f: &Facts<'a>) -> Result<(Actuator, &'a PodView, PodResources), Decision> {
     let request = f.request;
     let spec = request
         .spec
@@ -101,11 +111,11 @@ fn admitted(f: &Facts<'_>) -> Result<(Actuator, PodResources), Admission> {
     if untouched {
         check_before_any_change(f, pod, actuator, &before, &after)?;
     }
-    Ok((actuator, after))
+    Ok((actuator, pod, after))
 }
 
 /// Past `activeDeadlineSeconds`, unless its resize is running.
-fn check_deadline(f: &Facts<'_>, spec: &ResizeSpec) -> Result<(), Admission> {
+fn check_deadline(f: &Facts<'_>, spec: &ResizeSpec) -> Result<(), Decision> {
     if let (Some(seconds), Some(created)) = (spec.active_deadline_seconds, f.request.created_at)
         && f.now.duration_since(created).as_secs() >= seconds
         && !f.in_flight
@@ -119,7 +129,7 @@ fn check_deadline(f: &Facts<'_>, spec: &ResizeSpec) -> Result<(), Admission> {
 }
 
 /// The pod named, found on the node with the UID asked for and not terminating.
-fn pod_to_resize<'a>(f: &Facts<'a>, spec: &ResizeSpec) -> Result<&'a PodView, Admission> {
+fn pod_to_resize<'a>(f: &Facts<'a>, spec: &ResizeSpec) -> Result<&'a PodView, Decision> {
     let Some(pod) = f.pod else {
         return Err(failed(
             format!(
@@ -151,7 +161,7 @@ fn check_named_containers(
     spec: &ResizeSpec,
     pod: &PodView,
     base: &[(String, Resources)],
-) -> Result<(), Admission> {
+) -> Result<(), Decision> {
     if let Some(c) = spec
         .containers
         .iter()
@@ -170,13 +180,13 @@ fn check_named_containers(
 
 /// The request's actuator: the one chosen before, else chosen now from the setting and what
 /// the kubelet supports, once that is known.
-fn actuator_of(f: &Facts<'_>, pod: &PodView) -> Result<Actuator, Admission> {
+fn actuator_of(f: &Facts<'_>, pod: &PodView) -> Result<Actuator, Decision> {
     if let Some(actuator) = f.request.status.actuator {
         return Ok(actuator);
     }
     let kubelet = through_kubelet::kubelet_support(f.view, f.kubelet_gate);
     if kubelet.pending && f.setting != ActuatorSetting::Cri && !pod.static_pod {
-        return Err(Admission::Wait(format!(
+        return Err(Decision::Wait(format!(
             "waiting to see whether the kubelet resizes in place: {}",
             kubelet.why
         )));
@@ -211,9 +221,9 @@ fn check_before_any_change(
     actuator: Actuator,
     before: &[(String, Resources)],
     after: &[(String, Resources)],
-) -> Result<(), Admission> {
+) -> Result<(), Decision> {
     let Some(limit_ranges) = f.limit_ranges else {
-        return Err(Admission::NeedsLimitRanges);
+        return Err(Decision::NeedsLimitRanges);
     };
     if actuator == Actuator::Cri
         && let Some(message) = restart_required(pod, before, after)
@@ -231,7 +241,7 @@ fn check_before_any_change(
             Refusal::ExceedsAllocatable { .. } => ResizePhase::Infeasible,
             _ => ResizePhase::Failed,
         };
-        return Err(Admission::Conclude {
+        return Err(Decision::Conclude {
             phase,
             message: refusal.to_string(),
             actuator: Some(actuator),
@@ -274,9 +284,9 @@ pub(super) enum CriStep {
 
 /// Decides a `cri` resize's next step from how its last run ended (`outcome`), whether the
 /// pod is busy, and the node.
-pub(super) fn cri_step(
+fn cri_step(
     request: &ResizeRequest,
-    outcome: Option<CriOutcome>,
+    outcome: Option<&CriOutcome>,
     pod_busy: bool,
     pod: &PodView,
     view: &NodeView,
@@ -297,7 +307,7 @@ pub(super) fn cri_step(
                     .collect(),
             );
         }
-        Some(CriOutcome::Failed(message)) => return CriStep::Failed(message),
+        Some(CriOutcome::Failed(message)) => return CriStep::Failed(message.clone()),
         None => {}
     }
     if pod_busy {
@@ -519,6 +529,54 @@ fn other_pods_requests(view: &NodeView, pod: &PodView) -> Vec<Resources> {
         .collect()
 }
 
+/// The admission part of [`decide`] alone, for the tests of its checks.
+#[cfg(test)]
+/// The request's next step before anything is changed.
+#[derive(Debug, PartialEq)]
+enum Admission {
+    /// End it.
+    Conclude {
+        phase: ResizePhase,
+        message: String,
+        actuator: Option<Actuator>,
+    },
+    /// The checks need the namespace's LimitRanges: list them and decide again.
+    NeedsLimitRanges,
+    /// Not yet: what decides the actuator is about to be known (the kubelet has not reported
+    /// the status of containers that run).
+    Wait(String),
+    /// Resize through `actuator` to `after` (every app container of the pod).
+    Proceed {
+        actuator: Actuator,
+        after: Vec<(String, Resources)>,
+    },
+}
+
+#[cfg(test)]
+/// Checks a request whose turn it is, in this order: its spec, its deadline, its pod (found,
+/// the same UID, not terminating, naming containers it has), the actuator (chosen once per
+/// request), then once before any change the pod's resize policies and the resize's
+/// admission (node allocatable, LimitRanges).
+fn admit(f: &Facts<'_>) -> Admission {
+    match admitted(f) {
+        Ok((actuator, _, after)) => Admission::Proceed { actuator, after },
+        Err(Decision::Conclude {
+            phase,
+            message,
+            actuator,
+        }) => Admission::Conclude {
+            phase,
+            message,
+            actuator,
+        },
+        Err(Decision::NeedsLimitRanges) => Admission::NeedsLimitRanges,
+        Err(Decision::Wait(message)) => Admission::Wait(message),
+        Err(other) => {
+            panic!("the checks end or hold a request, they do not carry it out: {other:?}")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -529,7 +587,7 @@ mod tests {
 
     use crate::kube::CachedPod;
     use crate::nodeview::{self, RuntimeContainer, RuntimeSnapshot, StatusView};
-    use crate::resize::request::ResizeStatus;
+    use crate::resize::object::ResizeStatus;
 
     const POD_UID: &str = "pod-uid-1";
 
@@ -661,8 +719,8 @@ mod tests {
             }
         }
 
-        fn admit(&self) -> Admission {
-            admit(&Facts {
+        fn facts<'a>(&'a self, cri_outcome: Option<&'a CriOutcome>, pod_busy: bool) -> Facts<'a> {
+            Facts {
                 request: &self.request,
                 group: &self.group,
                 pod: self.view.pods.iter().find(|p| p.name == "web"),
@@ -673,7 +731,13 @@ mod tests {
                 setting: self.setting,
                 kubelet_gate: self.gate,
                 limit_ranges: self.limit_ranges.as_deref(),
-            })
+                cri_outcome,
+                pod_busy,
+            }
+        }
+
+        fn admit(&self) -> Admission {
+            admit(&self.facts(None, false))
         }
     }
 
@@ -872,17 +936,12 @@ mod tests {
         assert_eq!((app.cpu_request, app.cpu_limit), (Some(150), Some(300)));
     }
 
+    /// The next step of an admitted `cri` resize, through the plan's one entry point.
     fn step(case: &Case, outcome: Option<CriOutcome>, busy: bool) -> CriStep {
-        let pod = case
-            .view
-            .pods
-            .iter()
-            .find(|p| p.name == "web")
-            .expect("web");
-        let Admission::Proceed { after, .. } = case.admit() else {
-            panic!("not admitted")
-        };
-        cri_step(&case.request, outcome, busy, pod, &case.view, &after)
+        match decide(&case.facts(outcome.as_ref(), busy)) {
+            Decision::ThroughCri(step) => step,
+            other => panic!("not a cri step: {other:?}"),
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use ::kube::api::{Api, Patch, PatchParams};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
-use super::request::Actuator;
+use super::object::Actuator;
 use super::resources;
 use crate::hashing::KubeletVersion;
 use crate::nodeview::{ContainerKind, NodeView, RuntimeState};

@@ -13,7 +13,7 @@ use ::kube::api::{Api, DynamicObject, PostParams};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
-use super::request::{self, RestartPhase, RestartRequest};
+use super::object::{self, RestartPhase, RestartRequest};
 
 #[derive(clap::Args, Debug)]
 pub struct RestartArgs {
@@ -117,12 +117,12 @@ impl Ask {
             spec["strategy"] = self.strategy.clone();
         }
         serde_json::from_value(json!({
-            "apiVersion": format!("{}/{}", request::GROUP, request::VERSION),
-            "kind": request::KIND,
+            "apiVersion": format!("{}/{}", object::GROUP, object::VERSION),
+            "kind": object::KIND,
             "metadata": {
                 "generateName": format!("{name}-restart-"),
                 "namespace": namespace,
-                "labels": { request::LABEL_NODE_NAME: node },
+                "labels": { object::LABEL_NODE_NAME: node },
             },
             "spec": spec,
         }))
@@ -295,7 +295,7 @@ mod tests {
             "spec": {"nodeName": "n1", "containers": []}}))
         .unwrap();
         let object = serde_json::to_value(ask.request_for(&pod).unwrap()).unwrap();
-        assert_eq!(object["metadata"]["labels"][request::LABEL_NODE_NAME], "n1");
+        assert_eq!(object["metadata"]["labels"][object::LABEL_NODE_NAME], "n1");
         assert_eq!(
             object["spec"],
             json!({"podName": "web", "podUID": "u1",

@@ -14,8 +14,8 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
+use super::object::{self, RestartPhase, RestartRequest, RestartStatus};
 use super::plan::{self, ContainerFacts, Facts, PodFacts};
-use super::request::{self, RestartPhase, RestartRequest, RestartStatus};
 use crate::cri::CriClient;
 use crate::health::Health;
 use crate::kube::Watched;
@@ -42,8 +42,8 @@ pub struct RestartRequestConfig {
 
 pub fn restart_request_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(request::GROUP, request::VERSION, request::KIND),
-        request::PLURAL,
+        &GroupVersionKind::gvk(object::GROUP, object::VERSION, object::KIND),
+        object::PLURAL,
     )
 }
 
@@ -67,7 +67,7 @@ pub async fn run(ctx: Context, config: RestartRequestConfig) {
     let resource = restart_request_resource();
     let watch = RequestWatch {
         resource: resource.clone(),
-        selector: format!("{}={}", request::LABEL_NODE_NAME, config.node_name),
+        selector: format!("{}={}", object::LABEL_NODE_NAME, config.node_name),
         watched: WATCHED,
         on_event: |_: &_| {},
     };
@@ -75,7 +75,7 @@ pub async fn run(ctx: Context, config: RestartRequestConfig) {
         statuses: StatusWriter::new(
             ctx.client.clone(),
             resource,
-            request::KIND,
+            object::KIND,
             Target::Status {
                 clear: &["message", "completionTime"],
             },

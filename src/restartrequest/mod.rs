@@ -5,7 +5,7 @@
 
 pub mod cli;
 mod controller;
+pub mod object;
 pub mod plan;
-pub mod request;
 
 pub use controller::{RestartRequestConfig, restart_request_resource, run};

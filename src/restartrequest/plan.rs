@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::request::{
+use super::object::{
     ContainerPhase, ContainerRestartState, RestartPhase, RestartRequest, RestartSpec, RestartStatus,
 };
 use crate::restart::{

@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use super::budget::{Budget, PodState};
 use super::object::{LABEL_AGENT_LEASE, LABEL_ROLLOUT};
 use super::plan::{Census, NodeRequest, NodeRequests, RequestOutcome, RolloutPod};
-use crate::restartrequest::request as restart;
+use crate::restartrequest::object as restart;
 use crate::restartrequest::restart_request_resource;
 
 /// The least time between two listings of the agents' Leases (only claims of agents that are

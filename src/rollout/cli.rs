@@ -20,7 +20,7 @@ use super::rollout_resource;
 use crate::restartrequest::cli::{
     Ask, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TIMEOUT, EXIT_USAGE, POLL, RestartArgs, Shown,
 };
-use crate::restartrequest::request::RestartRequest;
+use crate::restartrequest::object::RestartRequest;
 use crate::restartrequest::restart_request_resource;
 
 #[derive(clap::Args, Debug)]

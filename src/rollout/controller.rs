@@ -1,7 +1,7 @@
 //! The rollout loop: one watch of every ContainerRestartRollout; for each unfinished one with
 //! pods on this node, the facts (the node view, and the census of the namespace and the
 //! requests of this node's claims, kept by watches while this node has work there), one
-//! [`plan::step`], and its result written with the resourceVersion it was decided from. The restarts themselves are
+//! [`plan::decide`], and its result written with the resourceVersion it was decided from. The restarts themselves are
 //! ContainerRestartRequests, named after the rollout and the pod so that a pod is asked once per
 //! rollout whatever happens to the agent; this node's restart-request loop carries them out.
 
@@ -27,7 +27,7 @@ use super::plan::{
 use crate::kube::Watched;
 use crate::nodeview::{NodeView, PodView};
 use crate::requests::{Context, RequestController, RequestWatch, run_kind};
-use crate::restartrequest::request::{self as restart, RestartContainer, RestartSpec};
+use crate::restartrequest::object::{self as restart, RestartContainer, RestartSpec};
 use crate::restartrequest::restart_request_resource;
 
 /// How often an agent with rollout work renews its Lease.
@@ -279,7 +279,7 @@ impl Controller {
             .namespaces
             .get(namespace)
             .and_then(|source| source.census(&selector, foreign));
-        let step = plan::step(&Facts {
+        let step = plan::decide(&Facts {
             node: &self.node,
             now: Timestamp::now(),
             generation: rollout.meta.generation,

@@ -11,7 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::requests::{self, Decoded};
-use crate::restartrequest::request::RestartStrategy;
+use crate::restartrequest::object::RestartStrategy;
 
 pub(crate) const GROUP: &str = "inplaced.io";
 pub(crate) const VERSION: &str = "v1alpha1";

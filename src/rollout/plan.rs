@@ -85,11 +85,12 @@ pub struct Facts<'a> {
     pub census: Option<&'a Census>,
 }
 
+/// What one pass decided for this node.
 #[derive(Debug, PartialEq)]
-pub struct Step {
+pub struct Decision {
     /// The status to write (the same as read: nothing to write).
     pub status: RolloutStatus,
-    /// Claims made in this step: their requests are made once the write has landed.
+    /// Claims made in this pass: their requests are made once the write has landed.
     pub claimed: Vec<Claim>,
     /// Why this node claims nothing now, when it has pods left to restart.
     pub waiting: Option<String>,
@@ -121,7 +122,7 @@ fn included(pod: &RolloutPod, start: Option<Timestamp>) -> bool {
 }
 
 /// One pass for `facts.node` over the rollout.
-pub fn step(facts: &Facts) -> Step {
+pub fn decide(facts: &Facts) -> Decision {
     let mut status = facts.status.clone();
     let now = facts.now;
     if status.start_time.is_none() {
@@ -146,7 +147,7 @@ pub fn step(facts: &Facts) -> Step {
     summarize(&mut status, facts.node, facts.generation);
     let takes_part =
         !status.phase.is_final() && (!todo.is_empty() || status.part(facts.node).is_some());
-    Step {
+    Decision {
         status,
         claimed,
         waiting: if todo.is_empty() { None } else { waiting },
@@ -766,8 +767,8 @@ mod tests {
             self.requests.insert(uid, NodeRequest { pod, outcome });
         }
 
-        fn step(&self) -> Step {
-            step(&Facts {
+        fn step(&self) -> Decision {
+            decide(&Facts {
                 node: self.node,
                 now: self.now,
                 generation: Some(1),
@@ -780,7 +781,7 @@ mod tests {
         }
     }
 
-    fn claimed(step: &Step) -> Vec<&str> {
+    fn claimed(step: &Decision) -> Vec<&str> {
         step.claimed.iter().map(|c| c.pod.as_str()).collect()
     }
 
@@ -1334,7 +1335,7 @@ mod tests {
                     &self.nodes.iter().map(String::as_str).collect::<Vec<_>>(),
                 );
                 let (rv, status) = self.copies[agent].clone();
-                let step = step(&Facts {
+                let step = decide(&Facts {
                     node: &node,
                     now: at(self.clock),
                     generation: Some(1),

@@ -101,7 +101,7 @@ fn extreme_intent(key: &str) -> inplaced::restart::KillIntent {
 /// and the decision against a running pod, with and without an earlier kill intent, at the ends
 /// of time, never kills a container the request does not name.
 pub fn crr_decoder(data: &[u8]) {
-    use inplaced::recreate::crr::Crr;
+    use inplaced::recreate::object::Crr;
     use inplaced::recreate::plan::{Facts, PodFacts, RuntimeFacts, decide};
 
     let Some(object) = api_object(data) else {
@@ -167,8 +167,8 @@ pub fn crr_decoder(data: &[u8]) {
 /// container), never one of a pod whose UID differs from the one it names, and never a
 /// container twice in one decision.
 pub fn restart_request_decoder(data: &[u8]) {
+    use inplaced::restartrequest::object::RestartRequest;
     use inplaced::restartrequest::plan::{ContainerFacts, Facts, PodFacts, decide};
-    use inplaced::restartrequest::request::RestartRequest;
 
     let Some(object) = api_object(data) else {
         return;
@@ -236,7 +236,7 @@ pub fn restart_request_decoder(data: &[u8]) {
 /// against a pod (QoS, LimitRange, allocatable), the CRI values and the pod cgroup values never
 /// panic, and a request that passes the checks never asks for a request above its limit.
 pub fn resize_request_decoder(data: &[u8]) {
-    use inplaced::resize::request::ResizeRequest;
+    use inplaced::resize::object::ResizeRequest;
     use inplaced::resize::resources::{
         self, ZeroCpuRequest, check_resize, cri_resources, pod_cgroup_config, qos_class,
     };
