@@ -131,7 +131,7 @@ pub(super) fn admit(f: &Facts<'_>) -> Admission {
             }
             match through_kubelet::choose_actuator(f.setting, &kubelet, pod.static_pod) {
                 Ok(actuator) => actuator,
-                Err(message) => return failed(message, None),
+                Err(message) => return failed(message.to_string(), None),
             }
         }
     };
