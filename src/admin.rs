@@ -34,10 +34,34 @@ pub enum AdminError {
         path: String,
         source: std::io::Error,
     },
-    #[error("admin socket {path}: {message}")]
-    Protocol { path: String, message: String },
+    #[error("admin socket {path}: {problem}")]
+    Protocol {
+        path: String,
+        problem: ProtocolProblem,
+    },
 }
 
+/// What went wrong in an exchange with an agent that accepted the connection. Not marked as
+/// the `Protocol` error's source: its text is already part of that error's message.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolProblem {
+    #[error("{0}")]
+    EncodeRequest(serde_json::Error),
+    #[error("{0}")]
+    Send(std::io::Error),
+    #[error("no answer within 30s")]
+    NoAnswer,
+    #[error("{0}")]
+    Receive(std::io::Error),
+    #[error("bad answer: {0}")]
+    BadAnswer(serde_json::Error),
+    /// The agent answered with an error: its text, as the agent wrote it.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// The error is a `String` on purpose: it is the text of the answer's `error` field, which the
+/// client shows as-is ([`ProtocolProblem::Refused`]); the handler words it from its own errors.
 pub(crate) type Handler =
     Arc<dyn Fn(AdminRequest) -> Result<serde_json::Value, String> + Send + Sync>;
 
@@ -117,25 +141,26 @@ pub async fn request(path: &Path, request: &AdminRequest) -> Result<serde_json::
             path: display.clone(),
             source,
         })?;
-    let protocol = |message: String| AdminError::Protocol {
+    let protocol = |problem: ProtocolProblem| AdminError::Protocol {
         path: display.clone(),
-        message,
+        problem,
     };
-    let mut line = serde_json::to_string(request).map_err(|e| protocol(e.to_string()))?;
+    let mut line =
+        serde_json::to_string(request).map_err(|e| protocol(ProtocolProblem::EncodeRequest(e)))?;
     line.push('\n');
     stream
         .write_all(line.as_bytes())
         .await
-        .map_err(|e| protocol(e.to_string()))?;
+        .map_err(|e| protocol(ProtocolProblem::Send(e)))?;
     let mut answer = Vec::new();
     tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut answer))
         .await
-        .map_err(|_| protocol("no answer within 30s".into()))?
-        .map_err(|e| protocol(e.to_string()))?;
+        .map_err(|_| protocol(ProtocolProblem::NoAnswer))?
+        .map_err(|e| protocol(ProtocolProblem::Receive(e)))?;
     let mut value: serde_json::Value =
-        serde_json::from_slice(&answer).map_err(|e| protocol(format!("bad answer: {e}")))?;
+        serde_json::from_slice(&answer).map_err(|e| protocol(ProtocolProblem::BadAnswer(e)))?;
     if let Some(message) = value.get("error").and_then(|m| m.as_str()) {
-        return Err(protocol(message.to_owned()));
+        return Err(protocol(ProtocolProblem::Refused(message.to_owned())));
     }
     Ok(value
         .get_mut("ok")
@@ -197,6 +222,16 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("unknown release 0.1"), "{err}");
+        assert!(
+            matches!(
+                err,
+                AdminError::Protocol {
+                    problem: ProtocolProblem::Refused(_),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
         server.abort();
     }
 

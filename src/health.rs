@@ -112,6 +112,8 @@ impl Health {
     }
 
     /// Records the state of one dependency: `Err(reason)` makes the agent unready.
+    /// The reason stays a `String`: it is data shown as-is in `/readyz` and STATUS=, the words
+    /// of whichever watch, controller or client reports it (often another error's text).
     pub fn set(&self, dependency: &'static str, state: Result<(), String>) {
         let changed = match self.reasons.lock() {
             Ok(mut reasons) => match state {
@@ -135,35 +137,72 @@ impl Health {
 
     /// Whether the agent is alive: its main loop beat within [`STALL_AFTER`], and every
     /// registered worker within its own bound.
-    pub fn alive(&self) -> Result<(), String> {
+    pub fn alive(&self) -> Result<(), NotAlive> {
         match self.heartbeat.since_last_beat() {
-            None => return Err("the main loop has not started".into()),
+            None => return Err(NotAlive::NotStarted),
             Some(since) if since > STALL_AFTER => {
-                return Err(format!(
-                    "the main loop made no progress for {}s",
-                    since.as_secs()
-                ));
+                return Err(NotAlive::MainLoopStalled {
+                    secs: since.as_secs(),
+                });
             }
             Some(_) => {}
         }
         let workers = self
             .workers
             .lock()
-            .map_err(|_| "internal: worker state poisoned".to_string())?;
-        let stuck: Vec<String> = workers
+            .map_err(|_| NotAlive::WorkerStatePoisoned)?;
+        let stuck: Vec<StuckWorker> = workers
             .iter()
-            .filter_map(|(name, worker)| {
+            .filter_map(|(&name, worker)| {
                 let since = worker.last.elapsed();
-                (since > worker.stuck_after)
-                    .then(|| format!("{name} made no progress for {}s", since.as_secs()))
+                (since > worker.stuck_after).then_some(StuckWorker {
+                    name,
+                    secs: since.as_secs(),
+                })
             })
             .collect();
         if stuck.is_empty() {
             Ok(())
         } else {
-            Err(stuck.join("; "))
+            Err(NotAlive::WorkersStuck { stuck })
         }
     }
+}
+
+/// Why the agent is not alive: `/healthz` answers with it, and the watchdog stops pinging.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotAlive {
+    #[error("the main loop has not started")]
+    NotStarted,
+    #[error("the main loop made no progress for {secs}s")]
+    MainLoopStalled { secs: u64 },
+    #[error("internal: worker state poisoned")]
+    WorkerStatePoisoned,
+    /// Never empty: one entry per worker past its bound, in name order.
+    #[error("{}", joined(stuck))]
+    WorkersStuck { stuck: Vec<StuckWorker> },
+}
+
+/// A worker that went longer than its bound without a beat.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StuckWorker {
+    pub name: &'static str,
+    pub secs: u64,
+}
+
+impl std::fmt::Display for StuckWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} made no progress for {}s", self.name, self.secs)
+    }
+}
+
+/// The stuck workers as one line, `; ` between them.
+fn joined(stuck: &[StuckWorker]) -> String {
+    stuck
+        .iter()
+        .map(StuckWorker::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// A test-only fault switch, compiled only with the `test-support` feature (the tests' build;
@@ -234,7 +273,7 @@ mod tests {
         assert_eq!(health.alive(), Ok(()));
         std::thread::sleep(Duration::from_millis(80));
         patient.beat();
-        let err = health.alive().expect_err("recreate is stuck");
+        let err = health.alive().expect_err("recreate is stuck").to_string();
         assert!(err.starts_with("recreate made no progress for"), "{err}");
         assert!(!err.contains("resize"), "{err}");
         quick.beat();
@@ -243,5 +282,35 @@ mod tests {
         assert!(health.alive().is_err());
         drop(quick);
         assert_eq!(health.alive(), Ok(()), "a worker that ended is not stuck");
+    }
+
+    /// `/healthz` and the watchdog's log line show these words.
+    #[test]
+    fn not_alive_keeps_its_words() {
+        let health = Health::new(Heartbeat::default());
+        assert_eq!(
+            health.alive().map_err(|e| e.to_string()),
+            Err("the main loop has not started".to_string())
+        );
+        assert_eq!(
+            NotAlive::MainLoopStalled { secs: 31 }.to_string(),
+            "the main loop made no progress for 31s"
+        );
+        let stuck = NotAlive::WorkersStuck {
+            stuck: vec![
+                StuckWorker {
+                    name: "recreate",
+                    secs: 61,
+                },
+                StuckWorker {
+                    name: "resize",
+                    secs: 62,
+                },
+            ],
+        };
+        assert_eq!(
+            stuck.to_string(),
+            "recreate made no progress for 61s; resize made no progress for 62s"
+        );
     }
 }

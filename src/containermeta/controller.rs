@@ -666,7 +666,7 @@ impl Controller {
                 Ok(()) => metrics.count_env_restart(EnvRestartResult::Success),
                 Err(err) => {
                     metrics.count_env_restart(EnvRestartResult::Error);
-                    tracing::warn!(error = %err.message, "env restart: stopping the container failed");
+                    tracing::warn!(error = %err, "env restart: stopping the container failed");
                 }
             }
             let _ = done.send(id).await;

@@ -25,7 +25,15 @@ pub struct HashCheck {
 }
 
 /// Releases that match as ranges, or why the spec cannot be hashed.
-type Detection = Result<Vec<String>, String>;
+type Detection = Result<Vec<String>, HashCheckError>;
+
+/// Why the stored hash could not be checked against the spec. Kept in the cache (hence
+/// `Clone`) and shown as [`HashCheck::note`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum HashCheckError {
+    #[error("the spec cannot be hashed: {0}")]
+    Unhashable(#[source] hashing::HashError),
+}
 
 /// Remembers results between refreshes, per container ID: recomputed only when the pod object
 /// (a new `Arc` from the watch), the stored hashes or the node's kubelet version changed.
@@ -122,11 +130,11 @@ fn check(
                     .collect();
                 ranges(&minors)
             })
-            .map_err(|err| format!("the spec cannot be hashed: {err}")),
+            .map_err(HashCheckError::Unhashable),
     };
     let (written_by, note) = match &detected {
         Ok(ranges) => (ranges.clone(), None),
-        Err(err) => (Vec::new(), Some(err.clone())),
+        Err(err) => (Vec::new(), Some(err.to_string())),
     };
     let current = match kubelet {
         Some(version) if note.is_none() => hashing::would_restart(&stored, spec_json, version)

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Map, Value, json};
 
 use super::object::{self, ResizePhase, ResizeRequest};
-use crate::resources::Resources;
+use crate::resources::{ResourceError, Resources};
 
 #[derive(clap::Args, Debug)]
 pub struct ResizeArgs {
@@ -50,8 +50,17 @@ const EXIT_FAILED: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 const EXIT_TIMEOUT: u8 = 3;
 
+/// Why the flags ask for no resize the agent would accept: a usage error (exit 2).
+#[derive(Debug, thiserror::Error)]
+enum ResizeArgsError {
+    #[error("name at least one of --cpu-request, --cpu-limit, --memory-request, --memory-limit")]
+    NoResourceNamed,
+    #[error("{0}")]
+    Resources(#[source] ResourceError),
+}
+
 /// The `resources` of the request's container, checked like the agent will check it.
-fn requirements(args: &ResizeArgs) -> Result<Value, String> {
+fn requirements(args: &ResizeArgs) -> Result<Value, ResizeArgsError> {
     let list = |cpu: &Option<String>, memory: &Option<String>| {
         let mut list = Map::new();
         for (key, value) in [("cpu", cpu), ("memory", memory)] {
@@ -64,10 +73,7 @@ fn requirements(args: &ResizeArgs) -> Result<Value, String> {
     let requests = list(&args.cpu_request, &args.memory_request);
     let limits = list(&args.cpu_limit, &args.memory_limit);
     if requests.is_empty() && limits.is_empty() {
-        return Err(
-            "name at least one of --cpu-request, --cpu-limit, --memory-request, --memory-limit"
-                .into(),
-        );
+        return Err(ResizeArgsError::NoResourceNamed);
     }
     let mut resources = Map::new();
     if !requests.is_empty() {
@@ -77,15 +83,15 @@ fn requirements(args: &ResizeArgs) -> Result<Value, String> {
         resources.insert("limits".into(), Value::Object(limits));
     }
     let resources = Value::Object(resources);
-    Resources::from_requirements(&resources).map_err(|e| e.to_string())?;
+    Resources::from_requirements(&resources).map_err(ResizeArgsError::Resources)?;
     Ok(resources)
 }
 
 pub async fn run(args: ResizeArgs) -> anyhow::Result<ExitCode> {
     let resources = match requirements(&args) {
         Ok(resources) => resources,
-        Err(message) => {
-            eprintln!("error: {message}");
+        Err(err) => {
+            eprintln!("error: {err}");
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
@@ -208,7 +214,7 @@ mod tests {
             value,
             json!({"requests": {"memory": "64Mi"}, "limits": {"cpu": "1"}})
         );
-        assert!(requirements(&args(&[])).is_err_and(|e| e.contains("at least one")));
+        assert!(requirements(&args(&[])).is_err_and(|e| e.to_string().contains("at least one")));
         assert!(requirements(&args(&["--cpu-limit", "fast"])).is_err());
     }
 }

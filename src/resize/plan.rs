@@ -192,7 +192,7 @@ fn actuator_of(f: &Facts<'_>, pod: &PodView) -> Result<Actuator, Decision> {
         )));
     }
     through_kubelet::choose_actuator(f.setting, &kubelet, pod.static_pod)
-        .map_err(|message| failed(message, None))
+        .map_err(|err| failed(err.to_string(), None))
 }
 
 /// Before: what the pod has now (the API's spec `base`; for `cri`, with the resizes this

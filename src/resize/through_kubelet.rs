@@ -167,22 +167,33 @@ pub(crate) fn kubelet_support(view: &NodeView, config_gate: Option<bool>) -> Kub
     }
 }
 
+/// Why no actuator can carry out a resize on this node. Its message is the request's status
+/// message, and `inplaced pods` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ActuatorError {
+    /// `resize-actuator = kubelet` on a node whose kubelet does not resize in place; `why` is
+    /// [`KubeletSupport::why`].
+    #[error(
+        "resize-actuator is kubelet, but the kubelet does not resize in place: {why} (it needs 1.27+ with the InPlacePodVerticalScaling gate, on by default from 1.33)"
+    )]
+    KubeletDoesNotResize { why: String },
+}
+
 /// The actuator for one pod.
 pub(crate) fn choose_actuator(
     setting: ActuatorSetting,
     kubelet: &KubeletSupport,
     static_pod: bool,
-) -> Result<Actuator, String> {
+) -> Result<Actuator, ActuatorError> {
     // kubelet never resizes static pods: their spec comes from a file, not the API.
     if static_pod || setting == ActuatorSetting::Cri {
         return Ok(Actuator::Cri);
     }
     match (setting, kubelet.resizes) {
         (_, true) => Ok(Actuator::Kubelet),
-        (ActuatorSetting::Kubelet, false) => Err(format!(
-            "resize-actuator is kubelet, but the kubelet does not resize in place: {} (it needs 1.27+ with the InPlacePodVerticalScaling gate, on by default from 1.33)",
-            kubelet.why
-        )),
+        (ActuatorSetting::Kubelet, false) => Err(ActuatorError::KubeletDoesNotResize {
+            why: kubelet.why.clone(),
+        }),
         _ => Ok(Actuator::Cri),
     }
 }
@@ -210,7 +221,7 @@ pub fn actuator_line(
     }
     match choose_actuator(setting, &kubelet, false) {
         Ok(actuator) => format!("resizes: {} ({}){statics}", actuator.as_str(), kubelet.why),
-        Err(message) => format!("resizes: refused ({message})"),
+        Err(err) => format!("resizes: refused ({err})"),
     }
 }
 
@@ -502,7 +513,9 @@ mod tests {
         assert_eq!(choose_actuator(Auto, &yes, true), Ok(Actuator::Cri));
         assert_eq!(choose_actuator(Cri, &yes, false), Ok(Actuator::Cri));
         assert_eq!(choose_actuator(Kubelet, &yes, false), Ok(Actuator::Kubelet));
-        assert!(choose_actuator(Kubelet, &no, false).is_err_and(|e| e.contains("not seen")));
+        assert!(
+            choose_actuator(Kubelet, &no, false).is_err_and(|e| e.to_string().contains("not seen"))
+        );
         let line = actuator_line(&view(Some("v1.30.14"), &[true]), Auto, None);
         assert!(
             line.starts_with("resizes: kubelet (kubelet v1.30.14: all 1"),

@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 
 use super::gate::StopClaim;
 use super::hook::{ContainerPort, IntOrString, MIN_STOP_GRACE_SECONDS, PreStop};
-use crate::cri::CriClient;
+use crate::cri::{CriClient, CriError};
 use crate::kube::events::{PodEvents, PodRef};
 
 /// One container to stop, and how: what [`kill`] carries out.
@@ -26,19 +26,79 @@ pub struct KillOrder {
     pub resumed: bool,
 }
 
-/// A failed stop. Transient means the runtime went away mid-call: whether the container was
-/// stopped is unknown, so the kill is not a failure; the journal resumes it if it is still running.
-#[derive(Debug)]
+/// A failed stop: the runtime's StopContainer failed for `container` (its name in the pod).
+#[derive(Debug, thiserror::Error)]
+#[error("stopping container {container}: {source}")]
 pub struct KillError {
-    pub transient: bool,
-    pub message: String,
+    pub container: String,
+    pub source: CriError,
+}
+
+impl KillError {
+    /// The runtime went away mid-call: whether the container was stopped is unknown, so the kill
+    /// is not a failure; the journal resumes it if it is still running.
+    pub fn transient(&self) -> bool {
+        self.source.is_transient()
+    }
+}
+
+/// Why a preStop hook failed. The stop goes ahead anyway; the message is the pod's
+/// `FailedPreStopHook` event, worded as before.
+#[derive(Debug, thiserror::Error)]
+pub enum PreStopError {
+    #[error("preStop hook did not finish within the grace period of {grace:?}")]
+    Timeout { grace: Duration },
+    #[error("preStop hook has no handler")]
+    NoHandler,
+    #[error("preStop exec: {0}")]
+    Exec(#[source] CriError),
+    #[error("preStop exec {command:?} exited with {exit_code}: {stderr}")]
+    ExecExited {
+        command: Vec<String>,
+        exit_code: i32,
+        /// The command's stderr, as text, trimmed.
+        stderr: String,
+    },
+    /// `handler` is `httpGet` or `tcpSocket`.
+    #[error("preStop {handler}: the pod has no IP yet")]
+    NoPodIp { handler: &'static str },
+    #[error("preStop: no container port named {name:?}")]
+    NoNamedPort { name: String },
+    #[error("preStop: invalid port {number}")]
+    InvalidPort { number: i32 },
+    #[error("preStop: host {host:?} is not an IP address")]
+    HostNotIp { host: String },
+    #[error("preStop tcpSocket {address}: {source}")]
+    TcpConnect {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("preStop httpGet: HTTPS is not supported by inplaced")]
+    Https,
+    #[error("preStop httpGet: header contains a line break")]
+    HeaderLineBreak,
+    /// Connecting, sending the request or reading the answer failed.
+    #[error("preStop httpGet {address}: {source}")]
+    Http {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    /// `head`: the start of the answer, as text.
+    #[error("preStop httpGet {address}: not an HTTP answer: {head:?}")]
+    NotHttp { address: SocketAddr, head: String },
+    #[error("preStop httpGet {address}{path}: HTTP {code}")]
+    HttpStatus {
+        address: SocketAddr,
+        path: String,
+        code: u16,
+    },
 }
 
 /// What happened, for events and metrics.
 #[derive(Debug)]
 pub struct KillOutcome {
-    /// `Some(reason)` when the preStop hook failed (the stop went ahead anyway, as kubelet does).
-    pub pre_stop_failure: Option<String>,
+    /// `Some` when the preStop hook failed (the stop went ahead anyway, as kubelet does).
+    pub pre_stop_failure: Option<PreStopError>,
     pub pre_stop_took: Duration,
     pub stop_took: Duration,
 }
@@ -54,7 +114,7 @@ pub(crate) struct KillDone {
 #[derive(Debug, Default)]
 pub(crate) struct RequestKills {
     pub killing: HashSet<String>,
-    /// Container → why its stop failed.
+    /// Container → why its stop failed: the text written to the request's status as-is.
     pub failed: HashMap<String, String>,
 }
 
@@ -65,12 +125,12 @@ impl RequestKills {
         self.killing.remove(&container);
         match result {
             Ok(()) => {}
-            Err(err) if err.transient => {
-                tracing::warn!(container = %container, error = %err.message,
+            Err(err) if err.transient() => {
+                tracing::warn!(container = %container, error = %err,
                     "the runtime went away during a stop; the kill is resumed if the container still runs")
             }
             Err(err) => {
-                self.failed.insert(container, err.message);
+                self.failed.insert(container, err.to_string());
             }
         }
     }
@@ -91,7 +151,7 @@ pub(crate) async fn kill_and_report(
     tracing::info!(container = %order.container, pre_stop = ?outcome.pre_stop_took,
         stop = ?outcome.stop_took, "container stopped for {cause}");
     if let Some(reason) = outcome.pre_stop_failure {
-        events.emit(pod, "FailedPreStopHook", reason, "Warning");
+        events.emit(pod, "FailedPreStopHook", reason.to_string(), "Warning");
     }
     Ok(())
 }
@@ -112,10 +172,7 @@ pub async fn kill(
             match tokio::time::timeout(order.grace, run_pre_stop(cri, order, hook, pod_ip)).await {
                 Ok(Ok(())) => None,
                 Ok(Err(reason)) => Some(reason),
-                Err(_) => Some(format!(
-                    "preStop hook did not finish within the grace period of {:?}",
-                    order.grace
-                )),
+                Err(_) => Some(PreStopError::Timeout { grace: order.grace }),
             }
         }
     };
@@ -133,9 +190,9 @@ pub async fn kill(
     let stop_started = Instant::now();
     cri.stop_container(&order.container_id, stop_grace)
         .await
-        .map_err(|e| KillError {
-            transient: e.is_transient(),
-            message: format!("stopping container {}: {e}", order.container),
+        .map_err(|source| KillError {
+            container: order.container.clone(),
+            source,
         })?;
     claim.mark_stopped();
     Ok(KillOutcome {
@@ -150,19 +207,18 @@ async fn run_pre_stop(
     order: &KillOrder,
     hook: &PreStop,
     pod_ip: Option<&str>,
-) -> Result<(), String> {
+) -> Result<(), PreStopError> {
     if let Some(exec) = &hook.exec {
         let result = cri
             .exec_sync(&order.container_id, exec.command.clone(), order.grace)
             .await
-            .map_err(|e| format!("preStop exec: {e}"))?;
+            .map_err(PreStopError::Exec)?;
         if result.exit_code != 0 {
-            return Err(format!(
-                "preStop exec {:?} exited with {}: {}",
-                exec.command,
-                result.exit_code,
-                String::from_utf8_lossy(&result.stderr).trim()
-            ));
+            return Err(PreStopError::ExecExited {
+                command: exec.command.clone(),
+                exit_code: result.exit_code,
+                stderr: String::from_utf8_lossy(&result.stderr).trim().to_owned(),
+            });
         }
         return Ok(());
     }
@@ -172,14 +228,14 @@ async fn run_pre_stop(
             .as_deref()
             .filter(|h| !h.is_empty())
             .or(pod_ip)
-            .ok_or("preStop httpGet: the pod has no IP yet")?;
+            .ok_or(PreStopError::NoPodIp { handler: "httpGet" })?;
         let port = resolve_port(&http.port, &order.ports)?;
         if http
             .scheme
             .as_deref()
             .is_some_and(|s| s.eq_ignore_ascii_case("https"))
         {
-            return Err("preStop httpGet: HTTPS is not supported by inplaced".into());
+            return Err(PreStopError::Https);
         }
         let path = http
             .path
@@ -199,13 +255,15 @@ async fn run_pre_stop(
             .as_deref()
             .filter(|h| !h.is_empty())
             .or(pod_ip)
-            .ok_or("preStop tcpSocket: the pod has no IP yet")?;
+            .ok_or(PreStopError::NoPodIp {
+                handler: "tcpSocket",
+            })?;
         let port = resolve_port(&tcp.port, &order.ports)?;
         let address = socket_address(host, port)?;
         TcpStream::connect(address)
             .await
             .map(drop)
-            .map_err(|e| format!("preStop tcpSocket {address}: {e}"))?;
+            .map_err(|source| PreStopError::TcpConnect { address, source })?;
         return Ok(());
     }
     if let Some(sleep) = &hook.sleep {
@@ -215,11 +273,11 @@ async fn run_pre_stop(
         .await;
         return Ok(());
     }
-    Err("preStop hook has no handler".into())
+    Err(PreStopError::NoHandler)
 }
 
 /// A named port resolves through the container's ports, as kubelet does.
-fn resolve_port(port: &IntOrString, ports: &[ContainerPort]) -> Result<u16, String> {
+fn resolve_port(port: &IntOrString, ports: &[ContainerPort]) -> Result<u16, PreStopError> {
     let number = match port {
         IntOrString::Int(n) => *n,
         IntOrString::String(name) => match name.parse::<i32>() {
@@ -228,21 +286,23 @@ fn resolve_port(port: &IntOrString, ports: &[ContainerPort]) -> Result<u16, Stri
                 .iter()
                 .find(|p| p.name.as_deref() == Some(name.as_str()))
                 .map(|p| p.container_port)
-                .ok_or_else(|| format!("preStop: no container port named {name:?}"))?,
+                .ok_or_else(|| PreStopError::NoNamedPort { name: name.clone() })?,
         },
     };
     u16::try_from(number)
         .ok()
         .filter(|p| *p > 0)
-        .ok_or_else(|| format!("preStop: invalid port {number}"))
+        .ok_or(PreStopError::InvalidPort { number })
 }
 
-fn socket_address(host: &str, port: u16) -> Result<SocketAddr, String> {
+fn socket_address(host: &str, port: u16) -> Result<SocketAddr, PreStopError> {
     let ip: std::net::IpAddr = host
         .trim_start_matches('[')
         .trim_end_matches(']')
         .parse()
-        .map_err(|_| format!("preStop: host {host:?} is not an IP address"))?;
+        .map_err(|_| PreStopError::HostNotIp {
+            host: host.to_owned(),
+        })?;
     Ok(SocketAddr::new(ip, port))
 }
 
@@ -252,17 +312,17 @@ async fn http_get(
     port: u16,
     path: &str,
     headers: &[(&str, &str)],
-) -> Result<(), String> {
+) -> Result<(), PreStopError> {
     let address = socket_address(host, port)?;
     let mut stream = TcpStream::connect(address)
         .await
-        .map_err(|e| format!("preStop httpGet {address}: {e}"))?;
+        .map_err(|source| PreStopError::Http { address, source })?;
     let mut request = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: inplaced\r\nConnection: close\r\n"
     );
     for (name, value) in headers {
         if name.contains(['\r', '\n']) || value.contains(['\r', '\n']) {
-            return Err("preStop httpGet: header contains a line break".into());
+            return Err(PreStopError::HeaderLineBreak);
         }
         request.push_str(&format!("{name}: {value}\r\n"));
     }
@@ -270,22 +330,29 @@ async fn http_get(
     stream
         .write_all(request.as_bytes())
         .await
-        .map_err(|e| format!("preStop httpGet {address}: {e}"))?;
+        .map_err(|source| PreStopError::Http { address, source })?;
     let mut head = [0u8; 32];
     let n = stream
         .read(&mut head)
         .await
-        .map_err(|e| format!("preStop httpGet {address}: {e}"))?;
+        .map_err(|source| PreStopError::Http { address, source })?;
     let line = String::from_utf8_lossy(&head[..n]);
     let code: u16 = line
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("preStop httpGet {address}: not an HTTP answer: {line:?}"))?;
+        .ok_or_else(|| PreStopError::NotHttp {
+            address,
+            head: line.to_string(),
+        })?;
     if code < 400 {
         Ok(())
     } else {
-        Err(format!("preStop httpGet {address}{path}: HTTP {code}"))
+        Err(PreStopError::HttpStatus {
+            address,
+            path: path.to_owned(),
+            code,
+        })
     }
 }
 
@@ -299,18 +366,58 @@ mod tests {
             name: Some("http".into()),
             container_port: 8080,
         }];
-        assert_eq!(resolve_port(&IntOrString::Int(80), &ports), Ok(80));
+        assert_eq!(resolve_port(&IntOrString::Int(80), &ports).unwrap(), 80);
         assert_eq!(
-            resolve_port(&IntOrString::String("http".into()), &ports),
-            Ok(8080)
+            resolve_port(&IntOrString::String("http".into()), &ports).unwrap(),
+            8080
         );
         assert_eq!(
-            resolve_port(&IntOrString::String("81".into()), &ports),
-            Ok(81)
+            resolve_port(&IntOrString::String("81".into()), &ports).unwrap(),
+            81
         );
         assert!(resolve_port(&IntOrString::String("grpc".into()), &ports).is_err());
         assert!(resolve_port(&IntOrString::Int(70000), &ports).is_err());
         assert!(resolve_port(&IntOrString::Int(0), &ports).is_err());
+    }
+
+    /// The words of the request's status (a failed stop) and of `FailedPreStopHook` events.
+    #[test]
+    fn failures_keep_their_words() {
+        let err = KillError {
+            container: "app".into(),
+            source: CriError::Timeout {
+                method: "StopContainer",
+                timeout: Duration::from_secs(2),
+            },
+        };
+        assert_eq!(
+            err.to_string(),
+            "stopping container app: CRI StopContainer timed out after 2s"
+        );
+        assert!(err.transient());
+        assert_eq!(
+            PreStopError::Timeout {
+                grace: Duration::from_secs(30)
+            }
+            .to_string(),
+            "preStop hook did not finish within the grace period of 30s"
+        );
+        assert_eq!(
+            resolve_port(&IntOrString::String("grpc".into()), &[])
+                .unwrap_err()
+                .to_string(),
+            "preStop: no container port named \"grpc\""
+        );
+        assert_eq!(
+            resolve_port(&IntOrString::Int(-1), &[])
+                .unwrap_err()
+                .to_string(),
+            "preStop: invalid port -1"
+        );
+        assert_eq!(
+            socket_address("web", 80).unwrap_err().to_string(),
+            "preStop: host \"web\" is not an IP address"
+        );
     }
 
     #[tokio::test]
@@ -327,13 +434,13 @@ mod tests {
                 stream.write_all(answer.as_bytes()).await.unwrap();
             }
         });
-        assert_eq!(
-            http_get("127.0.0.1", port, "/drain", &[("X-A", "b")]).await,
-            Ok(())
-        );
+        http_get("127.0.0.1", port, "/drain", &[("X-A", "b")])
+            .await
+            .unwrap();
         let err = http_get("127.0.0.1", port, "/drain", &[])
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("HTTP 503"), "{err}");
         server.await.unwrap();
         assert!(

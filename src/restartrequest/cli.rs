@@ -57,6 +57,25 @@ pub(crate) const EXIT_USAGE: u8 = 2;
 pub(crate) const EXIT_TIMEOUT: u8 = 3;
 pub(crate) const EXIT_INTERRUPTED: u8 = 130;
 
+/// Why the arguments ask nothing (a usage error, exit 2), or why no request can be made for a
+/// pod (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AskError {
+    #[error("--max-unavailable goes with --selector")]
+    MaxUnavailableWithoutSelector,
+    #[error("--min-started-seconds must not be negative")]
+    NegativeMinStartedSeconds { seconds: i64 },
+    #[error("--grace-period must not be negative")]
+    NegativeGracePeriod { seconds: i64 },
+    /// Empty, or named before.
+    #[error("-c {name:?}: name each container once")]
+    ContainerNotNamedOnce { name: String },
+    #[error("pod {pod} is not scheduled to a node yet")]
+    Unscheduled { pod: String },
+    #[error("{0}")]
+    Object(#[source] serde_json::Error),
+}
+
 /// What every request of one command asks besides its pod.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Ask {
@@ -65,9 +84,9 @@ pub(crate) struct Ask {
 }
 
 impl Ask {
-    pub(crate) fn from_args(args: &RestartArgs) -> Result<Ask, String> {
+    pub(crate) fn from_args(args: &RestartArgs) -> Result<Ask, AskError> {
         if args.max_unavailable.is_some() && args.selector.is_none() {
-            return Err("--max-unavailable goes with --selector".into());
+            return Err(AskError::MaxUnavailableWithoutSelector);
         }
         let mut strategy = serde_json::Map::new();
         if args.ordered {
@@ -75,20 +94,20 @@ impl Ask {
         }
         if let Some(seconds) = args.min_started_seconds {
             if seconds < 0 {
-                return Err("--min-started-seconds must not be negative".into());
+                return Err(AskError::NegativeMinStartedSeconds { seconds });
             }
             strategy.insert("minStartedSeconds".into(), json!(seconds));
         }
         if let Some(seconds) = args.grace_period {
             if seconds < 0 {
-                return Err("--grace-period must not be negative".into());
+                return Err(AskError::NegativeGracePeriod { seconds });
             }
             strategy.insert("terminationGracePeriodSeconds".into(), json!(seconds));
         }
         let mut seen = std::collections::BTreeSet::new();
         for c in &args.containers {
             if c.is_empty() || !seen.insert(c) {
-                return Err(format!("-c {c:?}: name each container once"));
+                return Err(AskError::ContainerNotNamedOnce { name: c.clone() });
             }
         }
         Ok(Ask {
@@ -98,14 +117,12 @@ impl Ask {
     }
 
     /// The request for `pod`, labelled with its node.
-    pub fn request_for(&self, pod: &Pod) -> Result<DynamicObject, String> {
+    pub fn request_for(&self, pod: &Pod) -> Result<DynamicObject, AskError> {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        let node = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .ok_or_else(|| format!("pod {name} is not scheduled to a node yet"))?;
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            return Err(AskError::Unscheduled { pod: name });
+        };
         let mut spec = json!({
             "podName": name,
             "podUID": pod.metadata.uid.clone().unwrap_or_default(),
@@ -126,7 +143,7 @@ impl Ask {
             },
             "spec": spec,
         }))
-        .map_err(|e| e.to_string())
+        .map_err(AskError::Object)
     }
 }
 
@@ -137,7 +154,7 @@ pub async fn run(args: RestartArgs) -> anyhow::Result<ExitCode> {
     };
     let ask = match Ask::from_args(&args) {
         Ok(ask) => ask,
-        Err(message) => return usage(message),
+        Err(err) => return usage(err.to_string()),
     };
     let timeout = match humantime::parse_duration(&args.timeout) {
         Ok(timeout) => timeout,
@@ -160,8 +177,8 @@ pub async fn run(args: RestartArgs) -> anyhow::Result<ExitCode> {
     let pod = pods.get(pod_name).await?;
     let object = match ask.request_for(&pod) {
         Ok(object) => object,
-        Err(message) => {
-            eprintln!("error: {message}");
+        Err(err) => {
+            eprintln!("error: {err}");
             return Ok(ExitCode::from(EXIT_FAILED));
         }
     };
@@ -307,6 +324,7 @@ mod tests {
         assert!(
             ask.request_for(&unscheduled)
                 .unwrap_err()
+                .to_string()
                 .contains("not scheduled")
         );
         let twice = args(&["web", "-c", "app", "-c", "app"]).unwrap();

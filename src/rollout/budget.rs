@@ -35,6 +35,21 @@ impl PodState {
     }
 }
 
+/// Why a PodDisruptionBudget cannot be read or applied. The messages are written to rollouts'
+/// status (`waiting`), so their wording is kept.
+#[derive(Debug, thiserror::Error)]
+pub enum BudgetError {
+    #[error("PodDisruptionBudget {name}: its selector: {source}")]
+    Selector {
+        name: String,
+        source: ::kube::core::ParseExpressionError,
+    },
+    #[error("PodDisruptionBudget {name}: negative")]
+    Negative { name: String, value: i32 },
+    #[error("PodDisruptionBudget {name}: {text:?} is not a number or a percentage")]
+    NotANumber { name: String, text: String },
+}
+
 /// A PodDisruptionBudget, read for what it allows.
 #[derive(Clone, Debug)]
 pub struct Budget {
@@ -45,12 +60,14 @@ pub struct Budget {
 }
 
 impl Budget {
-    pub fn of(pdb: &PodDisruptionBudget) -> Result<Budget, String> {
+    pub fn of(pdb: &PodDisruptionBudget) -> Result<Budget, BudgetError> {
         let name = pdb.metadata.name.clone().unwrap_or_default();
         let spec = pdb.spec.clone().unwrap_or_default();
         // policy/v1: an empty or absent selector selects every pod of the namespace.
-        let selector = Selector::try_from(spec.selector.unwrap_or_default())
-            .map_err(|e| format!("PodDisruptionBudget {name}: its selector: {e}"))?;
+        let selector = match Selector::try_from(spec.selector.unwrap_or_default()) {
+            Ok(selector) => selector,
+            Err(source) => return Err(BudgetError::Selector { name, source }),
+        };
         Ok(Budget {
             name,
             selector,
@@ -68,28 +85,79 @@ impl Budget {
         &self,
         pods: &[PodState],
         busy: &HashSet<&str>,
-    ) -> Result<(usize, usize), String> {
+    ) -> Result<(usize, usize), BudgetError> {
         let covered: Vec<&PodState> = pods.iter().filter(|p| self.covers(p)).collect();
         let expected = covered.len();
         let healthy = covered
             .iter()
             .filter(|p| p.ready && !busy.contains(p.uid.as_str()))
             .count();
+        let name = || self.name.clone();
         let scaled = |value: &IntOrString| match value {
-            IntOrString::Int(n) => usize::try_from(*n).map_err(|_| "negative".to_string()),
+            IntOrString::Int(n) => usize::try_from(*n).map_err(|_| BudgetError::Negative {
+                name: name(),
+                value: *n,
+            }),
             IntOrString::String(text) => text
                 .strip_suffix('%')
                 .and_then(|p| p.parse::<usize>().ok())
                 // Rounded up, as the disruption controller scales both fields.
                 .map(|p| (p * expected).div_ceil(100))
-                .ok_or_else(|| format!("{text:?} is not a number or a percentage")),
+                .ok_or_else(|| BudgetError::NotANumber {
+                    name: name(),
+                    text: text.clone(),
+                }),
         };
         let required = match (&self.min_available, &self.max_unavailable) {
-            (Some(min), _) => scaled(min),
-            (None, Some(max)) => scaled(max).map(|max| expected.saturating_sub(max)),
-            (None, None) => Ok(0),
-        }
-        .map_err(|e| format!("PodDisruptionBudget {}: {e}", self.name))?;
+            (Some(min), _) => scaled(min)?,
+            (None, Some(max)) => expected.saturating_sub(scaled(max)?),
+            (None, None) => 0,
+        };
         Ok((healthy, required))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn budget(min_available: IntOrString) -> Budget {
+        Budget::of(&PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                ..Default::default()
+            },
+            spec: Some(PodDisruptionBudgetSpec {
+                min_available: Some(min_available),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .expect("an absent selector reads")
+    }
+
+    /// The words rollouts write to their status when a budget cannot be applied.
+    #[test]
+    fn a_budget_that_cannot_be_applied_says_so_in_the_same_words() {
+        let busy = HashSet::new();
+        let err = budget(IntOrString::Int(-1))
+            .healthy_and_required(&[], &busy)
+            .unwrap_err();
+        assert_eq!(err.to_string(), "PodDisruptionBudget web: negative");
+        let err = budget(IntOrString::String("half".into()))
+            .healthy_and_required(&[], &busy)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "PodDisruptionBudget web: \"half\" is not a number or a percentage"
+        );
+        assert_eq!(
+            budget(IntOrString::String("50%".into()))
+                .healthy_and_required(&[], &busy)
+                .unwrap(),
+            (0, 0)
+        );
     }
 }

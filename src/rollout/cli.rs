@@ -100,11 +100,13 @@ pub async fn restart_selector(args: RestartArgs) -> anyhow::Result<ExitCode> {
     let Some(selector) = args.selector.as_deref() else {
         return usage("no --selector".into());
     };
-    let spec = match Ask::from_args(&args)
-        .and_then(|ask| spec_of(&ask, selector, args.max_unavailable.as_deref()))
-    {
+    let ask = match Ask::from_args(&args) {
+        Ok(ask) => ask,
+        Err(err) => return usage(err.to_string()),
+    };
+    let spec = match spec_of(&ask, selector, args.max_unavailable.as_deref()) {
         Ok(spec) => spec,
-        Err(message) => return usage(message),
+        Err(err) => return usage(err.to_string()),
     };
     let timeout = match humantime::parse_duration(&args.timeout) {
         Ok(timeout) => timeout,
@@ -115,26 +117,40 @@ pub async fn restart_selector(args: RestartArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
+/// Why the command's arguments make no rollout spec: a usage error (exit 2).
+#[derive(Debug, thiserror::Error)]
+enum SpecError {
+    #[error("{0}")]
+    Strategy(#[source] serde_json::Error),
+    #[error("--selector {0}")]
+    Selector(#[source] SelectorError),
+    /// The spec's own check refused it; its words name the spec's fields, and the flag is named
+    /// instead where there is one.
+    #[error("{}", .reason.replace("spec.maxUnavailable", "--max-unavailable"))]
+    Invalid { reason: String },
+}
+
 /// The rollout of every pod of `selector` (kubectl's syntax) that `ask` describes.
 fn spec_of(
     ask: &Ask,
     selector: &str,
     max_unavailable: Option<&str>,
-) -> Result<RolloutSpec, String> {
+) -> Result<RolloutSpec, SpecError> {
     let max_unavailable = max_unavailable.map(|text| match text.parse::<i32>() {
         Ok(count) => IntOrString::Int(count),
         Err(_) => IntOrString::String(text.to_string()),
     });
-    let strategy = serde_json::from_value(ask.strategy.clone()).map_err(|e| e.to_string())?;
+    let strategy = serde_json::from_value(ask.strategy.clone()).map_err(SpecError::Strategy)?;
     RolloutSpec {
-        selector: parse_selector(selector).map_err(|e| format!("--selector {e}"))?,
+        selector: parse_selector(selector).map_err(SpecError::Selector)?,
         containers: ask.containers.clone(),
         max_unavailable,
         strategy: Some(strategy),
         ..Default::default()
     }
     .validate()
-    .map_err(|e| e.replace("spec.maxUnavailable", "--max-unavailable"))
+    // `validate` words its reasons itself (a String shared with the agents' check).
+    .map_err(|reason| SpecError::Invalid { reason })
 }
 
 /// Makes a rollout of `spec` (after checking that some pod matches) and follows it.
@@ -341,9 +357,21 @@ impl Progress {
     }
 }
 
+/// Why a `kubectl -l` label selector cannot be read; `text` is the whole selector.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    #[error("{text:?}: cannot read {term:?} as a label selector term")]
+    BadTerm { text: String, term: String },
+    #[error("{text:?}: unbalanced parentheses")]
+    UnbalancedParentheses { text: String },
+    /// Read, but not a selector the API accepts: the API's rule as `check_selector` words it.
+    #[error("{text:?}: {reason}")]
+    Refused { text: String, reason: String },
+}
+
 /// A label selector as `kubectl -l` takes it: `k=v`, `k==v`, `k!=v`, `k in (a,b)`,
 /// `k notin (a,b)`, `k`, `!k`, joined by commas.
-pub fn parse_selector(text: &str) -> Result<LabelSelector, String> {
+pub fn parse_selector(text: &str) -> Result<LabelSelector, SelectorError> {
     let mut labels = BTreeMap::new();
     let mut expressions = Vec::new();
     let requirement =
@@ -354,11 +382,14 @@ pub fn parse_selector(text: &str) -> Result<LabelSelector, String> {
         };
     for term in split_terms(text)? {
         let term = term.trim();
-        let bad = || format!("{text:?}: cannot read {term:?} as a label selector term");
+        let bad = || SelectorError::BadTerm {
+            text: text.to_string(),
+            term: term.to_string(),
+        };
         if term.is_empty() {
             return Err(bad());
         }
-        let set = |rest: &str| -> Result<Vec<String>, String> {
+        let set = |rest: &str| -> Result<Vec<String>, SelectorError> {
             let inner = rest
                 .trim()
                 .strip_prefix('(')
@@ -392,12 +423,15 @@ pub fn parse_selector(text: &str) -> Result<LabelSelector, String> {
         match_labels: (!labels.is_empty()).then_some(labels),
         match_expressions: (!expressions.is_empty()).then_some(expressions),
     };
-    object::check_selector(&selector).map_err(|e| format!("{text:?}: {e}"))?;
+    object::check_selector(&selector).map_err(|reason| SelectorError::Refused {
+        text: text.to_string(),
+        reason,
+    })?;
     Ok(selector)
 }
 
 /// Splits at commas outside parentheses.
-fn split_terms(text: &str) -> Result<Vec<&str>, String> {
+fn split_terms(text: &str) -> Result<Vec<&str>, SelectorError> {
     let mut terms = Vec::new();
     let (mut depth, mut start) = (0i32, 0usize);
     for (i, c) in text.char_indices() {
@@ -411,11 +445,15 @@ fn split_terms(text: &str) -> Result<Vec<&str>, String> {
             _ => {}
         }
         if depth < 0 {
-            return Err(format!("{text:?}: unbalanced parentheses"));
+            return Err(SelectorError::UnbalancedParentheses {
+                text: text.to_string(),
+            });
         }
     }
     if depth != 0 {
-        return Err(format!("{text:?}: unbalanced parentheses"));
+        return Err(SelectorError::UnbalancedParentheses {
+            text: text.to_string(),
+        });
     }
     terms.push(&text[start..]);
     Ok(terms)
@@ -465,12 +503,24 @@ mod tests {
             spec_of(&ask, "app=web", Some("3")).unwrap().max_unavailable,
             Some(IntOrString::Int(3))
         );
+        assert_eq!(
+            spec_of(&ask, "app=web", Some("0")).unwrap_err().to_string(),
+            "--max-unavailable 0: must be at least 1"
+        );
+        assert_eq!(
+            spec_of(&ask, "app in web", None).unwrap_err().to_string(),
+            "--selector \"app in web\": cannot read \"app in web\" as a label selector term"
+        );
+        assert_eq!(
+            parse_selector("app in (a").unwrap_err().to_string(),
+            "\"app in (a\": unbalanced parentheses"
+        );
         for (selector, max, said) in [
             ("app=web", Some("0"), "--max-unavailable 0"),
             ("app=web", Some("x"), "--max-unavailable \"x\""),
             ("app in web", None, "--selector"),
         ] {
-            let err = spec_of(&ask, selector, max).unwrap_err();
+            let err = spec_of(&ask, selector, max).unwrap_err().to_string();
             assert!(err.starts_with(said), "{err}");
         }
     }

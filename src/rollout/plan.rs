@@ -384,7 +384,7 @@ fn claim(
             &budget.name,
             budget
                 .healthy_and_required(&census.namespace_pods, &claimed)
-                .map_err(Waiting::Blocked)?,
+                .map_err(|e| Waiting::Blocked(e.to_string()))?,
         );
     }
     let mut out = Vec::new();
