@@ -9,7 +9,7 @@ use ::kube::api::DynamicObject;
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::requests::{self, Decoded};
+use crate::requests::{self, Decoded, NoIdentity, SpecError};
 use crate::restart::{ContainerPort, PreStop};
 
 pub(crate) const GROUP: &str = "apps.kruise.io";
@@ -199,7 +199,7 @@ pub struct Crr {
     pub deleting: bool,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
-    pub spec: Result<CrrSpec, String>,
+    pub spec: Result<CrrSpec, SpecError>,
     pub status: CrrStatus,
     /// kruise 1.9's `status.containerStatusSnapshot` (v1beta1), when written.
     snapshot: Option<Vec<SyncedContainerStatus>>,
@@ -210,7 +210,7 @@ pub struct Crr {
 impl Crr {
     /// Decodes an object from the API. Only identity is required; a bad spec is kept as its
     /// error so that it can be reported on the object's status.
-    pub fn from_object(object: &DynamicObject) -> Result<Crr, String> {
+    pub fn from_object(object: &DynamicObject) -> Result<Crr, NoIdentity> {
         let Decoded { meta, spec, status } = requests::decode(object, validate)?;
         let manager: ManagerStatus = object
             .data
@@ -318,7 +318,7 @@ mod tests {
     use super::*;
 
     fn decode_crr(json: serde_json::Value) -> Result<Crr, String> {
-        Crr::from_object(&requests::object_from_json(json)?)
+        Crr::from_object(&requests::object_from_json(json)?).map_err(|e| e.to_string())
     }
     use serde_json::json;
 
@@ -473,7 +473,7 @@ mod tests {
         for (spec, expected) in cases {
             let crr = decode_crr(object(spec.clone())).unwrap();
             let err = crr.spec.unwrap_err();
-            assert!(err.contains(expected), "{spec}: {err}");
+            assert!(err.to_string().contains(expected), "{spec}: {err}");
         }
         assert!(decode_crr(json!({"spec": {}})).is_err());
     }

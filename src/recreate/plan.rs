@@ -478,7 +478,7 @@ mod tests {
     use serde_json::json;
 
     fn decode_crr(json: serde_json::Value) -> Result<Crr, String> {
-        Crr::from_object(&crate::requests::object_from_json(json)?)
+        Crr::from_object(&crate::requests::object_from_json(json)?).map_err(|e| e.to_string())
     }
 
     const NOW: &str = "2026-11-22T10:00:00Z";

@@ -25,32 +25,50 @@ pub struct RequestMeta {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// A request object without identity: it cannot even be reported on.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("no metadata.{0}")]
+pub struct NoIdentity(pub &'static str);
+
+/// Why a request's spec cannot be used; written on the request's status.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    #[error("the request has no spec")]
+    Missing,
+    /// Not of the kind's schema (the decoder's words).
+    #[error("invalid spec: {0}")]
+    Malformed(String),
+    /// Well-formed, but refused by the kind's own checks (their words).
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// A decoded request: `spec` keeps why it cannot be used, to be written on its status.
 pub struct Decoded<S, T> {
     pub meta: RequestMeta,
-    pub spec: Result<S, String>,
+    pub spec: Result<S, SpecError>,
     pub status: T,
 }
 
 /// Decodes `object`. Only identity (namespace, name, UID) is required; the spec is decoded and
-/// then checked by `validate`.
+/// then checked by `validate` (its refusal's words are the kind's own).
 pub fn decode<S, T>(
     object: &DynamicObject,
     validate: impl FnOnce(S) -> Result<S, String>,
-) -> Result<Decoded<S, T>, String>
+) -> Result<Decoded<S, T>, NoIdentity>
 where
     S: DeserializeOwned,
     T: DeserializeOwned + Default,
 {
     let m = &object.metadata;
-    let name = m.name.clone().ok_or("no metadata.name")?;
-    let namespace = m.namespace.clone().ok_or("no metadata.namespace")?;
-    let uid = m.uid.clone().ok_or("no metadata.uid")?;
+    let name = m.name.clone().ok_or(NoIdentity("name"))?;
+    let namespace = m.namespace.clone().ok_or(NoIdentity("namespace"))?;
+    let uid = m.uid.clone().ok_or(NoIdentity("uid"))?;
     let spec = match object.data.get("spec") {
-        None => Err("the request has no spec".to_string()),
+        None => Err(SpecError::Missing),
         Some(spec) => S::deserialize(spec)
-            .map_err(|e| format!("invalid spec: {e}"))
-            .and_then(validate),
+            .map_err(|e| SpecError::Malformed(e.to_string()))
+            .and_then(|spec| validate(spec).map_err(SpecError::Refused)),
     };
     let status = object
         .data
@@ -80,7 +98,7 @@ where
 pub(crate) fn pod_group<S>(
     namespace: &str,
     uid: &str,
-    spec: &Result<S, String>,
+    spec: &Result<S, SpecError>,
     pod_name: impl FnOnce(&S) -> &str,
 ) -> (String, String) {
     let pod = match spec {
@@ -188,7 +206,7 @@ mod tests {
                 Ok(s)
             }
         };
-        decode(&object_from_json(object)?, nonempty)
+        decode(&object_from_json(object)?, nonempty).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -228,11 +246,19 @@ mod tests {
     fn a_bad_spec_is_kept_as_its_error_and_a_bad_status_reads_as_none() {
         let meta = json!({"name": "r", "namespace": "ns", "uid": "u1"});
         let no_spec = decoded(json!({"metadata": meta})).unwrap();
-        assert_eq!(no_spec.spec.unwrap_err(), "the request has no spec");
+        assert_eq!(no_spec.spec.unwrap_err(), SpecError::Missing);
         let wrong = decoded(json!({"metadata": meta, "spec": {"podName": 3}})).unwrap();
-        assert!(wrong.spec.unwrap_err().starts_with("invalid spec: "));
+        let malformed = wrong.spec.unwrap_err();
+        assert!(
+            matches!(malformed, SpecError::Malformed(_)),
+            "{malformed:?}"
+        );
+        assert!(malformed.to_string().starts_with("invalid spec: "));
         let empty = decoded(json!({"metadata": meta, "spec": {"podName": ""}})).unwrap();
-        assert_eq!(empty.spec.unwrap_err(), "spec.podName is empty");
+        assert_eq!(
+            empty.spec.unwrap_err(),
+            SpecError::Refused("spec.podName is empty".into())
+        );
         let odd_status = decoded(json!({"metadata": meta, "spec": {"podName": "p"},
                                         "status": {"phase": 1}}))
         .unwrap();
@@ -241,14 +267,14 @@ mod tests {
 
     #[test]
     fn a_request_without_a_readable_spec_is_grouped_alone() {
-        let named = Ok::<_, String>(Spec {
+        let named = Ok::<_, SpecError>(Spec {
             pod_name: "web-0".into(),
         });
         assert_eq!(
             pod_group("ns", "a", &named, |s| &s.pod_name),
             ("ns".to_string(), "web-0".to_string())
         );
-        let bad = Err::<Spec, _>("invalid spec".to_string());
+        let bad = Err::<Spec, _>(SpecError::Malformed("expected a string".into()));
         let (a, b) = (
             pod_group("ns", "a", &bad, |s| &s.pod_name),
             pod_group("ns", "b", &bad, |s| &s.pod_name),

@@ -14,7 +14,7 @@ use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::nodeview::NodeView;
 pub(crate) use decode::pod_group;
-pub use decode::{Decoded, RequestMeta, decode};
+pub use decode::{Decoded, NoIdentity, RequestMeta, SpecError, decode};
 #[cfg(test)]
 pub(crate) use decode::{crd_status_schema, object_from_json, schema_violations};
 pub(crate) use request_loop::{RequestController, RequestWatch, run_kind};

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::requests::{self, Decoded};
+use crate::requests::{self, Decoded, NoIdentity, SpecError};
 use crate::resources::Resources;
 
 pub(crate) const GROUP: &str = "inplaced.io";
@@ -168,7 +168,7 @@ pub struct ResizeRequest {
     pub created_at: Option<Timestamp>,
     pub deleting: bool,
     /// The decoded spec, or why it cannot be used (reported on the status).
-    pub spec: Result<ResizeSpec, String>,
+    pub spec: Result<ResizeSpec, SpecError>,
     pub status: ResizeStatus,
 }
 
@@ -178,7 +178,7 @@ pub(crate) const MAX_CONTAINERS: usize = 64;
 impl ResizeRequest {
     /// Decodes an object from the API. Only identity is required; a bad spec is kept as its
     /// error so that it can be reported on the object's status.
-    pub fn from_object(object: &DynamicObject) -> Result<ResizeRequest, String> {
+    pub fn from_object(object: &DynamicObject) -> Result<ResizeRequest, NoIdentity> {
         let Decoded { meta, spec, status } = requests::decode(object, validate)?;
         Ok(ResizeRequest {
             generation: meta.generation,
@@ -305,6 +305,7 @@ mod tests {
 
     fn decode_request(json: Value) -> Result<ResizeRequest, String> {
         ResizeRequest::from_object(&crate::requests::object_from_json(json)?)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -372,7 +373,7 @@ mod tests {
         match decode_request(object(spec)) {
             Ok(request) => match request.spec {
                 Ok(spec) => panic!("accepted: {spec:?}"),
-                Err(err) => err,
+                Err(err) => err.to_string(),
             },
             Err(err) => panic!("no identity: {err}"),
         }
@@ -441,8 +442,8 @@ mod tests {
             "metadata": {"name": "x", "namespace": "n", "uid": "u"}}))
         .expect("identity");
         assert_eq!(
-            no_spec.spec.err().as_deref(),
-            Some("the request has no spec")
+            no_spec.spec.err(),
+            Some(crate::requests::SpecError::Missing)
         );
     }
 

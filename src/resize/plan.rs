@@ -96,7 +96,7 @@ fn admitted<'a>(f: &Facts<'a>) -> Result<(Actuator, &'a PodView, PodResources), 
     let spec = request
         .spec
         .as_ref()
-        .map_err(|err| failed(err.clone(), None))?;
+        .map_err(|err| failed(err.to_string(), None))?;
     check_deadline(f, spec)?;
     let pod = pod_to_resize(f, spec)?;
     let base = spec_resources(pod);

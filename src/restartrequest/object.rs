@@ -8,7 +8,7 @@ use ::kube::api::DynamicObject;
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::requests::{self, Decoded};
+use crate::requests::{self, Decoded, NoIdentity, SpecError};
 
 pub(crate) const GROUP: &str = "inplaced.io";
 pub(crate) const VERSION: &str = "v1alpha1";
@@ -156,14 +156,14 @@ pub struct RestartRequest {
     /// The node label, as the creator wrote it.
     pub node_label: Option<String>,
     /// The decoded spec, or why it cannot be used (reported on the status).
-    pub spec: Result<RestartSpec, String>,
+    pub spec: Result<RestartSpec, SpecError>,
     pub status: RestartStatus,
 }
 
 impl RestartRequest {
     /// Decodes an object from the API. Only identity is required; a bad spec is kept as its
     /// error so that it can be reported on the object's status.
-    pub fn from_object(object: &DynamicObject) -> Result<RestartRequest, String> {
+    pub fn from_object(object: &DynamicObject) -> Result<RestartRequest, NoIdentity> {
         let Decoded { meta, spec, status } = requests::decode(object, validate)?;
         Ok(RestartRequest {
             node_label: meta.labels.get(LABEL_NODE_NAME).cloned(),
@@ -353,12 +353,12 @@ mod tests {
         ];
         for (spec, expected) in cases {
             let err = decode(spec.clone()).spec.unwrap_err();
-            assert!(err.contains(expected), "{spec}: {err}");
+            assert!(err.to_string().contains(expected), "{spec}: {err}");
         }
         let many: Vec<Value> = (0..65).map(|i| json!({"name": format!("c{i}")})).collect();
         let err = decode(json!({"podName": "p", "containers": many}))
             .spec
             .unwrap_err();
-        assert!(err.contains("at most 64"), "{err}");
+        assert!(err.to_string().contains("at most 64"), "{err}");
     }
 }

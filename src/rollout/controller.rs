@@ -195,7 +195,7 @@ impl Controller {
         let spec = match &rollout.spec {
             Ok(spec) => spec,
             Err(message) => {
-                self.refuse(object, rollout, message).await;
+                self.refuse(object, rollout, &message.to_string()).await;
                 return false;
             }
         };

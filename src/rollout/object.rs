@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::requests::{self, Decoded};
+use crate::requests::{self, Decoded, NoIdentity};
 use crate::restartrequest::object::RestartStrategy;
 
 pub(crate) const GROUP: &str = "inplaced.io";
@@ -364,7 +364,7 @@ impl RolloutStatus {
 pub type Rollout = Decoded<RolloutSpec, RolloutStatus>;
 
 /// Decodes a rollout; `Err` only without identity (the watch guarantees it).
-pub fn decode(object: &DynamicObject) -> Result<Rollout, String> {
+pub fn decode(object: &DynamicObject) -> Result<Rollout, NoIdentity> {
     requests::decode(object, RolloutSpec::validate)
 }
 
