@@ -221,104 +221,29 @@ impl Config {
         Self::resolve(given.or(file.unwrap_or_default()))
     }
 
+    /// The settings in force: each value checked in turn (the first bad one is the error),
+    /// defaults filling what is unset.
     fn resolve(s: Settings) -> Result<Config, ConfigError> {
-        let node_name = match s.node_name {
-            Some(name) => name,
-            None => hostname()?,
-        };
-        validate_node_name(&node_name)?;
+        let node_name = node_name(s.node_name)?;
         let kubeconfig = s.kubeconfig.or_else(|| {
             let default = PathBuf::from(DEFAULT_KUBECONFIG);
             default.exists().then_some(default)
         });
-        let listen_text = s
-            .listen_address
-            .unwrap_or_else(|| DEFAULT_LISTEN_ADDRESS.into());
-        let listen_address = listen_text
-            .parse()
-            .map_err(|err: std::net::AddrParseError| ConfigError::Invalid {
-                key: "listen-address",
-                value: listen_text.clone(),
-                reason: format!("{err}; expected host:port such as 127.0.0.1:10231"),
-            })?;
-        let api_qps = s.api_qps.unwrap_or(50);
-        if api_qps == 0 {
-            return Err(invalid("api-qps", "0", "must be at least 1"));
-        }
-        let api_burst = s.api_burst.unwrap_or(100.max(api_qps));
-        if api_burst < api_qps {
-            return Err(invalid(
-                "api-burst",
-                &api_burst.to_string(),
-                "must be at least api-qps",
-            ));
-        }
-        let refresh_interval = duration("refresh-interval", s.refresh_interval, "2s")?;
-        if refresh_interval < Duration::from_millis(100) {
-            return Err(invalid(
-                "refresh-interval",
-                &format!("{refresh_interval:?}"),
-                "must be at least 100ms",
-            ));
-        }
+        let listen_address = listen_address(s.listen_address)?;
+        let (api_qps, api_burst) = api_rate(s.api_qps, s.api_burst)?;
+        let refresh_interval = refresh_interval(s.refresh_interval)?;
         if let Some(endpoint) = &s.cri_endpoint {
-            crate::cri::CriEndpoint::parse(endpoint).map_err(|_| {
-                invalid(
-                    "cri-endpoint",
-                    endpoint,
-                    "expected an absolute unix socket path, such as unix:///run/containerd/containerd.sock",
-                )
-            })?;
+            check_cri_endpoint(endpoint)?;
         }
         let log_level = s.log_level.unwrap_or_else(|| "info".into());
         check_log_level(&log_level)?;
-        let api_answer_timeout = duration("api-answer-timeout", s.api_answer_timeout, "30s")?;
-        if api_answer_timeout.is_zero() {
-            return Err(invalid(
-                "api-answer-timeout",
-                "0s",
-                "must be longer than zero",
-            ));
-        }
-        let env_restart_settle = duration("env-restart-settle", s.env_restart_settle, "1s")?;
-        if env_restart_settle > MAX_ENV_RESTART_SETTLE {
-            return Err(invalid(
-                "env-restart-settle",
-                &format!("{env_restart_settle:?}"),
-                "must be at most 5m: a restart waits that long after the change",
-            ));
-        }
-        let env_restarts_per_minute = s.env_restarts_per_minute.unwrap_or(10);
-        if env_restarts_per_minute == 0 {
-            return Err(invalid(
-                "env-restarts-per-minute",
-                "0",
-                "must be at least 1",
-            ));
-        }
-        let stuck_worker_after = duration("stuck-worker-after", s.stuck_worker_after, "60s")?;
-        if stuck_worker_after < Duration::from_secs(1) {
-            return Err(invalid(
-                "stuck-worker-after",
-                &format!("{stuck_worker_after:?}"),
-                "must be at least 1s",
-            ));
-        }
+        let api_answer_timeout = api_answer_timeout(s.api_answer_timeout)?;
+        let (env_restart_settle, env_restarts_per_minute) =
+            env_restart_pacing(s.env_restart_settle, s.env_restarts_per_minute)?;
+        let stuck_worker_after = stuck_worker_after(s.stuck_worker_after)?;
         let upgrade_targets = match &s.upgrade_targets {
             None => Vec::new(),
-            Some(text) => {
-                let targets = text
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|t| !t.is_empty())
-                    .map(crate::hashing::KubeletVersion::parse)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| invalid("upgrade-targets", text, &e.to_string()))?;
-                if targets.len() > 8 {
-                    return Err(invalid("upgrade-targets", text, "at most 8 releases"));
-                }
-                targets
-            }
+            Some(text) => upgrade_targets(text)?,
         };
         Ok(Config {
             node_name,
@@ -354,6 +279,130 @@ impl Config {
             log_level,
         })
     }
+}
+
+/// The node's name as given, else the hostname; a valid one.
+fn node_name(given: Option<String>) -> Result<String, ConfigError> {
+    let node_name = match given {
+        Some(name) => name,
+        None => hostname()?,
+    };
+    validate_node_name(&node_name)?;
+    Ok(node_name)
+}
+
+fn listen_address(given: Option<String>) -> Result<SocketAddr, ConfigError> {
+    let listen_text = given.unwrap_or_else(|| DEFAULT_LISTEN_ADDRESS.into());
+    listen_text
+        .parse()
+        .map_err(|err: std::net::AddrParseError| ConfigError::Invalid {
+            key: "listen-address",
+            value: listen_text.clone(),
+            reason: format!("{err}; expected host:port such as 127.0.0.1:10231"),
+        })
+}
+
+/// `api-qps` and `api-burst`: the burst is by default 100, or the qps when that is more.
+fn api_rate(qps: Option<u32>, burst: Option<u32>) -> Result<(u32, u32), ConfigError> {
+    let api_qps = qps.unwrap_or(50);
+    if api_qps == 0 {
+        return Err(invalid("api-qps", "0", "must be at least 1"));
+    }
+    let api_burst = burst.unwrap_or(100.max(api_qps));
+    if api_burst < api_qps {
+        return Err(invalid(
+            "api-burst",
+            &api_burst.to_string(),
+            "must be at least api-qps",
+        ));
+    }
+    Ok((api_qps, api_burst))
+}
+
+fn refresh_interval(given: Option<String>) -> Result<Duration, ConfigError> {
+    let refresh_interval = duration("refresh-interval", given, "2s")?;
+    if refresh_interval < Duration::from_millis(100) {
+        return Err(invalid(
+            "refresh-interval",
+            &format!("{refresh_interval:?}"),
+            "must be at least 100ms",
+        ));
+    }
+    Ok(refresh_interval)
+}
+
+fn check_cri_endpoint(endpoint: &str) -> Result<(), ConfigError> {
+    crate::cri::CriEndpoint::parse(endpoint).map_err(|_| {
+        invalid(
+            "cri-endpoint",
+            endpoint,
+            "expected an absolute unix socket path, such as unix:///run/containerd/containerd.sock",
+        )
+    })?;
+    Ok(())
+}
+
+fn api_answer_timeout(given: Option<String>) -> Result<Duration, ConfigError> {
+    let api_answer_timeout = duration("api-answer-timeout", given, "30s")?;
+    if api_answer_timeout.is_zero() {
+        return Err(invalid(
+            "api-answer-timeout",
+            "0s",
+            "must be longer than zero",
+        ));
+    }
+    Ok(api_answer_timeout)
+}
+
+/// `env-restart-settle` and `env-restarts-per-minute`.
+fn env_restart_pacing(
+    settle: Option<String>,
+    per_minute: Option<u32>,
+) -> Result<(Duration, u32), ConfigError> {
+    let env_restart_settle = duration("env-restart-settle", settle, "1s")?;
+    if env_restart_settle > MAX_ENV_RESTART_SETTLE {
+        return Err(invalid(
+            "env-restart-settle",
+            &format!("{env_restart_settle:?}"),
+            "must be at most 5m: a restart waits that long after the change",
+        ));
+    }
+    let env_restarts_per_minute = per_minute.unwrap_or(10);
+    if env_restarts_per_minute == 0 {
+        return Err(invalid(
+            "env-restarts-per-minute",
+            "0",
+            "must be at least 1",
+        ));
+    }
+    Ok((env_restart_settle, env_restarts_per_minute))
+}
+
+fn stuck_worker_after(given: Option<String>) -> Result<Duration, ConfigError> {
+    let stuck_worker_after = duration("stuck-worker-after", given, "60s")?;
+    if stuck_worker_after < Duration::from_secs(1) {
+        return Err(invalid(
+            "stuck-worker-after",
+            &format!("{stuck_worker_after:?}"),
+            "must be at least 1s",
+        ));
+    }
+    Ok(stuck_worker_after)
+}
+
+/// `upgrade-targets` as given: comma-separated kubelet releases, empty entries skipped.
+fn upgrade_targets(text: &str) -> Result<Vec<crate::hashing::KubeletVersion>, ConfigError> {
+    let targets = text
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(crate::hashing::KubeletVersion::parse)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid("upgrade-targets", text, &e.to_string()))?;
+    if targets.len() > 8 {
+        return Err(invalid("upgrade-targets", text, "at most 8 releases"));
+    }
+    Ok(targets)
 }
 
 impl Config {
@@ -582,6 +631,24 @@ mod tests {
         given.node_name = Some("n1".into());
         let config = Config::resolve(given).unwrap();
         assert_eq!((config.api_qps, config.api_burst), (500, 500));
+    }
+
+    /// Releases are taken in the order given, blanks skipped; a bad release or more than 8
+    /// are refused, naming the key.
+    #[test]
+    fn upgrade_targets_are_a_short_list_of_releases() {
+        let minors = |text: &str| {
+            upgrade_targets(text)
+                .map(|targets| targets.iter().map(|t| t.minor()).collect::<Vec<u32>>())
+        };
+        assert_eq!(minors(" 1.35, v1.34.2,,").ok(), Some(vec![35, 34]));
+        assert_eq!(minors("").ok(), Some(Vec::new()));
+        let nine = (30..39).map(|m| format!("1.{m}")).collect::<Vec<_>>();
+        assert_eq!(minors(&nine[..8].join(",")).ok().map(|m| m.len()), Some(8));
+        for bad in [nine.join(","), "1.35,next".to_owned()] {
+            let err = minors(&bad).expect_err("refused").to_string();
+            assert!(err.contains("upgrade-targets"), "{bad}: {err}");
+        }
     }
 
     #[test]

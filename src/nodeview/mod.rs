@@ -8,7 +8,7 @@ mod metrics;
 mod restart;
 mod runtime;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -229,108 +229,15 @@ pub fn join(
     pods: &[std::sync::Arc<CachedPod>],
     snapshot: &RuntimeSnapshot,
 ) -> NodeView {
-    let mut sandboxes_by_uid: HashMap<&str, Vec<&PodSandbox>> = HashMap::new();
-    for sandbox in &snapshot.sandboxes {
-        if let Some(uid) = sandbox.labels.get(labels::POD_UID) {
-            sandboxes_by_uid.entry(uid).or_default().push(sandbox);
-        }
-    }
-    let mut containers_by_uid: HashMap<&str, Vec<&Container>> = HashMap::new();
-    for container in &snapshot.containers {
-        if let Some(uid) = container.labels.get(labels::POD_UID) {
-            containers_by_uid.entry(uid).or_default().push(container);
-        }
-    }
-
+    let by_uid = ByPodUid::of(snapshot);
     // Sandbox IDs a pod claimed: the rest are shown as unmatched. By ID, not by UID, so that a
     // sandbox a mirror pod's check refused is still shown somewhere.
-    let mut claimed_sandboxes = std::collections::HashSet::new();
+    let mut claimed_sandboxes = HashSet::new();
     let mut pod_views: Vec<PodView> = pods
         .iter()
-        .map(|shared| {
-            let pod: &CachedPod = shared;
-            let meta = &pod.metadata;
-            let annotations = meta.annotations.as_ref();
-            let mirror_uid = annotations.and_then(|a| a.get(MIRROR_ANNOTATION));
-            let uid = meta.uid.clone().unwrap_or_default();
-            let runtime_uid = mirror_uid.cloned().unwrap_or_else(|| uid.clone());
-            let static_pod = mirror_uid.is_some()
-                || annotations
-                    .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
-                    .is_some_and(|source| source != "api");
-            let (namespace, name) = (
-                meta.namespace.as_deref().unwrap_or_default(),
-                meta.name.as_deref().unwrap_or_default(),
-            );
-            // A mirror pod's runtime UID comes from its annotation, which whoever creates a
-            // pod may set: its runtime objects must also carry its namespace and name, as the
-            // static pod's do, or any pod could claim another's containers.
-            let ours = |ns: Option<&str>, n: Option<&str>| {
-                mirror_uid.is_none() || (ns == Some(namespace) && n == Some(name))
-            };
-            let pod_sandboxes: Vec<&PodSandbox> = sandboxes_by_uid
-                .get(runtime_uid.as_str())
-                .into_iter()
-                .flatten()
-                .copied()
-                .filter(|s| {
-                    let meta = s.metadata.as_ref();
-                    ours(
-                        meta.map(|m| m.namespace.as_str()),
-                        meta.map(|m| m.name.as_str()),
-                    )
-                })
-                .collect();
-            claimed_sandboxes.extend(pod_sandboxes.iter().map(|s| s.id.clone()));
-            let sandbox = pod_sandboxes.into_iter().max_by_key(|s| s.created_at);
-            let runtime_containers: Vec<&Container> = containers_by_uid
-                .get(runtime_uid.as_str())
-                .into_iter()
-                .flatten()
-                .copied()
-                .filter(|c| {
-                    ours(
-                        c.labels.get(labels::POD_NAMESPACE).map(String::as_str),
-                        c.labels.get(labels::POD_NAME).map(String::as_str),
-                    )
-                })
-                .collect();
-            PodView {
-                namespace: meta.namespace.clone().unwrap_or_default(),
-                name: meta.name.clone().unwrap_or_default(),
-                uid,
-                runtime_uid,
-                static_pod,
-                terminating: meta.deletion_timestamp.is_some(),
-                pod_ip: pod.status.as_ref().and_then(|s| s.pod_ip.clone()),
-                sandbox_id: sandbox.map(|s| s.id.clone()),
-                sandbox_ready: sandbox
-                    .is_some_and(|s| s.state == PodSandboxState::SandboxReady as i32),
-                ready_since: ready_since(pod),
-                containers: container_views(pod, &runtime_containers, snapshot),
-                api_pod: Some(shared.clone()),
-            }
-        })
+        .map(|shared| pod_view(shared, &by_uid, snapshot, &mut claimed_sandboxes))
         .collect();
     pod_views.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-
-    let mut unmatched_sandboxes: Vec<UnmatchedSandbox> = snapshot
-        .sandboxes
-        .iter()
-        .filter(|s| !claimed_sandboxes.contains(&s.id))
-        .map(|s| {
-            let meta = s.metadata.clone().unwrap_or_default();
-            UnmatchedSandbox {
-                id: s.id.clone(),
-                namespace: meta.namespace,
-                name: meta.name,
-                uid: meta.uid,
-                ready: s.state == PodSandboxState::SandboxReady as i32,
-            }
-        })
-        .collect();
-    unmatched_sandboxes
-        .sort_by(|a, b| (&a.namespace, &a.name, &a.id).cmp(&(&b.namespace, &b.name, &b.id)));
 
     NodeView {
         node_name: node_name.to_owned(),
@@ -342,8 +249,133 @@ pub fn join(
         node_allocatable: None,
         synced: false,
         pods: pod_views,
-        unmatched_sandboxes,
+        unmatched_sandboxes: unmatched_sandboxes(snapshot, &claimed_sandboxes),
     }
+}
+
+/// The runtime's sandboxes and containers by the pod UID kubelet labelled them with (those
+/// without one are no pod's).
+struct ByPodUid<'s> {
+    sandboxes: HashMap<&'s str, Vec<&'s PodSandbox>>,
+    containers: HashMap<&'s str, Vec<&'s Container>>,
+}
+
+impl<'s> ByPodUid<'s> {
+    fn of(snapshot: &'s RuntimeSnapshot) -> Self {
+        let mut sandboxes: HashMap<&str, Vec<&PodSandbox>> = HashMap::new();
+        for sandbox in &snapshot.sandboxes {
+            if let Some(uid) = sandbox.labels.get(labels::POD_UID) {
+                sandboxes.entry(uid).or_default().push(sandbox);
+            }
+        }
+        let mut containers: HashMap<&str, Vec<&Container>> = HashMap::new();
+        for container in &snapshot.containers {
+            if let Some(uid) = container.labels.get(labels::POD_UID) {
+                containers.entry(uid).or_default().push(container);
+            }
+        }
+        ByPodUid {
+            sandboxes,
+            containers,
+        }
+    }
+}
+
+/// One API pod joined with the runtime objects it claims; the IDs of the sandboxes it claims
+/// are added to `claimed_sandboxes`.
+fn pod_view(
+    shared: &std::sync::Arc<CachedPod>,
+    by_uid: &ByPodUid<'_>,
+    snapshot: &RuntimeSnapshot,
+    claimed_sandboxes: &mut HashSet<String>,
+) -> PodView {
+    let pod: &CachedPod = shared;
+    let meta = &pod.metadata;
+    let annotations = meta.annotations.as_ref();
+    let mirror_uid = annotations.and_then(|a| a.get(MIRROR_ANNOTATION));
+    let uid = meta.uid.clone().unwrap_or_default();
+    let runtime_uid = mirror_uid.cloned().unwrap_or_else(|| uid.clone());
+    let static_pod = mirror_uid.is_some()
+        || annotations
+            .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
+            .is_some_and(|source| source != "api");
+    let (namespace, name) = (
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+    );
+    // A mirror pod's runtime UID comes from its annotation, which whoever creates a pod may
+    // set: its runtime objects must also carry its namespace and name, as the static pod's do,
+    // or any pod could claim another's containers.
+    let ours = |ns: Option<&str>, n: Option<&str>| {
+        mirror_uid.is_none() || (ns == Some(namespace) && n == Some(name))
+    };
+    let pod_sandboxes: Vec<&PodSandbox> = by_uid
+        .sandboxes
+        .get(runtime_uid.as_str())
+        .into_iter()
+        .flatten()
+        .copied()
+        .filter(|s| {
+            let meta = s.metadata.as_ref();
+            ours(
+                meta.map(|m| m.namespace.as_str()),
+                meta.map(|m| m.name.as_str()),
+            )
+        })
+        .collect();
+    claimed_sandboxes.extend(pod_sandboxes.iter().map(|s| s.id.clone()));
+    let sandbox = pod_sandboxes.into_iter().max_by_key(|s| s.created_at);
+    let runtime_containers: Vec<&Container> = by_uid
+        .containers
+        .get(runtime_uid.as_str())
+        .into_iter()
+        .flatten()
+        .copied()
+        .filter(|c| {
+            ours(
+                c.labels.get(labels::POD_NAMESPACE).map(String::as_str),
+                c.labels.get(labels::POD_NAME).map(String::as_str),
+            )
+        })
+        .collect();
+    PodView {
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
+        uid,
+        runtime_uid,
+        static_pod,
+        terminating: meta.deletion_timestamp.is_some(),
+        pod_ip: pod.status.as_ref().and_then(|s| s.pod_ip.clone()),
+        sandbox_id: sandbox.map(|s| s.id.clone()),
+        sandbox_ready: sandbox.is_some_and(|s| s.state == PodSandboxState::SandboxReady as i32),
+        ready_since: ready_since(pod),
+        containers: container_views(pod, &runtime_containers, snapshot),
+        api_pod: Some(shared.clone()),
+    }
+}
+
+/// The sandboxes no pod claimed, by namespace, name, then ID.
+fn unmatched_sandboxes(
+    snapshot: &RuntimeSnapshot,
+    claimed: &HashSet<String>,
+) -> Vec<UnmatchedSandbox> {
+    let mut unmatched: Vec<UnmatchedSandbox> = snapshot
+        .sandboxes
+        .iter()
+        .filter(|s| !claimed.contains(&s.id))
+        .map(|s| {
+            let meta = s.metadata.clone().unwrap_or_default();
+            UnmatchedSandbox {
+                id: s.id.clone(),
+                namespace: meta.namespace,
+                name: meta.name,
+                uid: meta.uid,
+                ready: s.state == PodSandboxState::SandboxReady as i32,
+            }
+        })
+        .collect();
+    unmatched.sort_by(|a, b| (&a.namespace, &a.name, &a.id).cmp(&(&b.namespace, &b.name, &b.id)));
+    unmatched
 }
 
 fn container_views(

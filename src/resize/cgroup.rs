@@ -1157,6 +1157,43 @@ mod tests {
         child: Option<std::process::Child>,
     }
 
+    impl RealCgroup {
+        /// The throwaway pod cgroup `/<base>/pod<POD_UID>` under the cpu and memory controllers
+        /// of `root`, each directory removed again with the guard.
+        fn make(root: &Path, base: &str) -> Self {
+            let mut guard = RealCgroup {
+                dirs: Vec::new(),
+                child: None,
+            };
+            for controller in ["cpu", "memory"] {
+                let top = root.join(controller).join(base);
+                for dir in [top.clone(), top.join(format!("pod{POD_UID}"))] {
+                    if let Err(e) = fs::create_dir(&dir) {
+                        panic!(
+                            "this test must run as root with writable v1 controllers: mkdir {}: {e}",
+                            dir.display()
+                        );
+                    }
+                    guard.dirs.push(dir);
+                }
+            }
+            guard
+        }
+
+        /// A process charged to the cgroup whose `cgroup.procs` is `procs`, killed with the
+        /// guard.
+        fn charge_a_process(&mut self, procs: &Path) {
+            let child = std::process::Command::new("sh")
+                .arg("-c")
+                .arg("echo $$ > \"$1\" && exec sleep 60")
+                .arg("sh")
+                .arg(procs)
+                .spawn()
+                .expect("spawn sh");
+            self.child = Some(child);
+        }
+    }
+
     impl Drop for RealCgroup {
         fn drop(&mut self) {
             if let Some(child) = &mut self.child {
@@ -1188,51 +1225,47 @@ mod tests {
         );
         let base = format!("inplaced-unit-test-{}", std::process::id());
         let parent = format!("/{base}/pod{POD_UID}");
-        let mut guard = RealCgroup {
-            dirs: Vec::new(),
-            child: None,
-        };
-        for controller in ["cpu", "memory"] {
-            let top = root.join(controller).join(&base);
-            for dir in [top.clone(), top.join(format!("pod{POD_UID}"))] {
-                if let Err(e) = fs::create_dir(&dir) {
-                    panic!(
-                        "this test must run as root with writable v1 controllers: mkdir {}: {e}",
-                        dir.display()
-                    );
-                }
-                guard.dirs.push(dir);
-            }
-        }
+        let mut guard = RealCgroup::make(root, &base);
+        real_v1_cpu(&cgroups, &parent);
+        real_v1_memory(&cgroups, &parent);
+        let procs = root
+            .join("memory")
+            .join(&base)
+            .join(format!("pod{POD_UID}"))
+            .join("cgroup.procs");
+        guard.charge_a_process(&procs);
+        real_v1_memory_below_usage(&cgroups, &parent);
+    }
 
-        // cpu: values land, unlimited quota reads as None, the kernel's clamping is reported.
+    /// cpu: values land, unlimited quota reads as None, the kernel's clamping is reported.
+    fn real_v1_cpu(cgroups: &Cgroups, parent: &str) {
         cgroups
-            .write_pod_cpu(&parent, PodCpu::Shares(1024))
+            .write_pod_cpu(parent, PodCpu::Shares(1024))
             .expect("cpu write");
         cgroups
-            .write_pod_cpu(&parent, quota(Some(150_000)))
+            .write_pod_cpu(parent, quota(Some(150_000)))
             .expect("cpu write");
-        let read = cgroups.read_pod(&parent).expect("read");
+        let read = cgroups.read_pod(parent).expect("read");
         assert_eq!(
             (read.cpu_shares, read.cpu_quota, read.cpu_period),
             (Some(1024), Some(150_000), Some(100_000))
         );
         cgroups
-            .write_pod_cpu(&parent, PodCpu::Shares(2))
+            .write_pod_cpu(parent, PodCpu::Shares(2))
             .expect("shares");
         cgroups
-            .write_pod_cpu(&parent, quota(None))
+            .write_pod_cpu(parent, quota(None))
             .expect("unlimited");
-        assert_eq!(cgroups.read_pod(&parent).expect("read").cpu_quota, None);
+        assert_eq!(cgroups.read_pod(parent).expect("read").cpu_quota, None);
         let clamped = cgroups
-            .write_pod_cpu(&parent, PodCpu::Shares(1))
+            .write_pod_cpu(parent, PodCpu::Shares(1))
             .expect_err("kernel clamps 1 to 2");
         assert!(
             matches!(&clamped, CgroupError::Cpu(CpuError::File(FileError::Mismatch { written, read, .. })) if written == "1" && read == "2"),
             "{clamped}"
         );
         let refused = cgroups
-            .write_pod_cpu(&parent, quota(Some(500)))
+            .write_pod_cpu(parent, quota(Some(500)))
             .expect_err("below 1 ms");
         assert!(
             refused
@@ -1240,41 +1273,32 @@ mod tests {
                 .contains("Invalid argument (os error 22)"),
             "{refused}"
         );
+    }
 
-        // memory: page rounding is accepted and returned, unlimited reads as None.
+    /// memory: page rounding is accepted and returned, unlimited reads as None.
+    fn real_v1_memory(cgroups: &Cgroups, parent: &str) {
         assert_eq!(
             cgroups
-                .write_pod_memory(&parent, Some(100_000_000))
+                .write_pod_memory(parent, Some(100_000_000))
                 .expect("memory write"),
             Some(applied_memory_limit(100_000_000))
         );
         assert_eq!(
-            cgroups.read_pod(&parent).expect("read").memory_limit,
+            cgroups.read_pod(parent).expect("read").memory_limit,
             Some(applied_memory_limit(100_000_000))
         );
         assert_eq!(
-            cgroups.write_pod_memory(&parent, None).expect("unlimited"),
+            cgroups.write_pod_memory(parent, None).expect("unlimited"),
             None
         );
-        assert_eq!(cgroups.read_pod(&parent).expect("read").memory_limit, None);
+        assert_eq!(cgroups.read_pod(parent).expect("read").memory_limit, None);
+    }
 
-        // A process charged to the pod cgroup; then a limit below its usage is refused (EBUSY).
-        let procs = root
-            .join("memory")
-            .join(&base)
-            .join(format!("pod{POD_UID}"))
-            .join("cgroup.procs");
-        let child = std::process::Command::new("sh")
-            .arg("-c")
-            .arg("echo $$ > \"$1\" && exec sleep 60")
-            .arg("sh")
-            .arg(&procs)
-            .spawn()
-            .expect("spawn sh");
-        guard.child = Some(child);
+    /// With a process charged to the pod cgroup, a limit below its usage is refused (EBUSY).
+    fn real_v1_memory_below_usage(cgroups: &Cgroups, parent: &str) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let usage = loop {
-            let usage = cgroups.pod_memory_usage(&parent).expect("usage");
+            let usage = cgroups.pod_memory_usage(parent).expect("usage");
             if usage > 0 || std::time::Instant::now() > deadline {
                 break usage;
             }
@@ -1283,7 +1307,7 @@ mod tests {
         assert!(usage > 0, "the child never showed up in the memory cgroup");
         let limit = 4096;
         let busy = cgroups
-            .write_pod_memory(&parent, Some(limit))
+            .write_pod_memory(parent, Some(limit))
             .expect_err("below usage");
         assert!(
             matches!(&busy, CgroupError::Memory(MemoryError::LimitBelowUsage { limit: l, .. }) if *l == limit),
@@ -1294,7 +1318,7 @@ mod tests {
         let roomy = 64 * 1024 * 1024;
         assert_eq!(
             cgroups
-                .write_pod_memory(&parent, Some(roomy))
+                .write_pod_memory(parent, Some(roomy))
                 .expect("roomy"),
             Some(roomy)
         );

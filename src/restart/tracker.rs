@@ -14,7 +14,7 @@
 //!   `lastTransitionTime` has one-second resolution, so this phase does too);
 //! - total: kill issued (or exit) → ready.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
@@ -26,7 +26,10 @@ use crate::hashing::KubeletVersion;
 use crate::metrics::Metrics;
 use crate::nodeview::RestartWindow;
 use crate::nodeview::Trigger;
-use crate::nodeview::{CrashBackoffView, NodeView, RestartTiming, RuntimeSnapshot, RuntimeState};
+use crate::nodeview::{
+    ContainerView, CrashBackoffView, NodeView, RestartTiming, RuntimeContainer, RuntimeSnapshot,
+    RuntimeState, StatusView,
+};
 
 /// A readiness wait gives up after this long (result `not-ready`).
 const READY_TIMEOUT: Duration = Duration::from_secs(600);
@@ -35,6 +38,15 @@ const READY_TIMEOUT: Duration = Duration::from_secs(600);
 struct Seen {
     id: String,
     stored_hash: Option<String>,
+}
+
+impl Seen {
+    fn of(runtime: &RuntimeContainer) -> Self {
+        Seen {
+            id: runtime.id.clone(),
+            stored_hash: runtime.stored_hash.clone(),
+        }
+    }
 }
 
 pub struct RestartTracker {
@@ -66,6 +78,40 @@ fn nanos_to_timestamp(nanos: i64) -> Option<Timestamp> {
 
 fn seconds(from: Timestamp, to: Timestamp) -> f64 {
     to.duration_since(from).as_secs_f64().max(0.0)
+}
+
+/// What killed the instance `previous` that `runtime` replaced: the agent's kill as noted
+/// in the ledger (`killed`), else a kubelet in-place update when the stored hash changed (the
+/// spec did), else the container's own exit.
+fn trigger_of(
+    killed: Option<(Trigger, Timestamp)>,
+    previous: &Seen,
+    runtime: &RuntimeContainer,
+) -> Trigger {
+    match killed {
+        Some((trigger, _)) => trigger,
+        None if previous.stored_hash != runtime.stored_hash => Trigger::KubeletUpdate,
+        None => Trigger::ContainerExit,
+    }
+}
+
+/// Completes a restart's timing with the pod Ready since `ready_since`: the ready phase from
+/// the new instance running, the total from the kill issued (else the old one's exit).
+fn mark_ready(timing: &mut RestartTiming, ready_since: Timestamp) {
+    let running = timing
+        .running_at
+        .as_deref()
+        .and_then(|t| t.parse::<Timestamp>().ok());
+    // One-second resolution: never before the container ran.
+    let ready = running.map_or(ready_since, |r| r.max(ready_since));
+    timing.ready_at = Some(ready.to_string());
+    timing.ready_seconds = running.map(|r| seconds(r, ready));
+    let start = timing
+        .kill_issued_at
+        .as_deref()
+        .or(timing.exited_at.as_deref())
+        .and_then(|t| t.parse::<Timestamp>().ok());
+    timing.total_seconds = start.map(|s| seconds(s, ready));
 }
 
 /// The kubelet's back-off key for a container instance: pod, name and stored hash.
@@ -205,15 +251,8 @@ impl RestartTracker {
     /// Looks at a fresh view: detects replacements, records their phases, and fills each
     /// container's `last_restart` for display.
     pub fn observe(&mut self, view: &mut NodeView, snapshot: &RuntimeSnapshot) {
-        let mut live = std::collections::HashSet::new();
-        // The node's kubelet release decides the rule; unknown yet, the defaults every release
-        // shares.
-        let minor = view
-            .kubelet_version
-            .as_deref()
-            .and_then(|v| KubeletVersion::parse(v).ok())
-            .map_or(35, |v| v.minor());
-        let rule = BackoffRule::of_kubelet(minor, &self.backoff_settings);
+        let mut live = HashSet::new();
+        let rule = self.backoff_rule(view.kubelet_version.as_deref());
         let now = Timestamp::now();
         self.prediction_changes_at = None;
         for pod in &mut view.pods {
@@ -227,140 +266,199 @@ impl RestartTracker {
                 let Some(runtime) = container.runtime.as_ref() else {
                     continue;
                 };
-                match self.seen.get(&key) {
-                    Some(previous) if previous.id != runtime.id => {
-                        // Wait until the replacement runs: its start time is a phase boundary.
-                        if runtime.state != RuntimeState::Running || runtime.times.started_at <= 0 {
-                            continue;
-                        }
-                        let old_times = snapshot.times.get(&previous.id);
-                        let killed = self.ledger.take(&previous.id);
-                        let trigger = match killed {
-                            Some((trigger, _)) => trigger,
-                            None if previous.stored_hash != runtime.stored_hash => {
-                                Trigger::KubeletUpdate
-                            }
-                            None => Trigger::ContainerExit,
-                        };
-                        let issued = killed.map(|(_, at)| at);
-                        let exited = old_times.and_then(|t| nanos_to_timestamp(t.finished_at));
-                        let running = nanos_to_timestamp(runtime.times.started_at);
-                        let restart_seconds = exited.zip(running).map(|(a, b)| seconds(a, b));
-                        // The kubelet's back-off applies to the same container spec only: a spec
-                        // change is a new key, started without it.
-                        let backoff_seconds = match (trigger, exited, running) {
-                            (Trigger::KubeletUpdate, ..) => None,
-                            (_, Some(exited), Some(running)) => {
-                                let key = backoff_key(&pod.uid, &container.name, runtime);
-                                let wait = self.backoff.restarted(&rule, key, exited, running);
-                                let mut held = wait.as_secs_f64();
-                                // The kubelet starts it at its first look after the wait: the
-                                // back-off held it until it made the new instance.
-                                if !wait.is_zero()
-                                    && let Some(created) =
-                                        nanos_to_timestamp(runtime.times.created_at)
-                                {
-                                    held = held.max(seconds(exited, created));
-                                }
-                                restart_seconds.map(|r| held.min(r))
-                            }
-                            _ => None,
-                        };
-                        let timing = RestartTiming {
-                            trigger: Some(trigger),
-                            old_container_id: previous.id.clone(),
-                            new_container_id: runtime.id.clone(),
-                            kill_issued_at: issued.map(|t| t.to_string()),
-                            exited_at: exited.map(|t| t.to_string()),
-                            running_at: running.map(|t| t.to_string()),
-                            stop_seconds: issued.zip(exited).map(|(a, b)| seconds(a, b)),
-                            restart_seconds,
-                            backoff_seconds,
-                            ..Default::default()
-                        };
-                        for (phase, value) in [
-                            (RestartPhase::Stop, timing.stop_seconds),
-                            (RestartPhase::Restart, timing.restart_seconds),
-                            (RestartPhase::Backoff, timing.backoff_seconds),
-                        ] {
-                            if let Some(value) = value {
-                                self.metrics.observe_phase(trigger, phase, value);
-                            }
-                        }
-                        // A restart still waiting for readiness was itself replaced (a crash
-                        // loop): it ends here, not ready.
-                        if let Some((replaced, _)) =
-                            self.pending.insert(key.clone(), (timing, Instant::now()))
-                        {
-                            self.metrics.count(
-                                replaced.trigger.unwrap_or(Trigger::ContainerExit),
-                                RestartResult::NotReady,
-                            );
-                        }
-                        self.seen.insert(
-                            key.clone(),
-                            Seen {
-                                id: runtime.id.clone(),
-                                stored_hash: runtime.stored_hash.clone(),
-                            },
-                        );
-                    }
-                    Some(_) => {}
-                    None => {
-                        self.seen.insert(
-                            key.clone(),
-                            Seen {
-                                id: runtime.id.clone(),
-                                stored_hash: runtime.stored_hash.clone(),
-                            },
-                        );
-                    }
+                if !self.note_instance(&key, runtime, snapshot, &rule) {
+                    continue;
                 }
-                // Ready again: kubelet reports the new container ready and the pod Ready.
-                if let Some((timing, _)) = self.pending.get(&key)
-                    && let Some(status) = container.status.as_ref()
-                    && status.ready
-                    && status.container_id.ends_with(&timing.new_container_id)
-                    && let Some(ready_since) = ready_since
-                    && let Some((mut timing, _)) = self.pending.remove(&key)
-                {
-                    let running = timing
-                        .running_at
-                        .as_deref()
-                        .and_then(|t| t.parse::<Timestamp>().ok());
-                    // One-second resolution: never before the container ran.
-                    let ready = running.map_or(ready_since, |r| r.max(ready_since));
-                    let trigger = timing.trigger.unwrap_or(Trigger::ContainerExit);
-                    timing.ready_at = Some(ready.to_string());
-                    timing.ready_seconds = running.map(|r| seconds(r, ready));
-                    let start = timing
-                        .kill_issued_at
-                        .as_deref()
-                        .or(timing.exited_at.as_deref())
-                        .and_then(|t| t.parse::<Timestamp>().ok());
-                    timing.total_seconds = start.map(|s| seconds(s, ready));
-                    for (phase, value) in [
-                        (RestartPhase::Ready, timing.ready_seconds),
-                        (RestartPhase::Total, timing.total_seconds),
-                    ] {
-                        if let Some(value) = value {
-                            self.metrics.observe_phase(trigger, phase, value);
-                        }
-                    }
-                    self.metrics.count(trigger, RestartResult::Ready);
-                    self.last.insert(key.clone(), timing);
-                }
-                container.last_restart = self
-                    .pending
-                    .get(&key)
-                    .map(|(timing, _)| timing.clone())
-                    .or_else(|| self.last.get(&key).cloned());
-                container.crash_backoff = container.runtime.as_ref().and_then(|runtime| {
-                    self.predict(&rule, &pod.uid, &container.name, runtime, now)
-                });
+                self.note_ready(&key, container.status.as_ref(), ready_since);
+                self.show(container, &key, &rule, now);
             }
         }
-        // Restarts that never became ready, and containers gone with their pods.
+        self.forget_gone(&live);
+    }
+
+    /// The node's kubelet release decides the rule; unknown yet, the defaults every release
+    /// shares.
+    fn backoff_rule(&self, kubelet_version: Option<&str>) -> BackoffRule {
+        let minor = kubelet_version
+            .and_then(|v| KubeletVersion::parse(v).ok())
+            .map_or(35, |v| v.minor());
+        BackoffRule::of_kubelet(minor, &self.backoff_settings)
+    }
+
+    /// Notes the instance of the container under `key` now running (or not) in the runtime. A
+    /// newer instance than the one seen before is a restart, timed from the moment it runs;
+    /// until then it is not looked at further (false), neither for readiness nor for display.
+    fn note_instance(
+        &mut self,
+        key: &(String, String),
+        runtime: &RuntimeContainer,
+        snapshot: &RuntimeSnapshot,
+        rule: &BackoffRule,
+    ) -> bool {
+        let replaced = match self.seen.get(key) {
+            Some(previous) if previous.id == runtime.id => return true,
+            // Wait until the replacement runs: its start time is a phase boundary.
+            Some(_) if runtime.state != RuntimeState::Running || runtime.times.started_at <= 0 => {
+                return false;
+            }
+            _ => self.seen.insert(key.clone(), Seen::of(runtime)),
+        };
+        if let Some(previous) = replaced {
+            let timing = self.time_restart(key, &previous, runtime, snapshot, rule);
+            self.await_ready(key, timing);
+        }
+        true
+    }
+
+    /// The phases of a restart up to its new instance running: `previous` replaced by
+    /// `runtime`. Takes the kill from the ledger, and the restart into the back-off book.
+    fn time_restart(
+        &mut self,
+        key: &(String, String),
+        previous: &Seen,
+        runtime: &RuntimeContainer,
+        snapshot: &RuntimeSnapshot,
+        rule: &BackoffRule,
+    ) -> RestartTiming {
+        let old_times = snapshot.times.get(&previous.id);
+        let killed = self.ledger.take(&previous.id);
+        let trigger = trigger_of(killed, previous, runtime);
+        let issued = killed.map(|(_, at)| at);
+        let exited = old_times.and_then(|t| nanos_to_timestamp(t.finished_at));
+        let running = nanos_to_timestamp(runtime.times.started_at);
+        let restart_seconds = exited.zip(running).map(|(a, b)| seconds(a, b));
+        // The kubelet's back-off applies to the same container spec only: a spec change is a
+        // new key, started without it.
+        let backoff_seconds = match (trigger, exited, running) {
+            (Trigger::KubeletUpdate, ..) => None,
+            (_, Some(exited), Some(running)) => {
+                let held = self.held_by_backoff(rule, key, runtime, exited, running);
+                restart_seconds.map(|r| held.min(r))
+            }
+            _ => None,
+        };
+        RestartTiming {
+            trigger: Some(trigger),
+            old_container_id: previous.id.clone(),
+            new_container_id: runtime.id.clone(),
+            kill_issued_at: issued.map(|t| t.to_string()),
+            exited_at: exited.map(|t| t.to_string()),
+            running_at: running.map(|t| t.to_string()),
+            stop_seconds: issued.zip(exited).map(|(a, b)| seconds(a, b)),
+            restart_seconds,
+            backoff_seconds,
+            ..Default::default()
+        }
+    }
+
+    /// How long the kubelet's back-off held the restart that ran the new instance `runtime`, in
+    /// seconds: the wait the book predicts for it (the restart is noted in the book).
+    fn held_by_backoff(
+        &mut self,
+        rule: &BackoffRule,
+        key: &(String, String),
+        runtime: &RuntimeContainer,
+        exited: Timestamp,
+        running: Timestamp,
+    ) -> f64 {
+        let backoff_key = backoff_key(&key.0, &key.1, runtime);
+        let wait = self.backoff.restarted(rule, backoff_key, exited, running);
+        let mut held = wait.as_secs_f64();
+        // The kubelet starts it at its first look after the wait: the back-off held it until
+        // it made the new instance.
+        if !wait.is_zero()
+            && let Some(created) = nanos_to_timestamp(runtime.times.created_at)
+        {
+            held = held.max(seconds(exited, created));
+        }
+        held
+    }
+
+    /// Records a restart's phases so far and waits for its readiness. A restart still waiting
+    /// for readiness was itself replaced (a crash loop): it ends here, not ready.
+    fn await_ready(&mut self, key: &(String, String), timing: RestartTiming) {
+        let trigger = timing.trigger.unwrap_or(Trigger::ContainerExit);
+        self.observe_phases(
+            trigger,
+            [
+                (RestartPhase::Stop, timing.stop_seconds),
+                (RestartPhase::Restart, timing.restart_seconds),
+                (RestartPhase::Backoff, timing.backoff_seconds),
+            ],
+        );
+        if let Some((replaced, _)) = self.pending.insert(key.clone(), (timing, Instant::now())) {
+            self.metrics.count(
+                replaced.trigger.unwrap_or(Trigger::ContainerExit),
+                RestartResult::NotReady,
+            );
+        }
+    }
+
+    /// Ready again: kubelet reports the new container ready and the pod Ready. Ends the
+    /// restart waiting under `key`, if it is.
+    fn note_ready(
+        &mut self,
+        key: &(String, String),
+        status: Option<&StatusView>,
+        ready_since: Option<Timestamp>,
+    ) {
+        if let Some((timing, _)) = self.pending.get(key)
+            && let Some(status) = status
+            && status.ready
+            && status.container_id.ends_with(&timing.new_container_id)
+            && let Some(ready_since) = ready_since
+            && let Some((mut timing, _)) = self.pending.remove(key)
+        {
+            mark_ready(&mut timing, ready_since);
+            let trigger = timing.trigger.unwrap_or(Trigger::ContainerExit);
+            self.observe_phases(
+                trigger,
+                [
+                    (RestartPhase::Ready, timing.ready_seconds),
+                    (RestartPhase::Total, timing.total_seconds),
+                ],
+            );
+            self.metrics.count(trigger, RestartResult::Ready);
+            self.last.insert(key.clone(), timing);
+        }
+    }
+
+    /// Each phase with a duration, into the metrics.
+    fn observe_phases<const N: usize>(
+        &self,
+        trigger: Trigger,
+        phases: [(RestartPhase, Option<f64>); N],
+    ) {
+        for (phase, value) in phases {
+            if let Some(value) = value {
+                self.metrics.observe_phase(trigger, phase, value);
+            }
+        }
+    }
+
+    /// Fills the container's last restart (the one waiting for readiness, else the last one
+    /// done) and its predicted back-off, for display.
+    fn show(
+        &mut self,
+        container: &mut ContainerView,
+        key: &(String, String),
+        rule: &BackoffRule,
+        now: Timestamp,
+    ) {
+        container.last_restart = self
+            .pending
+            .get(key)
+            .map(|(timing, _)| timing.clone())
+            .or_else(|| self.last.get(key).cloned());
+        container.crash_backoff = container
+            .runtime
+            .as_ref()
+            .and_then(|runtime| self.predict(rule, &key.0, &container.name, runtime, now));
+    }
+
+    /// Restarts that never became ready, and containers gone with their pods (`live`: every
+    /// container of the view).
+    fn forget_gone(&mut self, live: &HashSet<(String, String)>) {
         let metrics = &self.metrics;
         self.pending.retain(|key, (timing, since)| {
             let keep = since.elapsed() < READY_TIMEOUT && live.contains(key);
@@ -422,6 +520,56 @@ mod tests {
         ledger.record("c2", Trigger::Crr);
         ledger.remember("c2", Trigger::EnvChange, first);
         assert_eq!(ledger.take("c2").map(|(t, _)| t), Some(Trigger::Crr));
+    }
+
+    /// The agent's own kill names the trigger; without one, a changed stored hash is the
+    /// kubelet's in-place update and an unchanged one the container's own exit.
+    #[test]
+    fn a_restart_is_blamed_on_the_kill_else_the_hash_else_the_exit() {
+        let runtime = view("c2").pods[0].containers[0]
+            .runtime
+            .clone()
+            .expect("runtime");
+        let seen = |hash: &str| Seen {
+            id: "c1".to_owned(),
+            stored_hash: Some(hash.to_owned()),
+        };
+        let at = Timestamp::from_second(1_000).expect("a time");
+        assert_eq!(
+            trigger_of(Some((Trigger::EnvChange, at)), &seen("2"), &runtime),
+            Trigger::EnvChange
+        );
+        assert_eq!(
+            trigger_of(None, &seen("2"), &runtime),
+            Trigger::KubeletUpdate
+        );
+        assert_eq!(
+            trigger_of(None, &seen("1"), &runtime),
+            Trigger::ContainerExit
+        );
+    }
+
+    /// The Ready condition's second resolution can put it before the container ran: the ready
+    /// phase is then 0, not negative nor early. The total runs from the kill, else the exit.
+    #[test]
+    fn ready_is_never_before_running_and_the_total_starts_at_the_kill_else_the_exit() {
+        let at = |s: i64| Timestamp::from_second(s).expect("a time");
+        let mut timing = RestartTiming {
+            kill_issued_at: Some(at(100).to_string()),
+            exited_at: Some(at(101).to_string()),
+            running_at: Some(at(110).to_string()),
+            ..Default::default()
+        };
+        mark_ready(&mut timing, at(109));
+        assert_eq!(timing.ready_at, Some(at(110).to_string()));
+        assert_eq!(timing.ready_seconds, Some(0.0));
+        assert_eq!(timing.total_seconds, Some(10.0));
+
+        timing.kill_issued_at = None;
+        mark_ready(&mut timing, at(113));
+        assert_eq!(timing.ready_at, Some(at(113).to_string()));
+        assert_eq!(timing.ready_seconds, Some(3.0));
+        assert_eq!(timing.total_seconds, Some(12.0));
     }
 
     /// A container replaced again before its restart became ready (a crash loop) ends that
