@@ -67,23 +67,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     health.set("pods", Err("pod cache not synced yet".into()));
     health.set("node", Err("node object not synced yet".into()));
     health.set("runtime", Err("container runtime not listed yet".into()));
-
-    let listener = TcpListener::bind(config.listen_address)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen_address))?;
     let (views_tx, views) = watch::channel(Arc::new(NodeView {
         node_name: config.node_name.clone(),
         ..Default::default()
     }));
-    let admin_listener = admin::bind(&config.admin_socket)?;
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(http::serve(listener, metrics.clone(), health.clone()));
-    tasks.spawn(admin::serve(
-        admin_listener,
-        admin_handler(views.clone(), config.kubelet_root_dir.clone()),
-    ));
-    tracing::info!(listen = %config.listen_address, admin = %config.admin_socket.display(), node = %config.node_name, "inplaced serving");
-
+    serve(&config, &mut tasks, &metrics, &health, &views).await?;
     // Ready means "the agent is up", not "its dependencies are": see the module docs.
     heartbeat.beat();
     notifier.ready();
@@ -96,7 +85,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         ));
     }
 
-    let (snapshots_tx, mut snapshots) = watch::channel(Arc::new(RuntimeSnapshot::default()));
+    let (snapshots_tx, snapshots) = watch::channel(Arc::new(RuntimeSnapshot::default()));
     let (cri_tx, cri) = watch::channel(None::<CriClient>);
     // Pod changes (kubelet reporting a container's start or exit, a new pod) hurry the next
     // runtime listing.
@@ -109,40 +98,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         cri_tx,
         activity.clone(),
     ));
-
-    let (api_tx, mut api) = watch::channel(None::<ApiSources>);
+    let (api_tx, api) = watch::channel(None::<ApiSources>);
     tasks.spawn(connect_api(
         config.clone(),
         metrics.clone(),
         health.clone(),
         api_tx,
     ));
-
-    // What a kubelet upgrade would do here: metrics, and the node's NodeUpgradeCheck once the
-    // API client exists.
-    let (mut upgrade_watch, upgrade_answers) = upgrade::UpgradeWatch::new(
-        config.upgrade_targets.clone(),
-        config.kubelet_root_dir.clone(),
-        metrics.clone(),
-    );
-    tasks.spawn({
-        let mut api = api.clone();
-        let node = config.node_name.clone();
-        async move {
-            let client = match api.wait_for(Option::is_some).await {
-                Ok(sources) => sources.as_ref().map(|s| s.client.clone()),
-                Err(_) => None,
-            };
-            if let Some(client) = client {
-                upgrade::run_publisher(client, node, upgrade_answers).await;
-            }
-        }
-    });
+    let upgrade_watch = watch_upgrades(&config, &metrics, &api, &mut tasks);
 
     // The workers that change containers; on shutdown they finish what they started.
     let (shutdown_tx, shutdown) = watch::channel(false);
     let ledger = KillLedger::default();
-    let mut restarts = RestartTracker::new(
+    let restarts = RestartTracker::new(
         metrics.clone(),
         ledger.clone(),
         crate::restart::backoff::BackoffSettings::from_kubelet_config(&config.kubelet_config),
@@ -157,100 +125,27 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         shutdown,
     ));
 
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut ticker = tokio::time::interval(TICK);
-    let mut last_status = String::new();
-    let mut api_changes: Option<(watch::Receiver<u64>, watch::Receiver<u64>)> = None;
-    let mut hash_cache = HashCache::default();
-    // Its restarts make the back-off predictions uncertain; /proc is read at most every 10 s.
-    let kubelet_process =
-        crate::restart::KubeletProcess::new("/proc", &config.kubelet_process_name);
-    let mut kubelet_read: Option<std::time::Instant> = None;
-    let mut health_changes = health.subscribe();
-    let mut failure = None;
-    let mut idle_ticks = 0;
-    loop {
-        // The view is rebuilt when one of its inputs changed, and now and then regardless (the
-        // restart tracker's timeouts); a plain tick only proves the loop is alive.
-        // A back-off prediction that changes by the clock alone (a running container's entry
-        // forgotten after ten minutes) is shown from that moment, not up to a minute later.
-        let prediction_changes = restarts.prediction_changes_at().map(|at| {
-            let until = at.duration_since(k8s_openapi::jiff::Timestamp::now());
-            Duration::try_from(until).unwrap_or(Duration::ZERO) + Duration::from_millis(100)
-        });
-        let rebuild = tokio::select! {
-            _ = health_changes.changed() => true,
-            () = async {
-                match prediction_changes {
-                    Some(after) => tokio::time::sleep(after).await,
-                    None => std::future::pending().await,
-                }
-            } => true,
-            // The request handlers end only on shutdown: anything else is a bug (a panic).
-            // Exit, so that systemd restarts the agent, rather than serve without them.
-            ended = &mut workers => {
-                let reason = match ended {
-                    Err(err) if err.is_panic() => "a request handler panicked".to_string(),
-                    Err(err) => format!("the request handlers failed: {err}"),
-                    Ok(()) => "the request handlers stopped".to_string(),
-                };
-                tracing::error!(%reason, "exiting");
-                failure = Some(reason);
-                break;
-            }
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-            _ = ticker.tick() => {
-                idle_ticks += 1;
-                idle_ticks >= REBUILD_IDLE_TICKS
-            }
-            changed = snapshots.changed() => if changed.is_err() { break } else { true },
-            changed = api.changed() => if changed.is_err() { break } else { true },
-            Some(()) = async {
-                match api_changes.as_mut() {
-                    Some((pods, node)) => tokio::select! {
-                        changed = pods.changed() => changed.ok(),
-                        changed = node.changed() => changed.ok(),
-                    },
-                    None => std::future::pending().await,
-                }
-            } => {
-                activity.notify_one();
-                true
-            }
-        };
-        heartbeat.beat();
-        // The kubelet's start is read on any wake at most every 10 s, so that a kubelet restart
-        // is shown when it is seen, not at the next rebuild (up to a minute later when idle).
-        let kubelet_restarted = kubelet_read.is_none_or(|at| at.elapsed() >= KUBELET_PROCESS_READ)
-            && {
-                kubelet_read = Some(std::time::Instant::now());
-                restarts.kubelet_started(kubelet_process.started_at())
-            };
-        if !rebuild && !kubelet_restarted {
-            continue;
-        }
-        idle_ticks = 0;
-        let sources = api.borrow().clone();
-        if api_changes.is_none() {
-            api_changes = sources
-                .as_ref()
-                .map(|sources| (sources.pods.changes.clone(), sources.node.changes.clone()));
-        }
-        let snapshot = snapshots.borrow().clone();
-        let mut joined = build_view(&config.node_name, sources.as_ref(), &snapshot, &health);
-        nodeview::annotate(&mut joined, &mut hash_cache);
-        restarts.observe(&mut joined, &snapshot);
-        upgrade_watch.observe(&joined);
-        let status = status_line(&joined, &health);
-        views_tx.send_replace(Arc::new(joined));
-        if status != last_status {
-            notifier.status(&status);
-            tracing::info!(status = %status, "state changed");
-            last_status = status;
-        }
-    }
+    let mut view_loop = ViewLoop {
+        kubelet_process: crate::restart::KubeletProcess::new("/proc", &config.kubelet_process_name),
+        config: config.clone(),
+        health_changes: health.subscribe(),
+        health,
+        heartbeat,
+        notifier: notifier.clone(),
+        views_tx,
+        snapshots,
+        api,
+        api_changes: None,
+        activity,
+        restarts,
+        upgrade_watch,
+        hash_cache: HashCache::default(),
+        kubelet_read: None,
+        last_status: String::new(),
+        idle_ticks: 0,
+    };
+    let failure = view_loop.run(&mut workers).await?;
+
     notifier.stopping();
     let _ = shutdown_tx.send(true);
     if failure.is_none() {
@@ -264,6 +159,216 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     match failure {
         Some(reason) => Err(anyhow::anyhow!(reason)),
         None => Ok(()),
+    }
+}
+
+/// Binds the listen address and the admin socket, and serves `/metrics`, `/healthz`,
+/// `/readyz` and the admin requests from then on.
+async fn serve(
+    config: &Config,
+    tasks: &mut tokio::task::JoinSet<()>,
+    metrics: &Metrics,
+    health: &Health,
+    views: &watch::Receiver<Arc<NodeView>>,
+) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(config.listen_address)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen_address))?;
+    let admin_listener = admin::bind(&config.admin_socket)?;
+    tasks.spawn(http::serve(listener, metrics.clone(), health.clone()));
+    tasks.spawn(admin::serve(
+        admin_listener,
+        admin_handler(views.clone(), config.kubelet_root_dir.clone()),
+    ));
+    tracing::info!(listen = %config.listen_address, admin = %config.admin_socket.display(), node = %config.node_name, "inplaced serving");
+    Ok(())
+}
+
+/// What a kubelet upgrade would do here: the metrics (from every view), and the node's
+/// NodeUpgradeCheck, published once the API client exists.
+fn watch_upgrades(
+    config: &Config,
+    metrics: &Metrics,
+    api: &watch::Receiver<Option<ApiSources>>,
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> upgrade::UpgradeWatch {
+    let (upgrade_watch, upgrade_answers) = upgrade::UpgradeWatch::new(
+        config.upgrade_targets.clone(),
+        config.kubelet_root_dir.clone(),
+        metrics.clone(),
+    );
+    let mut api = api.clone();
+    let node = config.node_name.clone();
+    tasks.spawn(async move {
+        let client = match api.wait_for(Option::is_some).await {
+            Ok(sources) => sources.as_ref().map(|s| s.client.clone()),
+            Err(_) => None,
+        };
+        if let Some(client) = client {
+            upgrade::run_publisher(client, node, upgrade_answers).await;
+        }
+    });
+    upgrade_watch
+}
+
+/// The main loop: rebuilds the node view when one of its inputs changed (and now and then
+/// regardless, for the restart tracker's timeouts) and publishes it; a plain tick only proves
+/// the loop is alive.
+struct ViewLoop {
+    config: Config,
+    health: Health,
+    health_changes: watch::Receiver<u64>,
+    heartbeat: Heartbeat,
+    notifier: Notifier,
+    views_tx: watch::Sender<Arc<NodeView>>,
+    snapshots: watch::Receiver<Arc<RuntimeSnapshot>>,
+    api: watch::Receiver<Option<ApiSources>>,
+    /// The pods' and the node's change ticks, once the API sources exist.
+    api_changes: Option<(watch::Receiver<u64>, watch::Receiver<u64>)>,
+    activity: Arc<tokio::sync::Notify>,
+    restarts: RestartTracker,
+    upgrade_watch: upgrade::UpgradeWatch,
+    hash_cache: HashCache,
+    /// Its restarts make the back-off predictions uncertain; /proc is read at most every 10 s.
+    kubelet_process: crate::restart::KubeletProcess,
+    kubelet_read: Option<std::time::Instant>,
+    last_status: String,
+    idle_ticks: u32,
+}
+
+/// Why the main loop woke.
+enum Wake {
+    /// Something the view is made of changed (or it is due anyway).
+    Rebuild,
+    /// Only the heartbeat's tick.
+    Tick,
+    /// A signal, or an input gone: stop.
+    Stop,
+    /// The request handlers ended: the agent must not go on without them.
+    Fail(String),
+}
+
+impl ViewLoop {
+    /// Runs until a signal or a failure of the request handlers (`workers`); returns the
+    /// failure, if any.
+    async fn run(
+        &mut self,
+        workers: &mut tokio::task::JoinHandle<()>,
+    ) -> anyhow::Result<Option<String>> {
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut ticker = tokio::time::interval(TICK);
+        loop {
+            let wake = tokio::select! {
+                wake = self.next_change(workers, &mut ticker) => wake,
+                _ = sigterm.recv() => Wake::Stop,
+                _ = sigint.recv() => Wake::Stop,
+            };
+            let rebuild = match wake {
+                Wake::Stop => return Ok(None),
+                Wake::Fail(reason) => {
+                    tracing::error!(%reason, "exiting");
+                    return Ok(Some(reason));
+                }
+                Wake::Rebuild => true,
+                Wake::Tick => {
+                    self.idle_ticks += 1;
+                    self.idle_ticks >= REBUILD_IDLE_TICKS
+                }
+            };
+            self.heartbeat.beat();
+            let kubelet_restarted = self.kubelet_restarted();
+            if rebuild || kubelet_restarted {
+                self.idle_ticks = 0;
+                self.rebuild();
+            }
+        }
+    }
+
+    /// Waits for the next reason to look again.
+    async fn next_change(
+        &mut self,
+        workers: &mut tokio::task::JoinHandle<()>,
+        ticker: &mut tokio::time::Interval,
+    ) -> Wake {
+        // A back-off prediction that changes by the clock alone (a running container's entry
+        // forgotten after ten minutes) is shown from that moment, not up to a minute later.
+        let prediction_changes = self.restarts.prediction_changes_at().map(|at| {
+            let until = at.duration_since(k8s_openapi::jiff::Timestamp::now());
+            Duration::try_from(until).unwrap_or(Duration::ZERO) + Duration::from_millis(100)
+        });
+        tokio::select! {
+            _ = self.health_changes.changed() => Wake::Rebuild,
+            () = async {
+                match prediction_changes {
+                    Some(after) => tokio::time::sleep(after).await,
+                    None => std::future::pending().await,
+                }
+            } => Wake::Rebuild,
+            // The request handlers end only on shutdown: anything else is a bug (a panic).
+            // Exit, so that systemd restarts the agent, rather than serve without them.
+            ended = workers => Wake::Fail(match ended {
+                Err(err) if err.is_panic() => "a request handler panicked".to_string(),
+                Err(err) => format!("the request handlers failed: {err}"),
+                Ok(()) => "the request handlers stopped".to_string(),
+            }),
+            _ = ticker.tick() => Wake::Tick,
+            changed = self.snapshots.changed() => if changed.is_err() { Wake::Stop } else { Wake::Rebuild },
+            changed = self.api.changed() => if changed.is_err() { Wake::Stop } else { Wake::Rebuild },
+            Some(()) = async {
+                match self.api_changes.as_mut() {
+                    Some((pods, node)) => tokio::select! {
+                        changed = pods.changed() => changed.ok(),
+                        changed = node.changed() => changed.ok(),
+                    },
+                    None => std::future::pending().await,
+                }
+            } => {
+                self.activity.notify_one();
+                Wake::Rebuild
+            }
+        }
+    }
+
+    /// The kubelet's start is read on any wake at most every 10 s, so that a kubelet restart
+    /// is shown when it is seen, not at the next rebuild (up to a minute later when idle).
+    fn kubelet_restarted(&mut self) -> bool {
+        let due = self
+            .kubelet_read
+            .is_none_or(|at| at.elapsed() >= KUBELET_PROCESS_READ);
+        if !due {
+            return false;
+        }
+        self.kubelet_read = Some(std::time::Instant::now());
+        self.restarts
+            .kubelet_started(self.kubelet_process.started_at())
+    }
+
+    /// Joins the newest inputs into a view, annotates and times it, and publishes it.
+    fn rebuild(&mut self) {
+        let sources = self.api.borrow().clone();
+        if self.api_changes.is_none() {
+            self.api_changes = sources
+                .as_ref()
+                .map(|sources| (sources.pods.changes.clone(), sources.node.changes.clone()));
+        }
+        let snapshot = self.snapshots.borrow().clone();
+        let mut joined = build_view(
+            &self.config.node_name,
+            sources.as_ref(),
+            &snapshot,
+            &self.health,
+        );
+        nodeview::annotate(&mut joined, &mut self.hash_cache);
+        self.restarts.observe(&mut joined, &snapshot);
+        self.upgrade_watch.observe(&joined);
+        let status = status_line(&joined, &self.health);
+        self.views_tx.send_replace(Arc::new(joined));
+        if status != self.last_status {
+            self.notifier.status(&status);
+            tracing::info!(status = %status, "state changed");
+            self.last_status = status;
+        }
     }
 }
 
