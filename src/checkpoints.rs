@@ -216,7 +216,7 @@ fn allocation_verdict(
 
 /// When each checkpoint file in `root_dir` last changed, and its size (absent files left out):
 /// what tells that [`check`] would answer differently now.
-pub fn stamps(root_dir: &Path) -> Vec<(&'static str, std::time::SystemTime, u64)> {
+pub(crate) fn stamps(root_dir: &Path) -> Vec<(&'static str, std::time::SystemTime, u64)> {
     [STATUS_MANAGER_FILE, ALLOCATED_FILE, ACTUATED_FILE]
         .into_iter()
         .filter_map(|name| {

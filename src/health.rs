@@ -25,7 +25,7 @@ pub struct Health {
 
 /// The default of `stuck-worker-after`: a request loop turns every second when idle, and every
 /// call it awaits has a deadline well below this (the API's answer deadline, the CRI's).
-pub const STUCK_WORKER_AFTER: Duration = Duration::from_secs(60);
+pub(crate) const STUCK_WORKER_AFTER: Duration = Duration::from_secs(60);
 
 /// One long-lived worker's last sign of progress, and how long it may go without one.
 #[derive(Clone, Copy, Debug)]

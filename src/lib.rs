@@ -10,7 +10,7 @@ pub mod containermeta;
 pub mod cri;
 pub mod hashing;
 pub mod health;
-pub mod http;
+pub(crate) mod http;
 pub mod inspect;
 pub mod kube;
 pub(crate) mod kubelet_config;

@@ -19,7 +19,7 @@ use tracing_subscriber::prelude::*;
 use crate::config::LogFormat;
 
 /// How often one cause may write a warning.
-pub const REPEAT_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const REPEAT_WINDOW: Duration = Duration::from_secs(60);
 
 /// Causes remembered at most; past that, those whose window has passed are forgotten.
 const CAUSES_KEPT: usize = 4096;
@@ -46,7 +46,7 @@ pub fn init(format: LogFormat, filter: &str) {
 /// A per-layer filter that lets a warning or error of one cause through at most once per
 /// window. Info and below pass untouched: they are the agent's record of what it did, not
 /// of what keeps failing.
-pub struct RepeatLimit {
+pub(crate) struct RepeatLimit {
     window: Duration,
     /// When each cause was last written.
     causes: Mutex<HashMap<u64, Instant>>,
@@ -93,7 +93,7 @@ impl RepeatLimit {
 /// The cause of an event: where it was logged, and its fields with every digit dropped (a
 /// count, a duration or a resourceVersion that changes from one failure to the next does not
 /// make it another cause).
-pub fn cause_of(event: &Event<'_>) -> u64 {
+pub(crate) fn cause_of(event: &Event<'_>) -> u64 {
     struct Words(String);
     impl Visit for Words {
         fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {

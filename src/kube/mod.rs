@@ -44,7 +44,7 @@ pub enum KubeError {
 
 /// The client of the short-lived commands (`inplaced resize`, `inplaced restart`): the named
 /// kubeconfig, else kube's default chain ($KUBECONFIG, ~/.kube/config, in-cluster).
-pub async fn command_client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
+pub(crate) async fn command_client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
     Ok(match kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)?;
@@ -83,13 +83,13 @@ pub async fn client(
 /// Whether an API error answer refuses the request itself, so that sending it again unchanged
 /// cannot succeed: a 4xx, but neither 429 (too many requests: come back later) nor 401 (the
 /// agent's credentials, which it reads again; the request is retried with them).
-pub fn refuses_request(status: &::kube::core::Status) -> bool {
+pub(crate) fn refuses_request(status: &::kube::core::Status) -> bool {
     (400..500).contains(&status.code) && status.code != 429 && status.code != 401
 }
 
 /// A time as apimachinery writes a `metav1.Time` (RFC 3339 in UTC, whole seconds): what
 /// kruise's types and kruise-daemon hold, and what a client comparing the field expects.
-pub fn meta_time(at: k8s_openapi::jiff::Timestamp) -> String {
+pub(crate) fn meta_time(at: k8s_openapi::jiff::Timestamp) -> String {
     at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 

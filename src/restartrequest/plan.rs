@@ -76,7 +76,7 @@ pub struct Decision {
 }
 
 /// How long a request naming a pod this node does not show waits before it fails.
-pub const POD_APPEAR_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const POD_APPEAR_GRACE: Duration = Duration::from_secs(5);
 
 /// `containerd://abc` → `abc`.
 fn bare_id(container_id: &str) -> &str {

@@ -359,7 +359,7 @@ impl Progress {
 
 /// Why a `kubectl -l` label selector cannot be read; `text` is the whole selector.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum SelectorError {
+pub(crate) enum SelectorError {
     #[error("{text:?}: cannot read {term:?} as a label selector term")]
     BadTerm { text: String, term: String },
     #[error("{text:?}: unbalanced parentheses")]
@@ -371,7 +371,7 @@ pub enum SelectorError {
 
 /// A label selector as `kubectl -l` takes it: `k=v`, `k==v`, `k!=v`, `k in (a,b)`,
 /// `k notin (a,b)`, `k`, `!k`, joined by commas.
-pub fn parse_selector(text: &str) -> Result<LabelSelector, SelectorError> {
+pub(crate) fn parse_selector(text: &str) -> Result<LabelSelector, SelectorError> {
     let mut labels = BTreeMap::new();
     let mut expressions = Vec::new();
     let requirement =

@@ -18,9 +18,9 @@ pub(crate) const VERSION: &str = "v1alpha1";
 pub(crate) const KIND: &str = "ContainerRestartRollout";
 pub(crate) const PLURAL: &str = "containerrestartrollouts";
 /// On the ContainerRestartRequests a rollout's agents make: the rollout's name.
-pub const LABEL_ROLLOUT: &str = "inplaced.io/rollout";
+pub(crate) const LABEL_ROLLOUT: &str = "inplaced.io/rollout";
 /// On each agent's Lease (one per namespace it has rollout work in), for the census to list.
-pub const LABEL_AGENT_LEASE: &str = "inplaced.io/agent-lease";
+pub(crate) const LABEL_AGENT_LEASE: &str = "inplaced.io/agent-lease";
 
 /// A failure message longer than this is cut (the status must stay small).
 const MAX_MESSAGE: usize = 300;

@@ -16,13 +16,13 @@ use super::object::{
 };
 
 /// How long an agent's Lease lasts without renewal; an agent is gone once it has lapsed.
-pub const LEASE_DURATION: Duration = Duration::from_secs(40);
+pub(crate) const LEASE_DURATION: Duration = Duration::from_secs(40);
 /// Nodes named in the `WaitingForNodes` condition's message (the count says the rest).
 const NODES_NAMED: usize = 5;
 
-pub const CONDITION_COMPLETE: &str = "Complete";
-pub const CONDITION_FAILED: &str = "Failed";
-pub const CONDITION_WAITING: &str = "WaitingForNodes";
+pub(crate) const CONDITION_COMPLETE: &str = "Complete";
+pub(crate) const CONDITION_FAILED: &str = "Failed";
+pub(crate) const CONDITION_WAITING: &str = "WaitingForNodes";
 
 /// A pod as the rollout sees it.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,7 +50,7 @@ pub struct NodeRequest {
 }
 
 /// The requests of one node's pods, by pod UID.
-pub type NodeRequests = HashMap<String, RequestOutcome>;
+pub(crate) type NodeRequests = HashMap<String, RequestOutcome>;
 
 /// The rollout's namespace over every node, as this agent's watches show it (none before they
 /// have listed: nothing is claimed then).

@@ -52,7 +52,7 @@ impl NodeAnswer {
 
 /// Follows the node view: recomputes the answer when what it depends on changed, sets the
 /// metrics, and hands a changed answer to the publisher.
-pub struct UpgradeWatch {
+pub(crate) struct UpgradeWatch {
     configured: Vec<KubeletVersion>,
     kubelet_root_dir: PathBuf,
     metrics: UpgradeMetrics,
