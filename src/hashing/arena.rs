@@ -2,7 +2,7 @@
 //!
 //! Decision: a decoded container's lists (command, env, ports, volume mounts, resource
 //! lists...) were each a malloc, freed a moment later by a drop walk over the whole struct;
-//! from an arena era A runs 6 % faster (BENCHMARKS.md). An allocation is a
+//! from an arena era A runs faster (BENCHMARKS.md). An allocation is a
 //! pointer bump into memory the previous container used, still in cache, and nothing is freed
 //! one by one: the container borrows the arena, which is emptied when the borrow ends.
 

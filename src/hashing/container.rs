@@ -6,7 +6,7 @@
 //! - Strings are kept as borrowed input slices whenever Go's decoding would not change them.
 //! - Decoded lists (and the rare strings that unescaping changed) live in the decoding thread's
 //!   arena ([`super::arena`]), so a container holds nothing it must free: no allocator call and
-//!   no drop walk per container (era A 6 % faster; BENCHMARKS.md).
+//!   no drop walk per container (BENCHMARKS.md).
 //! - Slices model Go's reuse of the backing array: a duplicate key decodes *into* the elements an
 //!   earlier occurrence left behind (structs merge), `[]` and `null` start afresh.
 //! - A field a release does not know is skipped (still validated) and therefore never encoded.
@@ -364,7 +364,7 @@ struct Profile<'a> {
 // Decoding primitives (Go's literalStore / indirect semantics per Go kind).
 
 /// A decoded string: the input's own bytes, or (escapes undone) a copy in the arena. Inline:
-/// the call cost more than the scan of a usual short string (measured: 1 % of era A).
+/// the call cost more than the scan of a usual short string (BENCHMARKS.md).
 #[inline(always)]
 fn string_in<'a>(p: &mut Parser<'a>, ctx: &Ctx<'a>) -> DResult<Str<'a>> {
     let (raw, changed) = p.string_changed()?;
@@ -468,7 +468,7 @@ fn dec_opt_i64(p: &mut Parser<'_>, out: &mut Option<i64>) -> DResult<()> {
 }
 
 /// Out of line, one copy per call site: inlined, the element loops made the container's
-/// field dispatch too large to inline into its key loop (measured: about 2 % of era A).
+/// field dispatch too large to inline into its key loop (BENCHMARKS.md).
 #[inline(never)]
 fn dec_slice<'a, T: Default>(
     p: &mut Parser<'a>,

@@ -94,8 +94,8 @@ pub(crate) use frag;
 
 /// Where an [`Encoder`] also puts the JSON it hashes: nowhere (`()`, [`Encoder::hashing`]) or
 /// a buffer (`Vec<u8>`, [`Encoder::recording`], for `--explain`). A type parameter rather than
-/// an `Option`, so that the hashing encoder carries no recording code: about 1.4 % of era A, its
-/// `encode_container` half the size.
+/// an `Option`, so that the hashing encoder carries no recording code (its `encode_container`
+/// is half the size; BENCHMARKS.md).
 pub trait Record {
     fn record(&mut self, bytes: &[u8]);
 }

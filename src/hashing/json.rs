@@ -194,7 +194,7 @@ impl<'a> Parser<'a> {
     }
 
     // The error builders here are cold and out of line: inlined, their allocation and
-    // formatting made the hot callers larger and saved more registers (about 1 % of era A).
+    // formatting made the hot callers larger and saved more registers.
     #[cold]
     #[inline(never)]
     fn syntax<T>(&self, msg: impl Into<String>) -> DResult<T> {
@@ -431,7 +431,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Consumes a number and returns its literal text (JSON grammar checked). Inline: its
-    /// callers' numbers are short (measured: 0.7 % of era A).
+    /// callers' numbers are short.
     #[inline(always)]
     pub fn number(&mut self) -> DResult<&'a [u8]> {
         let s = self.src;
@@ -531,7 +531,7 @@ impl<'a> Parser<'a> {
 
     /// [`Parser::int`] of a number (at its `-` or first digit), read in full. It reads any
     /// value as `int` would; its `null` and type-error arms are not reached from `int`, but
-    /// without them `int` compiled differently and measured 0.3 % slower (within the noise).
+    /// without them `int` compiled differently, and no faster.
     fn int_literal(&mut self, min: i64, max: i64, ty: &'static str) -> DResult<Option<i64>> {
         match self.peek_value()? {
             b'-' | b'0'..=b'9' => {

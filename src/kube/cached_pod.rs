@@ -1,8 +1,8 @@
 //! The pod as the agent's watch cache holds it, one for every pod of the node: what the agent
 //! reads and nothing more. Container specs are kept as their JSON, which is what the hashes are
 //! computed from; a controller decodes from it only the fields it reads. k8s-openapi's
-//! `Pod` decodes a benchmark pod of 2.7 KB of JSON into 19.5 KB (every `Container` is 2 KB
-//! before its strings); this type holds it in 2.8 KB (BENCHMARKS.md, "Memory").
+//! `Pod` decodes a pod into several times the size of its JSON (every `Container` is large
+//! before its strings); this type holds it in about the JSON's size (BENCHMARKS.md, "Memory").
 
 use k8s_openapi::api::core::v1::{PodCondition, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

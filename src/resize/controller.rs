@@ -113,7 +113,7 @@ struct Controller {
     /// Request UID → what this agent did for it; pruned in [`Controller::sync`].
     requests: HashMap<String, Tracked>,
     /// Namespace → its LimitRanges and when they were listed: requests waiting their turn are
-    /// checked on every pass, and listing each time flooded the API (15,000 lists in the soak).
+    /// checked on every pass, and listing each time flooded the API (the soak test showed it).
     /// Dropped once older than [`LIMIT_RANGES_TTL`].
     limit_ranges: HashMap<String, (Instant, Vec<Value>)>,
     /// The resize API the API server serves and when discovery said so.

@@ -3,7 +3,7 @@
 //! watches (started when the agent first has work in a rollout of the namespace, stopped a
 //! while after it has none), and the agents' Leases, listed at most every [`LEASES_PERIOD`]. Taking the census from watches makes a claim cost no
 //! request but its status write: listing the namespace's pods before each claim (the first
-//! design) cost 66 of the 91 API requests per restarted pod at 100 nodes (BENCHMARKS.md).
+//! design) cost most of the API requests of a restarted pod (BENCHMARKS.md).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
