@@ -34,11 +34,13 @@ use super::{ContainerMetaMetrics, EnvRestartResult};
 use crate::cri::CriClient;
 use crate::cri::labels;
 use crate::nodeview::Trigger;
-use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
+use crate::nodeview::{
+    ContainerKind, ContainerView, NodeView, PodView, RuntimeContainer, RuntimeState,
+};
 use crate::requests::Context;
 use crate::restart::{
-    self, ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillJournal, KillLedger, KillOrder,
-    PreStop, StopClaim, StopGate,
+    ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillJournal, KillLedger, KillOrder, PreStop,
+    ReadyKill, Restarter, StopClaim, StopGate,
 };
 
 #[derive(Clone, Debug)]
@@ -401,7 +403,7 @@ impl Controller {
         &mut self,
         pod: &PodView,
         api_pod: &CachedPod,
-        container: &crate::nodeview::ContainerView,
+        container: &ContainerView,
         change: Change<'_>,
         started: &Started,
         done: &mpsc::Sender<String>,
@@ -477,28 +479,16 @@ impl Controller {
                     resumed: true,
                 };
                 // Resumed: confirmed and noted, the journal's record stands.
-                let (cri, ledger) = (self.cri.clone(), self.config.ledger.clone());
-                let Some(journal) = self.journal_mut() else {
+                let Some(kill) = self
+                    .prepare_env_kill(claim, order, &key(restart_count), pod)
+                    .await
+                else {
                     return;
                 };
-                if restart::prepare_kill(
-                    &cri,
-                    journal,
-                    &ledger,
-                    Trigger::EnvChange,
-                    &key(restart_count),
-                    &order,
-                    pod.runtime_labels(),
-                )
-                .await
-                .is_err()
-                {
-                    return;
-                }
                 self.instances.entry(r.id.clone()).or_default().resumed = true;
                 tracing::warn!(pod = %pod.name, container = %container.name, id = %r.id,
                     "an env restart of an earlier run never finished; stopping the container now");
-                self.spawn_kill(pod, order, claim, done);
+                self.launch_kill(pod, kill, None, done);
             }
             EnvRestart::Unmatched => {
                 if self
@@ -570,8 +560,8 @@ impl Controller {
     async fn kill_for_env(
         &mut self,
         pod: &PodView,
-        container: &crate::nodeview::ContainerView,
-        r: &crate::nodeview::RuntimeContainer,
+        container: &ContainerView,
+        r: &RuntimeContainer,
         started: &Started,
         journal_key: String,
         differs: &[String],
@@ -594,74 +584,54 @@ impl Controller {
             grace: started.grace,
             resumed: false,
         };
-        let (cri, ledger) = (self.cri.clone(), self.config.ledger.clone());
-        let Some(journal) = self.journal_mut() else {
+        let Some(kill) = self.prepare_env_kill(claim, order, &journal_key, pod).await else {
             return;
-        };
-        let prepared = match restart::prepare_kill(
-            &cri,
-            journal,
-            &ledger,
-            Trigger::EnvChange,
-            &journal_key,
-            &order,
-            pod.runtime_labels(),
-        )
-        .await
-        {
-            Ok(prepared) => prepared,
-            Err(_) => return,
         };
         tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %container.name, id = %r.id,
             env = %differs.join(","), "stopping container: env from metadata changed");
-        PodEvents::new(self.client.clone(), &self.config.node_name).emit(
-            &pod.event_ref(),
-            "Killing",
-            format!(
-                "Stopping containerID {} by container meta restarter{}",
-                r.container_id,
-                crate::nodeview::CrashBackoffView::after_a_stop(container.crash_backoff.as_ref())
-            ),
-            "Normal",
-        );
-        self.spawn_kill(pod, order, claim, done);
-        if let Some(unsynced) = prepared.unsynced {
-            unsynced.sync_in_background();
-        }
+        let killing = format!("containerID {} by container meta restarter", r.container_id);
+        self.launch_kill(pod, kill, Some(&killing), done);
     }
 
-    /// Runs the kill in the background; the loop hears of its end through `done`.
-    fn spawn_kill(
+    /// Clears a kill the gate gave `claim` for, under the env journal's `journal_key`; `None`
+    /// when it does not start now (the journal cannot be opened, or the runtime says no).
+    async fn prepare_env_kill(
+        &mut self,
+        claim: StopClaim,
+        order: KillOrder,
+        journal_key: &str,
+        pod: &PodView,
+    ) -> Option<ReadyKill> {
+        let (cri, ledger) = (self.cri.clone(), self.config.ledger.clone());
+        let restarter = Restarter {
+            cri: &cri,
+            ledger: &ledger,
+            trigger: Trigger::EnvChange,
+            cause: "an env-from-metadata change",
+            // This loop has no health key: prepare_kill logs a journal failure as an error.
+            health: None,
+        };
+        restarter
+            .prepare(claim, order, self.journal_mut(), journal_key, pod)
+            .await
+    }
+
+    /// Marks the instance as being killed and starts the kill; the loop hears of its end
+    /// through `done`, and the env restart metric counts how it ended.
+    fn launch_kill(
         &mut self,
         pod: &PodView,
-        order: KillOrder,
-        claim: StopClaim,
+        kill: ReadyKill,
+        killing: Option<&str>,
         done: &mpsc::Sender<String>,
     ) {
         self.instances
-            .entry(order.container_id.clone())
+            .entry(kill.order().container_id.clone())
             .or_default()
             .killing = true;
-        let cri = self.cri.clone();
         let metrics = self.metrics.clone();
-        let done = done.clone();
-        let pod_ip = pod.pod_ip.clone();
-        let id = order.container_id.clone();
-        let (events, pod_ref) = (
-            PodEvents::new(self.client.clone(), &self.config.node_name),
-            pod.event_ref(),
-        );
-        tokio::spawn(async move {
-            let stopped = restart::kill_and_report(
-                &cri,
-                &order,
-                claim,
-                pod_ip.as_deref(),
-                &events,
-                &pod_ref,
-                "an env-from-metadata change",
-            )
-            .await;
+        let events = PodEvents::new(self.client.clone(), &self.config.node_name);
+        kill.launch(events, pod, killing, done, move |order, stopped| {
             match stopped {
                 Ok(()) => metrics.count_env_restart(EnvRestartResult::Success),
                 Err(err) => {
@@ -669,7 +639,7 @@ impl Controller {
                     tracing::warn!(error = %err, "env restart: stopping the container failed");
                 }
             }
-            let _ = done.send(id).await;
+            order.container_id
         });
     }
 

@@ -26,8 +26,7 @@ use crate::nodeview::{NodeView, PodView, RuntimeState};
 use crate::requests::pod_group;
 use crate::requests::{Context, RequestController, RequestWatch, run_kind};
 use crate::restart::{
-    self, KillDone, KillIntent, KillJournal, KillLedger, KillOrder, NotPrepared, RequestKills,
-    StopGate,
+    KillDone, KillIntent, KillJournal, KillLedger, KillOrder, RequestKills, Restarter, StopGate,
 };
 
 #[derive(Clone, Debug)]
@@ -354,18 +353,14 @@ impl Controller {
             if let Some(after) = decision.requeue_after {
                 requeue = Some(requeue.map_or(after, |r| r.min(after)));
             }
-            let pod_ip = pod_view.and_then(|p| p.pod_ip.clone());
             for order in decision.kills {
-                self.start_kill(request, order, pod_view, pod_ip.clone())
-                    .await;
+                self.start_kill(request, order, pod_view).await;
             }
             self.write_status(request, decision.status);
         }
         requeue
     }
 
-    /// Records the intent durably, then kills in the background. Checks the runtime first, so a
-    /// stale view can never direct a kill at a container that has already been replaced.
     /// The pod's containers that the cached view has no runtime container for yet, asked of the
     /// runtime itself, as kruise-daemon asks it: a pod just started is in the view only from
     /// its next listing (up to `refresh-interval` later on containerd 1.6, which streams no
@@ -440,41 +435,29 @@ impl Controller {
         }
     }
 
-    async fn start_kill(
-        &mut self,
-        request: &Crr,
-        order: KillOrder,
-        pod: Option<&PodView>,
-        pod_ip: Option<String>,
-    ) {
+    /// Records the intent durably, then kills in the background. Checks the runtime first, so a
+    /// stale view can never direct a kill at a container that has already been replaced.
+    async fn start_kill(&mut self, request: &Crr, order: KillOrder, pod: Option<&PodView>) {
         let Some(pod) = pod else { return };
         let Some(claim) = self.config.stops.claim(&order.container_id) else {
             tracing::debug!(container = %order.container, id = %order.container_id,
                 "the container is being stopped, or was stopped, by another restarter; deciding again");
             return;
         };
-        let Some(journal) = self.journal.as_mut() else {
+        let restarter = Restarter {
+            cri: &self.cri,
+            ledger: &self.ledger,
+            trigger: Trigger::Crr,
+            cause: "ContainerRecreateRequest",
+            health: Some((&self.health, HEALTH_KEY)),
+        };
+        let Some(kill) = restarter
+            .prepare(claim, order, self.journal.as_mut(), &request.uid, pod)
+            .await
+        else {
             return;
         };
-        let prepared = match restart::prepare_kill(
-            &self.cri,
-            journal,
-            &self.ledger,
-            Trigger::Crr,
-            &request.uid,
-            &order,
-            pod.runtime_labels(),
-        )
-        .await
-        {
-            Ok(prepared) => prepared,
-            Err(err) => {
-                if let NotPrepared::Journal(_) = err {
-                    self.health.set(HEALTH_KEY, Err(err.to_string()));
-                }
-                return;
-            }
-        };
+        let order = kill.order();
         self.requests
             .entry(request.uid.clone())
             .or_default()
@@ -492,51 +475,22 @@ impl Controller {
         if let Some(reaction) = reaction {
             self.reactions.observe(reaction);
         }
+        let prepared = kill.prepared();
         tracing::info!(crr = %request.name, namespace = %request.namespace, pod = %pod.name, container = %order.container,
             id = %order.container_id, resumed = order.resumed, reaction = ?reaction, before_pass = ?before_pass,
             confirm_took = ?prepared.confirm_took, journal_took = ?prepared.journal_took,
             "stopping container for ContainerRecreateRequest");
-        let cri = self.cri.clone();
-        let events = PodEvents::new(self.client.clone(), &self.config.node_name);
-        let pod_ref = pod.event_ref();
-        let done = self.done_tx.clone();
-        let request_uid = request.uid.clone();
-        let crr_name = request.name.clone();
-        // The event is recorded beside the kill, never in front of it: no API round trip
-        // delays a kill.
-        let backoff = pod
-            .containers
-            .iter()
-            .find(|c| c.name == order.container)
-            .and_then(|c| c.crash_backoff.as_ref());
-        let message = format!(
-            "Stopping container {} by ContainerRecreateRequest {crr_name}{}",
-            order.container,
-            crate::nodeview::CrashBackoffView::after_a_stop(backoff)
+        let killing = format!(
+            "container {} by ContainerRecreateRequest {}",
+            order.container, request.name
         );
-        events.emit(&pod_ref, "Killing", message, "Normal");
-        tokio::spawn(async move {
-            let result = restart::kill_and_report(
-                &cri,
-                &order,
-                claim,
-                pod_ip.as_deref(),
-                &events,
-                &pod_ref,
-                "ContainerRecreateRequest",
-            )
-            .await;
-            let _ = done
-                .send(KillDone {
-                    request_uid,
-                    container: order.container,
-                    result,
-                })
-                .await;
-        });
-        if let Some(unsynced) = prepared.unsynced {
-            unsynced.sync_in_background();
-        }
+        kill.launch(
+            PodEvents::new(self.client.clone(), &self.config.node_name),
+            pod,
+            Some(&killing),
+            &self.done_tx,
+            KillDone::for_request(request.uid.clone()),
+        );
     }
 
     fn write_status(&mut self, request: &Crr, status: CrrStatus) {

@@ -26,8 +26,8 @@ use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 use crate::requests::pod_group;
 use crate::requests::{Context, RequestController, RequestWatch, run_kind};
 use crate::restart::{
-    self, ContainerPort, KillDone, KillIntent, KillJournal, KillLedger, KillOrder, NotPrepared,
-    PreStop, RequestKills, StopGate,
+    ContainerPort, KillDone, KillIntent, KillJournal, KillLedger, KillOrder, PreStop, RequestKills,
+    Restarter, StopGate,
 };
 
 #[derive(Clone, Debug)]
@@ -353,28 +353,20 @@ impl Controller {
                 "the container is being stopped, or was stopped, by another restarter; deciding again");
             return;
         };
-        let Some(journal) = self.journal.as_mut() else {
+        let restarter = Restarter {
+            cri: &self.cri,
+            ledger: &self.config.ledger,
+            trigger: Trigger::RestartRequest,
+            cause: "ContainerRestartRequest",
+            health: Some((&self.health, HEALTH_KEY)),
+        };
+        let Some(kill) = restarter
+            .prepare(claim, order, self.journal.as_mut(), &request.uid, pod)
+            .await
+        else {
             return;
         };
-        let prepared = match restart::prepare_kill(
-            &self.cri,
-            journal,
-            &self.config.ledger,
-            Trigger::RestartRequest,
-            &request.uid,
-            &order,
-            pod.runtime_labels(),
-        )
-        .await
-        {
-            Ok(prepared) => prepared,
-            Err(err) => {
-                if let NotPrepared::Journal(_) = err {
-                    self.health.set(HEALTH_KEY, Err(err.to_string()));
-                }
-                return;
-            }
-        };
+        let order = kill.order();
         self.requests
             .entry(request.uid.clone())
             .or_default()
@@ -384,51 +376,17 @@ impl Controller {
         tracing::info!(request = %request.name, namespace = %request.namespace, pod = %pod.name,
             container = %order.container, id = %order.container_id, resumed = order.resumed,
             "stopping container for ContainerRestartRequest");
-        let backoff = pod
-            .containers
-            .iter()
-            .find(|c| c.name == order.container)
-            .and_then(|c| c.crash_backoff.as_ref());
-        let events = PodEvents::new(self.client.clone(), &self.config.node_name);
-        let pod_ref = pod.event_ref();
-        // Recorded beside the kill, never in front of it: no API round trip delays a stop.
-        events.emit(
-            &pod_ref,
-            "Killing",
-            format!(
-                "Stopping container {} by ContainerRestartRequest {}{}",
-                order.container,
-                request.name,
-                crate::nodeview::CrashBackoffView::after_a_stop(backoff)
-            ),
-            "Normal",
+        let killing = format!(
+            "container {} by ContainerRestartRequest {}",
+            order.container, request.name
         );
-        let cri = self.cri.clone();
-        let done = self.done_tx.clone();
-        let request_uid = request.uid.clone();
-        let pod_ip = pod.pod_ip.clone();
-        tokio::spawn(async move {
-            let result = restart::kill_and_report(
-                &cri,
-                &order,
-                claim,
-                pod_ip.as_deref(),
-                &events,
-                &pod_ref,
-                "ContainerRestartRequest",
-            )
-            .await;
-            let _ = done
-                .send(KillDone {
-                    request_uid,
-                    container: order.container,
-                    result,
-                })
-                .await;
-        });
-        if let Some(unsynced) = prepared.unsynced {
-            unsynced.sync_in_background();
-        }
+        kill.launch(
+            PodEvents::new(self.client.clone(), &self.config.node_name),
+            pod,
+            Some(&killing),
+            &self.done_tx,
+            KillDone::for_request(request.uid.clone()),
+        );
     }
 
     fn write_status(&mut self, request: &RestartRequest, status: RestartStatus) {
