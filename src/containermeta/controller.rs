@@ -25,20 +25,22 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::mpsc;
 
-use crate::kube::CachedPod;
 use crate::kube::events::PodEvents;
 use crate::kube::status::{ObjectRef, StatusWriter, Target, Written};
+use crate::kube::{CachedContainer, CachedPod};
 
 use super::plan::{self, EnvRestart, RuntimeMeta};
 use super::{ContainerMetaMetrics, EnvRestartResult};
 use crate::cri::CriClient;
 use crate::cri::labels;
 use crate::nodeview::Trigger;
-use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
+use crate::nodeview::{
+    ContainerKind, ContainerView, NodeView, PodView, RuntimeContainer, RuntimeState,
+};
 use crate::requests::Context;
 use crate::restart::{
-    self, ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillJournal, KillLedger, KillOrder,
-    PreStop, StopClaim, StopGate,
+    ContainerPort, DEFAULT_TERMINATION_GRACE_SECONDS, KillIntent, KillJournal, KillLedger,
+    KillOrder, PreStop, ReadyKill, Restarter, StopClaim, StopGate,
 };
 
 #[derive(Clone, Debug)]
@@ -239,96 +241,122 @@ impl Controller {
         if pod.terminating || api_pod.metadata.deletion_timestamp.is_some() {
             return;
         }
-        let restarts = plan::restarts_enabled(&api_pod, eligibility);
-        // kubelet starts a stopped container again only under `restartPolicy: Always`; and a
-        // static pod's env comes from its manifest, not from its mirror pod's metadata.
-        let not_restartable = if pod.static_pod {
-            Some("it is a static pod, whose env kubelet takes from its manifest")
-        } else {
-            match api_pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.restart_policy.as_deref())
-            {
-                None | Some("Always") => None,
-                Some(_) => Some(
-                    "the pod's restartPolicy is not Always, so kubelet would not start it again",
-                ),
-            }
+        let restarts = Restarts {
+            enabled: plan::restarts_enabled(&api_pod, eligibility),
+            not_restartable: not_restartable(pod, &api_pod),
         };
         let mut runtime = HashMap::new();
         for container in &pod.containers {
-            let (Some(spec), Some(r)) = (pod.spec_of(container), container.runtime.as_ref()) else {
-                continue;
-            };
-            if container.kind != ContainerKind::Regular {
-                continue;
+            if let Some(meta) = self
+                .sync_container(pod, &api_pod, container, &restarts, done)
+                .await
+            {
+                runtime.insert(container.name.clone(), meta);
             }
-            let refs = match plan::metadata_refs(spec) {
-                Ok(refs) => refs,
-                Err(err) => {
-                    // The API validated the spec: only a foreign writer gets here. Said once
-                    // per pod object, not on every pass.
-                    let seen = self.seen(pod, &container.name);
-                    if !std::mem::replace(&mut seen.undecodable, true) {
-                        tracing::warn!(namespace = %pod.namespace, pod = %pod.name,
-                            container = %container.name, error = %err,
-                            "the container's env cannot be read; not served");
-                    }
-                    continue;
-                }
-            };
-            let mut env_hash = refs.is_empty().then_some(plan::NO_ENV_HASH);
-            if !refs.is_empty() && r.state == RuntimeState::Running {
-                let started = self.started(&r.id).await;
-                env_hash = started
-                    .env
-                    .as_ref()
-                    .and_then(|env| plan::current_env_hash(spec, &refs, env));
-                if restarts && let Some(env) = started.env.clone() {
-                    self.consider_restart(
-                        pod,
-                        &api_pod,
-                        container,
-                        Change {
-                            refs: &refs,
-                            env: &env,
-                            not_restartable,
-                        },
-                        &started,
-                        done,
-                    )
-                    .await;
-                }
-            }
-            runtime.insert(
-                container.name.clone(),
-                RuntimeMeta {
-                    container_id: r.container_id.clone(),
-                    stored_hash: r.stored_hash.clone(),
-                    stored_hash_without_resources: r.stored_hash_without_resources.clone(),
-                    env_hash,
-                },
-            );
         }
-        if let Some(value) = plan::annotation_patch(&api_pod, &runtime) {
-            let current = api_pod
-                .metadata
-                .annotations
+        self.write_annotation(pod, &api_pod, &runtime);
+    }
+
+    /// One running regular container of a served pod: its env compared with the pod's metadata
+    /// (a restart considered where restarts are on), and what the annotation says of it. `None`
+    /// for a container the annotation leaves out.
+    async fn sync_container(
+        &mut self,
+        pod: &PodView,
+        api_pod: &CachedPod,
+        container: &ContainerView,
+        restarts: &Restarts,
+        done: &mpsc::Sender<String>,
+    ) -> Option<RuntimeMeta> {
+        let (Some(spec), Some(r)) = (pod.spec_of(container), container.runtime.as_ref()) else {
+            return None;
+        };
+        if container.kind != ContainerKind::Regular {
+            return None;
+        }
+        let refs = self.metadata_refs(pod, container, spec)?;
+        let mut env_hash = refs.is_empty().then_some(plan::NO_ENV_HASH);
+        if !refs.is_empty() && r.state == RuntimeState::Running {
+            let started = self.started(&r.id).await;
+            env_hash = started
+                .env
                 .as_ref()
-                .and_then(|a| a.get(plan::META_ANNOTATION))
-                .cloned()
-                .unwrap_or_default();
-            tracing::debug!(pod = %pod.name, namespace = %pod.namespace, %value, "writing runtime-containers-meta");
-            let object = ObjectRef {
-                namespace: pod.namespace.clone(),
-                name: pod.name.clone(),
-                uid: pod.uid.clone(),
-                // The annotation is this agent's alone: no version condition.
-                resource_version: None,
-            };
-            self.annotations.write(&object, &current, value);
+                .and_then(|env| plan::current_env_hash(spec, &refs, env));
+            if restarts.enabled
+                && let Some(env) = started.env.clone()
+            {
+                self.consider_restart(
+                    pod,
+                    api_pod,
+                    container,
+                    Change {
+                        refs: &refs,
+                        env: &env,
+                        not_restartable: restarts.not_restartable,
+                    },
+                    &started,
+                    done,
+                )
+                .await;
+            }
         }
+        Some(RuntimeMeta {
+            container_id: r.container_id.clone(),
+            stored_hash: r.stored_hash.clone(),
+            stored_hash_without_resources: r.stored_hash_without_resources.clone(),
+            env_hash,
+        })
+    }
+
+    /// The container's env-from-metadata references; `None` when its env cannot be read.
+    fn metadata_refs(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        spec: &CachedContainer,
+    ) -> Option<Vec<plan::MetadataRef>> {
+        match plan::metadata_refs(spec) {
+            Ok(refs) => Some(refs),
+            Err(err) => {
+                // The API validated the spec: only a foreign writer gets here. Said once
+                // per pod object, not on every pass.
+                let seen = self.seen(pod, &container.name);
+                if !std::mem::replace(&mut seen.undecodable, true) {
+                    tracing::warn!(namespace = %pod.namespace, pod = %pod.name,
+                        container = %container.name, error = %err,
+                        "the container's env cannot be read; not served");
+                }
+                None
+            }
+        }
+    }
+
+    /// Writes the `runtime-containers-meta` annotation when its content changes.
+    fn write_annotation(
+        &mut self,
+        pod: &PodView,
+        api_pod: &CachedPod,
+        runtime: &HashMap<String, RuntimeMeta>,
+    ) {
+        let Some(value) = plan::annotation_patch(api_pod, runtime) else {
+            return;
+        };
+        let current = api_pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(plan::META_ANNOTATION))
+            .cloned()
+            .unwrap_or_default();
+        tracing::debug!(pod = %pod.name, namespace = %pod.namespace, %value, "writing runtime-containers-meta");
+        let object = ObjectRef {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            // The annotation is this agent's alone: no version condition.
+            resource_version: None,
+        };
+        self.annotations.write(&object, &current, value);
     }
 
     /// The runtime's facts of a container: env from the OCI spec (ExecSync `env` as the
@@ -401,7 +429,7 @@ impl Controller {
         &mut self,
         pod: &PodView,
         api_pod: &CachedPod,
-        container: &crate::nodeview::ContainerView,
+        container: &ContainerView,
         change: Change<'_>,
         started: &Started,
         done: &mpsc::Sender<String>,
@@ -418,16 +446,15 @@ impl Controller {
         let (intent, previous_intent) = if differs.is_empty() || change.not_restartable.is_some() {
             (None, None)
         } else {
-            let Some(journal) = self.journal_mut() else {
+            let previous_key = restart_count.checked_sub(1).map(key);
+            let Some(kills) = self.journalled_kills(
+                &container.name,
+                &key(restart_count),
+                previous_key.as_deref(),
+            ) else {
                 return;
             };
-            (
-                journal.find(&key(restart_count), &container.name).cloned(),
-                restart_count
-                    .checked_sub(1)
-                    .and_then(|previous| journal.find(&key(previous), &container.name))
-                    .cloned(),
-            )
+            kills
         };
         let decision = plan::decide_env_restart(&plan::EnvRestartFacts {
             differs: !differs.is_empty(),
@@ -437,12 +464,7 @@ impl Controller {
             previous_intent: previous_intent.as_ref(),
             in_flight: self.instances.get(&r.id).is_some_and(|i| i.killing),
             resumed: self.instances.get(&r.id).is_some_and(|i| i.resumed),
-            mismatch_for: self
-                .containers
-                .get(&(pod.uid.clone(), container.name.clone()))
-                .and_then(|c| c.mismatch_since)
-                .filter(|(hash, _)| *hash == expected_hash)
-                .map(|(_, at)| at.elapsed()),
+            mismatch_for: self.mismatch_for(pod, &container.name, expected_hash),
             settle: self.config.settle,
             now_ms: Timestamp::now().as_millisecond(),
         });
@@ -451,75 +473,15 @@ impl Controller {
                 self.seen(pod, &container.name).mismatch_since = None;
             }
             EnvRestart::NotRestartable(why) => {
-                if self
-                    .seen(pod, &container.name)
-                    .reported
-                    .insert(format!("not-restartable:{expected_hash:x}"))
-                {
-                    self.metrics
-                        .count_env_restart(EnvRestartResult::NotRestartable);
-                    tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %container.name,
-                        differs = %differs.join(", "), reason = why,
-                        "the container's env differs from the pod's labels/annotations; not restarting it");
-                }
+                self.report_not_restartable(pod, &container.name, expected_hash, &differs, why);
             }
             EnvRestart::AlreadyKilled | EnvRestart::InFlight => {}
             EnvRestart::ResumeOverdue => {
-                let Some(claim) = self.config.stops.claim(&r.id) else {
-                    return;
-                };
-                let order = KillOrder {
-                    container: container.name.clone(),
-                    container_id: r.id.clone(),
-                    pre_stop: None,
-                    ports: Vec::new(),
-                    grace: Duration::ZERO,
-                    resumed: true,
-                };
-                // Resumed: confirmed and noted, the journal's record stands.
-                let (cri, ledger) = (self.cri.clone(), self.config.ledger.clone());
-                let Some(journal) = self.journal_mut() else {
-                    return;
-                };
-                if restart::prepare_kill(
-                    &cri,
-                    journal,
-                    &ledger,
-                    Trigger::EnvChange,
-                    &key(restart_count),
-                    &order,
-                    pod.runtime_labels(),
-                )
-                .await
-                .is_err()
-                {
-                    return;
-                }
-                self.instances.entry(r.id.clone()).or_default().resumed = true;
-                tracing::warn!(pod = %pod.name, container = %container.name, id = %r.id,
-                    "an env restart of an earlier run never finished; stopping the container now");
-                self.spawn_kill(pod, order, claim, done);
+                self.resume_kill(pod, container, r, key(restart_count), done)
+                    .await;
             }
             EnvRestart::Unmatched => {
-                if self
-                    .seen(pod, &container.name)
-                    .reported
-                    .insert(format!("unmatched:{}", key(restart_count)))
-                {
-                    self.metrics.count_env_restart(EnvRestartResult::Unmatched);
-                    let message = format!(
-                        "container {} still runs with env {} that differs from the pod's labels/annotations after an in-place restart; not restarting it again",
-                        container.name,
-                        differs.join(", ")
-                    );
-                    tracing::warn!(pod = %pod.name, namespace = %pod.namespace, %message);
-                    PodEvents::new(self.client.clone(), &self.config.node_name).emit(
-                        &pod.event_ref(),
-                        "EnvFromMetadataUnmatched",
-                        message,
-                        "Warning",
-                    );
-                }
+                self.report_unmatched(pod, &container.name, key(restart_count), &differs);
             }
             EnvRestart::Settling => self.note_mismatch(pod, &container.name, expected_hash),
             EnvRestart::Kill => {
@@ -536,6 +498,115 @@ impl Controller {
                 .await;
             }
         }
+    }
+
+    /// The journal's record of a kill of `container` under `key`, and under `previous_key` (the
+    /// same change one restart earlier). `None` when the journal cannot be opened.
+    fn journalled_kills(
+        &mut self,
+        container: &str,
+        key: &str,
+        previous_key: Option<&str>,
+    ) -> Option<(Option<KillIntent>, Option<KillIntent>)> {
+        let journal = self.journal_mut()?;
+        Some((
+            journal.find(key, container).cloned(),
+            previous_key
+                .and_then(|previous| journal.find(previous, container))
+                .cloned(),
+        ))
+    }
+
+    /// How long this mismatch (these expected values) has been seen.
+    fn mismatch_for(&self, pod: &PodView, container: &str, expected_hash: u64) -> Option<Duration> {
+        self.containers
+            .get(&(pod.uid.clone(), container.to_owned()))
+            .and_then(|c| c.mismatch_since)
+            .filter(|(hash, _)| *hash == expected_hash)
+            .map(|(_, at)| at.elapsed())
+    }
+
+    /// A mismatch that a restart would not cure: warned about and counted once per change.
+    fn report_not_restartable(
+        &mut self,
+        pod: &PodView,
+        container: &str,
+        expected_hash: u64,
+        differs: &[String],
+        why: &str,
+    ) {
+        if self
+            .seen(pod, container)
+            .reported
+            .insert(format!("not-restartable:{expected_hash:x}"))
+        {
+            self.metrics
+                .count_env_restart(EnvRestartResult::NotRestartable);
+            tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %container,
+                differs = %differs.join(", "), reason = why,
+                "the container's env differs from the pod's labels/annotations; not restarting it");
+        }
+    }
+
+    /// The container our kill produced still mismatches: warned about, counted and told on the
+    /// pod once per kill, and never restarted again for it.
+    fn report_unmatched(
+        &mut self,
+        pod: &PodView,
+        container: &str,
+        journal_key: String,
+        differs: &[String],
+    ) {
+        if self
+            .seen(pod, container)
+            .reported
+            .insert(format!("unmatched:{journal_key}"))
+        {
+            self.metrics.count_env_restart(EnvRestartResult::Unmatched);
+            let message = format!(
+                "container {} still runs with env {} that differs from the pod's labels/annotations after an in-place restart; not restarting it again",
+                container,
+                differs.join(", ")
+            );
+            tracing::warn!(pod = %pod.name, namespace = %pod.namespace, %message);
+            PodEvents::new(self.client.clone(), &self.config.node_name).emit(
+                &pod.event_ref(),
+                "EnvFromMetadataUnmatched",
+                message,
+                "Warning",
+            );
+        }
+    }
+
+    /// Finishes an earlier run's env restart that never finished: no hook, the minimum grace,
+    /// no `Killing` event.
+    async fn resume_kill(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        r: &RuntimeContainer,
+        journal_key: String,
+        done: &mpsc::Sender<String>,
+    ) {
+        let Some(claim) = self.config.stops.claim(&r.id) else {
+            return;
+        };
+        let order = KillOrder {
+            container: container.name.clone(),
+            container_id: r.id.clone(),
+            pre_stop: None,
+            ports: Vec::new(),
+            grace: Duration::ZERO,
+            resumed: true,
+        };
+        // Resumed: confirmed and noted, the journal's record stands.
+        let Some(kill) = self.prepare_env_kill(claim, order, &journal_key, pod).await else {
+            return;
+        };
+        self.instances.entry(r.id.clone()).or_default().resumed = true;
+        tracing::warn!(pod = %pod.name, container = %container.name, id = %r.id,
+            "an env restart of an earlier run never finished; stopping the container now");
+        self.launch_kill(pod, kill, None, done);
     }
 
     /// Notes when this mismatch (these expected values) was first seen: the settle time runs
@@ -570,8 +641,8 @@ impl Controller {
     async fn kill_for_env(
         &mut self,
         pod: &PodView,
-        container: &crate::nodeview::ContainerView,
-        r: &crate::nodeview::RuntimeContainer,
+        container: &ContainerView,
+        r: &RuntimeContainer,
         started: &Started,
         journal_key: String,
         differs: &[String],
@@ -594,74 +665,54 @@ impl Controller {
             grace: started.grace,
             resumed: false,
         };
-        let (cri, ledger) = (self.cri.clone(), self.config.ledger.clone());
-        let Some(journal) = self.journal_mut() else {
+        let Some(kill) = self.prepare_env_kill(claim, order, &journal_key, pod).await else {
             return;
-        };
-        let prepared = match restart::prepare_kill(
-            &cri,
-            journal,
-            &ledger,
-            Trigger::EnvChange,
-            &journal_key,
-            &order,
-            pod.runtime_labels(),
-        )
-        .await
-        {
-            Ok(prepared) => prepared,
-            Err(_) => return,
         };
         tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %container.name, id = %r.id,
             env = %differs.join(","), "stopping container: env from metadata changed");
-        PodEvents::new(self.client.clone(), &self.config.node_name).emit(
-            &pod.event_ref(),
-            "Killing",
-            format!(
-                "Stopping containerID {} by container meta restarter{}",
-                r.container_id,
-                crate::nodeview::CrashBackoffView::after_a_stop(container.crash_backoff.as_ref())
-            ),
-            "Normal",
-        );
-        self.spawn_kill(pod, order, claim, done);
-        if let Some(unsynced) = prepared.unsynced {
-            unsynced.sync_in_background();
-        }
+        let killing = format!("containerID {} by container meta restarter", r.container_id);
+        self.launch_kill(pod, kill, Some(&killing), done);
     }
 
-    /// Runs the kill in the background; the loop hears of its end through `done`.
-    fn spawn_kill(
+    /// Clears a kill the gate gave `claim` for, under the env journal's `journal_key`; `None`
+    /// when it does not start now (the journal cannot be opened, or the runtime says no).
+    async fn prepare_env_kill(
+        &mut self,
+        claim: StopClaim,
+        order: KillOrder,
+        journal_key: &str,
+        pod: &PodView,
+    ) -> Option<ReadyKill> {
+        let (cri, ledger) = (self.cri.clone(), self.config.ledger.clone());
+        let restarter = Restarter {
+            cri: &cri,
+            ledger: &ledger,
+            trigger: Trigger::EnvChange,
+            cause: "an env-from-metadata change",
+            // This loop has no health key: prepare_kill logs a journal failure as an error.
+            health: None,
+        };
+        restarter
+            .prepare(claim, order, self.journal_mut(), journal_key, pod)
+            .await
+    }
+
+    /// Marks the instance as being killed and starts the kill; the loop hears of its end
+    /// through `done`, and the env restart metric counts how it ended.
+    fn launch_kill(
         &mut self,
         pod: &PodView,
-        order: KillOrder,
-        claim: StopClaim,
+        kill: ReadyKill,
+        killing: Option<&str>,
         done: &mpsc::Sender<String>,
     ) {
         self.instances
-            .entry(order.container_id.clone())
+            .entry(kill.order().container_id.clone())
             .or_default()
             .killing = true;
-        let cri = self.cri.clone();
         let metrics = self.metrics.clone();
-        let done = done.clone();
-        let pod_ip = pod.pod_ip.clone();
-        let id = order.container_id.clone();
-        let (events, pod_ref) = (
-            PodEvents::new(self.client.clone(), &self.config.node_name),
-            pod.event_ref(),
-        );
-        tokio::spawn(async move {
-            let stopped = restart::kill_and_report(
-                &cri,
-                &order,
-                claim,
-                pod_ip.as_deref(),
-                &events,
-                &pod_ref,
-                "an env-from-metadata change",
-            )
-            .await;
+        let events = PodEvents::new(self.client.clone(), &self.config.node_name);
+        kill.launch(events, pod, killing, done, move |order, stopped| {
             match stopped {
                 Ok(()) => metrics.count_env_restart(EnvRestartResult::Success),
                 Err(err) => {
@@ -669,7 +720,7 @@ impl Controller {
                     tracing::warn!(error = %err, "env restart: stopping the container failed");
                 }
             }
-            let _ = done.send(id).await;
+            order.container_id
         });
     }
 
@@ -704,6 +755,34 @@ impl Controller {
             true
         } else {
             false
+        }
+    }
+}
+
+/// Whether a served pod's containers may be restarted for their env, and if not, why.
+struct Restarts {
+    /// An in-place update is under way (kruise sets `InPlaceUpdateReady` False) or the pod
+    /// opted in.
+    enabled: bool,
+    /// Why kubelet would not bring a container back as wanted after a stop, if so.
+    not_restartable: Option<&'static str>,
+}
+
+/// Why kubelet would not bring a stopped container of `pod` back as wanted: it starts one again
+/// only under `restartPolicy: Always`, and a static pod's env comes from its manifest, not from
+/// its mirror pod's metadata.
+fn not_restartable(pod: &PodView, api_pod: &CachedPod) -> Option<&'static str> {
+    if pod.static_pod {
+        return Some("it is a static pod, whose env kubelet takes from its manifest");
+    }
+    match api_pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+    {
+        None | Some("Always") => None,
+        Some(_) => {
+            Some("the pod's restartPolicy is not Always, so kubelet would not start it again")
         }
     }
 }

@@ -26,8 +26,7 @@ use crate::nodeview::{NodeView, PodView, RuntimeState};
 use crate::requests::pod_group;
 use crate::requests::{Context, RequestController, RequestWatch, run_kind};
 use crate::restart::{
-    self, KillDone, KillIntent, KillJournal, KillLedger, KillOrder, NotPrepared, RequestKills,
-    StopGate,
+    KillDone, KillIntent, KillJournal, KillLedger, KillOrder, RequestKills, Restarter, StopGate,
 };
 
 #[derive(Clone, Debug)]
@@ -222,45 +221,8 @@ impl Controller {
         view: &NodeView,
     ) -> Option<Duration> {
         self.pass_began = Instant::now();
-        if let Some(blocker) = (!self.config.ignore_kruise_daemon)
-            .then(|| kruise_daemon(view))
-            .flatten()
-        {
-            self.health.set(
-                HEALTH_KEY,
-                Err(format!(
-                    "kruise-daemon pod {blocker} runs on this node: not handling ContainerRecreateRequests until it is gone (or --ignore-kruise-daemon)"
-                )),
-            );
-            return None;
-        }
-        if self.journal.is_none() {
-            match KillJournal::open(&self.config.state_dir) {
-                Ok(journal) => {
-                    // Kills an earlier run began: the restarts they cause are still ours.
-                    for intent in journal.intents() {
-                        if let Ok(started) = Timestamp::from_millisecond(intent.started_ms) {
-                            self.ledger
-                                .remember(&intent.container_id, Trigger::Crr, started);
-                        }
-                    }
-                    self.journal = Some(journal);
-                }
-                Err(err) => {
-                    self.health.set(
-                        HEALTH_KEY,
-                        Err(format!(
-                            "cannot kill safely without the kill journal: {err}"
-                        )),
-                    );
-                    return Some(Duration::from_secs(5));
-                }
-            }
-        }
-        self.health.set(HEALTH_KEY, Ok(()));
-        if !view.synced {
-            // Deciding from a view without pods would report live pods as missing.
-            return Some(Duration::from_millis(200));
+        if let Err(again) = self.ready_to_decide(view) {
+            return again;
         }
 
         let mut requests = Vec::new();
@@ -288,84 +250,177 @@ impl Controller {
 
         let now = Timestamp::now();
         let mut requeue: Option<Duration> = None;
-        for ((namespace, pod_name), group) in by_pod {
-            let pod_key = (namespace.clone(), pod_name.clone());
-            let working_on = self.working_on.get(&pod_key).map(String::as_str);
-            let Some(active) = plan::pick_active(&group, working_on) else {
-                self.working_on.remove(&pod_key);
-                continue;
-            };
-            self.working_on.insert(pod_key, group[active].uid.clone());
-            for (i, request) in group.iter().enumerate() {
-                if i != active && request.status.phase == CrrPhase::None {
-                    self.write_status(request, plan::waiting_status(request, group[active]));
-                }
-            }
-            let request = group[active];
-            let pod_view = view
-                .pods
-                .iter()
-                .find(|p| p.namespace == namespace && p.name == pod_name);
-            let mut pod_facts = pod_view.map(pod_facts);
-            if let (Some(facts), Some(pod), Ok(spec)) =
-                (pod_facts.as_mut(), pod_view, request.spec.as_ref())
-            {
-                let unlisted: Vec<&str> = spec
-                    .containers
-                    .iter()
-                    .map(|c| c.name.as_str())
-                    .filter(|name| {
-                        !facts.containers.contains_key(*name)
-                            && pod.containers.iter().any(|c| c.name == *name)
-                    })
-                    .collect();
-                if !facts.terminating && !unlisted.is_empty() {
-                    self.look_up_unlisted(facts, pod, &unlisted, view.runtime.as_deref())
-                        .await;
-                }
-            }
-            let journal = self.journal.as_ref();
-            let intents: HashMap<&str, &KillIntent> = request
-                .spec
-                .as_ref()
-                .map(|spec| {
-                    spec.containers
-                        .iter()
-                        .filter_map(|c| {
-                            journal?
-                                .find(&request.uid, &c.name)
-                                .map(|i| (c.name.as_str(), i))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            let no_kills = RequestKills::default();
-            let kills = self.requests.get(&request.uid).unwrap_or(&no_kills);
-            let decision = plan::decide(
-                request,
-                &Facts {
-                    now,
-                    pod: pod_facts.as_ref(),
-                    intents,
-                    in_flight: &kills.killing,
-                    kill_failures: &kills.failed,
-                },
-            );
-            if let Some(after) = decision.requeue_after {
+        for (pod_key, group) in by_pod {
+            if let Some(after) = self.sync_pod(pod_key, &group, view, now).await {
                 requeue = Some(requeue.map_or(after, |r| r.min(after)));
             }
-            let pod_ip = pod_view.and_then(|p| p.pod_ip.clone());
-            for order in decision.kills {
-                self.start_kill(request, order, pod_view, pod_ip.clone())
-                    .await;
-            }
-            self.write_status(request, decision.status);
         }
         requeue
     }
 
-    /// Records the intent durably, then kills in the background. Checks the runtime first, so a
-    /// stale view can never direct a kill at a container that has already been replaced.
+    /// Whether this pass may decide: `Err` with when to look again when it may not (kruise-daemon
+    /// runs here, the journal cannot be opened, or the view has not listed the pods yet).
+    fn ready_to_decide(&mut self, view: &NodeView) -> Result<(), Option<Duration>> {
+        if let Some(blocker) = (!self.config.ignore_kruise_daemon)
+            .then(|| kruise_daemon(view))
+            .flatten()
+        {
+            self.health.set(
+                HEALTH_KEY,
+                Err(format!(
+                    "kruise-daemon pod {blocker} runs on this node: not handling ContainerRecreateRequests until it is gone (or --ignore-kruise-daemon)"
+                )),
+            );
+            return Err(None);
+        }
+        if !self.open_journal() {
+            return Err(Some(Duration::from_secs(5)));
+        }
+        self.health.set(HEALTH_KEY, Ok(()));
+        if !view.synced {
+            // Deciding from a view without pods would report live pods as missing.
+            return Err(Some(Duration::from_millis(200)));
+        }
+        Ok(())
+    }
+
+    /// Opens the kill journal unless it is open; false (said on health) when it cannot be.
+    fn open_journal(&mut self) -> bool {
+        if self.journal.is_some() {
+            return true;
+        }
+        match KillJournal::open(&self.config.state_dir) {
+            Ok(journal) => {
+                // Kills an earlier run began: the restarts they cause are still ours.
+                for intent in journal.intents() {
+                    if let Ok(started) = Timestamp::from_millisecond(intent.started_ms) {
+                        self.ledger
+                            .remember(&intent.container_id, Trigger::Crr, started);
+                    }
+                }
+                self.journal = Some(journal);
+                true
+            }
+            Err(err) => {
+                self.health.set(
+                    HEALTH_KEY,
+                    Err(format!(
+                        "cannot kill safely without the kill journal: {err}"
+                    )),
+                );
+                false
+            }
+        }
+    }
+
+    /// One pod's requests: the one worked on is decided and its kills started, the others are
+    /// told to wait for it. Returns when to look again, if the decision says.
+    async fn sync_pod(
+        &mut self,
+        (namespace, pod_name): (String, String),
+        group: &[&Crr],
+        view: &NodeView,
+        now: Timestamp,
+    ) -> Option<Duration> {
+        let request = self.pick_active((namespace.clone(), pod_name.clone()), group)?;
+        let pod_view = view
+            .pods
+            .iter()
+            .find(|p| p.namespace == namespace && p.name == pod_name);
+        let pod_facts = self
+            .facts_of(request, pod_view, view.runtime.as_deref())
+            .await;
+        let decision = self.decide(request, pod_facts.as_ref(), now);
+        for order in decision.kills {
+            self.start_kill(request, order, pod_view).await;
+        }
+        self.write_status(request, decision.status);
+        decision.requeue_after
+    }
+
+    /// The request of the pod's group to work on (the one worked on before while it is open),
+    /// remembered for the next pass; the group's new requests are told to wait for it. `None`
+    /// when none is open.
+    fn pick_active<'r>(&mut self, pod_key: (String, String), group: &[&'r Crr]) -> Option<&'r Crr> {
+        let working_on = self.working_on.get(&pod_key).map(String::as_str);
+        let Some(active) = plan::pick_active(group, working_on) else {
+            self.working_on.remove(&pod_key);
+            return None;
+        };
+        self.working_on.insert(pod_key, group[active].uid.clone());
+        for (i, request) in group.iter().enumerate() {
+            if i != active && request.status.phase == CrrPhase::None {
+                self.write_status(request, plan::waiting_status(request, group[active]));
+            }
+        }
+        Some(group[active])
+    }
+
+    /// The facts of the request's pod, with its listed containers' runtime containers looked
+    /// up where the view has none yet.
+    async fn facts_of(
+        &self,
+        request: &Crr,
+        pod_view: Option<&PodView>,
+        runtime: Option<&str>,
+    ) -> Option<PodFacts> {
+        let mut pod_facts = pod_view.map(pod_facts);
+        if let (Some(facts), Some(pod), Ok(spec)) =
+            (pod_facts.as_mut(), pod_view, request.spec.as_ref())
+        {
+            let unlisted: Vec<&str> = spec
+                .containers
+                .iter()
+                .map(|c| c.name.as_str())
+                .filter(|name| {
+                    !facts.containers.contains_key(*name)
+                        && pod.containers.iter().any(|c| c.name == *name)
+                })
+                .collect();
+            if !facts.terminating && !unlisted.is_empty() {
+                self.look_up_unlisted(facts, pod, &unlisted, runtime).await;
+            }
+        }
+        pod_facts
+    }
+
+    /// The plan's decision for the request, from its pod's facts, its journalled kills and the
+    /// kills of it under way or failed.
+    fn decide(
+        &self,
+        request: &Crr,
+        pod_facts: Option<&PodFacts>,
+        now: Timestamp,
+    ) -> plan::Decision {
+        let journal = self.journal.as_ref();
+        let intents: HashMap<&str, &KillIntent> = request
+            .spec
+            .as_ref()
+            .map(|spec| {
+                spec.containers
+                    .iter()
+                    .filter_map(|c| {
+                        journal?
+                            .find(&request.uid, &c.name)
+                            .map(|i| (c.name.as_str(), i))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let no_kills = RequestKills::default();
+        let kills = self.requests.get(&request.uid).unwrap_or(&no_kills);
+        plan::decide(
+            request,
+            &Facts {
+                now,
+                pod: pod_facts,
+                intents,
+                in_flight: &kills.killing,
+                kill_failures: &kills.failed,
+            },
+        )
+    }
+
     /// The pod's containers that the cached view has no runtime container for yet, asked of the
     /// runtime itself, as kruise-daemon asks it: a pod just started is in the view only from
     /// its next listing (up to `refresh-interval` later on containerd 1.6, which streams no
@@ -440,41 +495,29 @@ impl Controller {
         }
     }
 
-    async fn start_kill(
-        &mut self,
-        request: &Crr,
-        order: KillOrder,
-        pod: Option<&PodView>,
-        pod_ip: Option<String>,
-    ) {
+    /// Records the intent durably, then kills in the background. Checks the runtime first, so a
+    /// stale view can never direct a kill at a container that has already been replaced.
+    async fn start_kill(&mut self, request: &Crr, order: KillOrder, pod: Option<&PodView>) {
         let Some(pod) = pod else { return };
         let Some(claim) = self.config.stops.claim(&order.container_id) else {
             tracing::debug!(container = %order.container, id = %order.container_id,
                 "the container is being stopped, or was stopped, by another restarter; deciding again");
             return;
         };
-        let Some(journal) = self.journal.as_mut() else {
+        let restarter = Restarter {
+            cri: &self.cri,
+            ledger: &self.ledger,
+            trigger: Trigger::Crr,
+            cause: "ContainerRecreateRequest",
+            health: Some((&self.health, HEALTH_KEY)),
+        };
+        let Some(kill) = restarter
+            .prepare(claim, order, self.journal.as_mut(), &request.uid, pod)
+            .await
+        else {
             return;
         };
-        let prepared = match restart::prepare_kill(
-            &self.cri,
-            journal,
-            &self.ledger,
-            Trigger::Crr,
-            &request.uid,
-            &order,
-            pod.runtime_labels(),
-        )
-        .await
-        {
-            Ok(prepared) => prepared,
-            Err(err) => {
-                if let NotPrepared::Journal(_) = err {
-                    self.health.set(HEALTH_KEY, Err(err.to_string()));
-                }
-                return;
-            }
-        };
+        let order = kill.order();
         self.requests
             .entry(request.uid.clone())
             .or_default()
@@ -492,51 +535,22 @@ impl Controller {
         if let Some(reaction) = reaction {
             self.reactions.observe(reaction);
         }
+        let prepared = kill.prepared();
         tracing::info!(crr = %request.name, namespace = %request.namespace, pod = %pod.name, container = %order.container,
             id = %order.container_id, resumed = order.resumed, reaction = ?reaction, before_pass = ?before_pass,
             confirm_took = ?prepared.confirm_took, journal_took = ?prepared.journal_took,
             "stopping container for ContainerRecreateRequest");
-        let cri = self.cri.clone();
-        let events = PodEvents::new(self.client.clone(), &self.config.node_name);
-        let pod_ref = pod.event_ref();
-        let done = self.done_tx.clone();
-        let request_uid = request.uid.clone();
-        let crr_name = request.name.clone();
-        // The event is recorded beside the kill, never in front of it: no API round trip
-        // delays a kill.
-        let backoff = pod
-            .containers
-            .iter()
-            .find(|c| c.name == order.container)
-            .and_then(|c| c.crash_backoff.as_ref());
-        let message = format!(
-            "Stopping container {} by ContainerRecreateRequest {crr_name}{}",
-            order.container,
-            crate::nodeview::CrashBackoffView::after_a_stop(backoff)
+        let killing = format!(
+            "container {} by ContainerRecreateRequest {}",
+            order.container, request.name
         );
-        events.emit(&pod_ref, "Killing", message, "Normal");
-        tokio::spawn(async move {
-            let result = restart::kill_and_report(
-                &cri,
-                &order,
-                claim,
-                pod_ip.as_deref(),
-                &events,
-                &pod_ref,
-                "ContainerRecreateRequest",
-            )
-            .await;
-            let _ = done
-                .send(KillDone {
-                    request_uid,
-                    container: order.container,
-                    result,
-                })
-                .await;
-        });
-        if let Some(unsynced) = prepared.unsynced {
-            unsynced.sync_in_background();
-        }
+        kill.launch(
+            PodEvents::new(self.client.clone(), &self.config.node_name),
+            pod,
+            Some(&killing),
+            &self.done_tx,
+            KillDone::for_request(request.uid.clone()),
+        );
     }
 
     fn write_status(&mut self, request: &Crr, status: CrrStatus) {

@@ -110,6 +110,21 @@ pub(crate) struct KillDone {
     pub result: Result<(), KillError>,
 }
 
+impl KillDone {
+    /// How a request loop words the end of a kill for `request_uid`, for [`ReadyKill::launch`].
+    ///
+    /// [`ReadyKill::launch`]: super::start::ReadyKill::launch
+    pub(crate) fn for_request(
+        request_uid: String,
+    ) -> impl FnOnce(KillOrder, Result<(), KillError>) -> KillDone + Send + 'static {
+        move |order, result| KillDone {
+            request_uid,
+            container: order.container,
+            result,
+        }
+    }
+}
+
 /// One request's kills: those under way and those that failed, by container name.
 #[derive(Debug, Default)]
 pub(crate) struct RequestKills {

@@ -6,8 +6,8 @@
 //! the runtime's clocks (`inplaced_restart_*` metrics).
 //!
 //! A restarter takes the gate and the ledger as required arguments (the agent makes one of each),
-//! keeps a journal of its own, clears each kill with [`prepare_kill`] and calls [`kill`] with a
-//! claim from the gate.
+//! keeps a journal of its own, and starts each kill with a claim from the gate through
+//! [`Restarter::prepare`] (which clears it with [`prepare_kill`]) and [`ReadyKill::launch`].
 
 pub(crate) mod backoff;
 mod gate;
@@ -18,6 +18,7 @@ mod kubelet_process;
 mod ledger;
 mod metrics;
 mod prepare;
+mod start;
 mod tracker;
 
 pub use gate::{StopClaim, StopGate};
@@ -26,10 +27,11 @@ pub use hook::{
     IntOrString, MIN_STOP_GRACE_SECONDS, PreStop, SleepAction, TcpSocketAction,
 };
 pub use journal::{JournalError, KillIntent, KillJournal, Unsynced};
-pub(crate) use kill::{KillDone, RequestKills, kill_and_report};
+pub(crate) use kill::{KillDone, RequestKills};
 pub use kill::{KillError, KillOrder, KillOutcome, kill};
 pub use kubelet_process::KubeletProcess;
 pub use ledger::KillLedger;
 pub(crate) use metrics::{RestartMetrics, RestartPhase, RestartResult};
 pub use prepare::{NotPrepared, Prepared, prepare_kill};
+pub(crate) use start::{ReadyKill, Restarter};
 pub use tracker::RestartTracker;

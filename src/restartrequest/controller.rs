@@ -26,8 +26,8 @@ use crate::nodeview::{ContainerKind, NodeView, PodView, RuntimeState};
 use crate::requests::pod_group;
 use crate::requests::{Context, RequestController, RequestWatch, run_kind};
 use crate::restart::{
-    self, ContainerPort, KillDone, KillIntent, KillJournal, KillLedger, KillOrder, NotPrepared,
-    PreStop, RequestKills, StopGate,
+    ContainerPort, KillDone, KillIntent, KillJournal, KillLedger, KillOrder, PreStop, RequestKills,
+    Restarter, StopGate,
 };
 
 #[derive(Clone, Debug)]
@@ -199,6 +199,30 @@ impl Controller {
             // Deciding from a view without pods would report live pods as missing.
             return Some(Duration::from_millis(200));
         }
+        let requests = self.requests_to_decide(objects);
+        let mut by_pod: BTreeMap<(String, String), Vec<&RestartRequest>> = BTreeMap::new();
+        for r in &requests {
+            by_pod
+                .entry(pod_group(&r.namespace, &r.uid, &r.spec, |s| &s.pod_name))
+                .or_default()
+                .push(r);
+        }
+        let now = Timestamp::now();
+        let mut requeue: Option<Duration> = None;
+        for ((namespace, pod_name), group) in by_pod {
+            let pod = view
+                .pods
+                .iter()
+                .find(|p| p.namespace == namespace && p.name == pod_name);
+            requeue = sooner(requeue, self.sync_pod(group, pod, now).await);
+        }
+        self.forget_gone(objects);
+        requeue
+    }
+
+    /// The requests to decide on, oldest first: those being deleted (by the agent after their
+    /// TTL too) are left out, and each carries the status written last.
+    fn requests_to_decide(&mut self, objects: &[Arc<DynamicObject>]) -> Vec<RestartRequest> {
         let mut requests = Vec::new();
         for object in objects {
             match RestartRequest::from_object(object) {
@@ -221,68 +245,86 @@ impl Controller {
             }
         }
         requests.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
-        let mut by_pod: BTreeMap<(String, String), Vec<&RestartRequest>> = BTreeMap::new();
-        for r in &requests {
-            by_pod
-                .entry(pod_group(&r.namespace, &r.uid, &r.spec, |s| &s.pod_name))
-                .or_default()
-                .push(r);
-        }
-        let now = Timestamp::now();
+        requests
+    }
+
+    /// One pod's requests, oldest first: the first open one is worked on, later open ones wait
+    /// for it, finished ones are followed to their deletion. Returns when to look again.
+    async fn sync_pod(
+        &mut self,
+        group: Vec<&RestartRequest>,
+        pod: Option<&PodView>,
+        now: Timestamp,
+    ) -> Option<Duration> {
+        let facts = pod.map(pod_facts);
         let mut requeue: Option<Duration> = None;
-        let mut wake = |after: Duration| requeue = Some(requeue.map_or(after, |r| r.min(after)));
-        for ((namespace, pod_name), group) in by_pod {
-            let pod = view
-                .pods
-                .iter()
-                .find(|p| p.namespace == namespace && p.name == pod_name);
-            let facts = pod.map(pod_facts);
-            let mut active: Option<&RestartRequest> = None;
-            for request in group {
-                if !request.status.phase.is_final() {
-                    match active {
-                        None => active = Some(request),
-                        Some(first) => {
-                            if request.status.phase == RestartPhase::None {
-                                let status = RestartStatus {
-                                    phase: RestartPhase::Pending,
-                                    message: Some(format!(
-                                        "waiting for ContainerRestartRequest {} of the same pod",
-                                        first.name
-                                    )),
-                                    ..Default::default()
-                                };
-                                self.write_status(request, status);
-                            }
-                            continue;
+        let mut active: Option<&RestartRequest> = None;
+        for request in group {
+            if !request.status.phase.is_final() {
+                match active {
+                    None => active = Some(request),
+                    Some(first) => {
+                        if request.status.phase == RestartPhase::None {
+                            self.wait_for(request, first);
                         }
+                        continue;
                     }
                 }
-                let decision = self.decide(request, facts.as_ref(), now);
-                if let Some(after) = decision.requeue_after {
-                    wake(after);
-                }
-                if decision.delete {
-                    self.delete(request).await;
-                    continue;
-                }
-                if let Some(pod) = pod {
-                    for container in &decision.restarted {
-                        self.announce(request, pod, container);
-                    }
-                    for order in decision.kills {
-                        self.start_kill(request, order, pod).await;
-                    }
-                }
-                if decision.status.phase == RestartPhase::Failed
-                    && request.status.phase != RestartPhase::Failed
-                {
-                    tracing::warn!(request = %request.name, namespace = %request.namespace,
-                        message = ?decision.status.message, "ContainerRestartRequest failed");
-                }
-                self.write_status(request, decision.status);
+            }
+            let after = self.sync_request(request, pod, facts.as_ref(), now).await;
+            requeue = sooner(requeue, after);
+        }
+        requeue
+    }
+
+    /// Tells a new request that it waits for `first`, the pod's request being worked on.
+    fn wait_for(&mut self, request: &RestartRequest, first: &RestartRequest) {
+        let status = RestartStatus {
+            phase: RestartPhase::Pending,
+            message: Some(format!(
+                "waiting for ContainerRestartRequest {} of the same pod",
+                first.name
+            )),
+            ..Default::default()
+        };
+        self.write_status(request, status);
+    }
+
+    /// Decides one request and carries the decision out: its deletion, or its `Restarted`
+    /// events, its kills and its status. Returns when to look again, if the decision says.
+    async fn sync_request(
+        &mut self,
+        request: &RestartRequest,
+        pod: Option<&PodView>,
+        facts: Option<&PodFacts>,
+        now: Timestamp,
+    ) -> Option<Duration> {
+        let decision = self.decide(request, facts, now);
+        let requeue = decision.requeue_after;
+        if decision.delete {
+            self.delete(request).await;
+            return requeue;
+        }
+        if let Some(pod) = pod {
+            for container in &decision.restarted {
+                self.announce(request, pod, container);
+            }
+            for order in decision.kills {
+                self.start_kill(request, order, pod).await;
             }
         }
+        if decision.status.phase == RestartPhase::Failed
+            && request.status.phase != RestartPhase::Failed
+        {
+            tracing::warn!(request = %request.name, namespace = %request.namespace,
+                message = ?decision.status.message, "ContainerRestartRequest failed");
+        }
+        self.write_status(request, decision.status);
+        requeue
+    }
+
+    /// Forgets the requests no longer watched, but not while a kill of theirs runs.
+    fn forget_gone(&mut self, objects: &[Arc<DynamicObject>]) {
         let live: HashSet<&str> = objects
             .iter()
             .filter_map(|o| o.metadata.uid.as_deref())
@@ -291,7 +333,6 @@ impl Controller {
             .retain(|uid, t| live.contains(uid.as_str()) || !t.kills.killing.is_empty());
         let live: HashSet<String> = live.into_iter().map(str::to_owned).collect();
         self.statuses.retain(&live);
-        requeue
     }
 
     fn decide(
@@ -353,28 +394,20 @@ impl Controller {
                 "the container is being stopped, or was stopped, by another restarter; deciding again");
             return;
         };
-        let Some(journal) = self.journal.as_mut() else {
+        let restarter = Restarter {
+            cri: &self.cri,
+            ledger: &self.config.ledger,
+            trigger: Trigger::RestartRequest,
+            cause: "ContainerRestartRequest",
+            health: Some((&self.health, HEALTH_KEY)),
+        };
+        let Some(kill) = restarter
+            .prepare(claim, order, self.journal.as_mut(), &request.uid, pod)
+            .await
+        else {
             return;
         };
-        let prepared = match restart::prepare_kill(
-            &self.cri,
-            journal,
-            &self.config.ledger,
-            Trigger::RestartRequest,
-            &request.uid,
-            &order,
-            pod.runtime_labels(),
-        )
-        .await
-        {
-            Ok(prepared) => prepared,
-            Err(err) => {
-                if let NotPrepared::Journal(_) = err {
-                    self.health.set(HEALTH_KEY, Err(err.to_string()));
-                }
-                return;
-            }
-        };
+        let order = kill.order();
         self.requests
             .entry(request.uid.clone())
             .or_default()
@@ -384,51 +417,17 @@ impl Controller {
         tracing::info!(request = %request.name, namespace = %request.namespace, pod = %pod.name,
             container = %order.container, id = %order.container_id, resumed = order.resumed,
             "stopping container for ContainerRestartRequest");
-        let backoff = pod
-            .containers
-            .iter()
-            .find(|c| c.name == order.container)
-            .and_then(|c| c.crash_backoff.as_ref());
-        let events = PodEvents::new(self.client.clone(), &self.config.node_name);
-        let pod_ref = pod.event_ref();
-        // Recorded beside the kill, never in front of it: no API round trip delays a stop.
-        events.emit(
-            &pod_ref,
-            "Killing",
-            format!(
-                "Stopping container {} by ContainerRestartRequest {}{}",
-                order.container,
-                request.name,
-                crate::nodeview::CrashBackoffView::after_a_stop(backoff)
-            ),
-            "Normal",
+        let killing = format!(
+            "container {} by ContainerRestartRequest {}",
+            order.container, request.name
         );
-        let cri = self.cri.clone();
-        let done = self.done_tx.clone();
-        let request_uid = request.uid.clone();
-        let pod_ip = pod.pod_ip.clone();
-        tokio::spawn(async move {
-            let result = restart::kill_and_report(
-                &cri,
-                &order,
-                claim,
-                pod_ip.as_deref(),
-                &events,
-                &pod_ref,
-                "ContainerRestartRequest",
-            )
-            .await;
-            let _ = done
-                .send(KillDone {
-                    request_uid,
-                    container: order.container,
-                    result,
-                })
-                .await;
-        });
-        if let Some(unsynced) = prepared.unsynced {
-            unsynced.sync_in_background();
-        }
+        kill.launch(
+            PodEvents::new(self.client.clone(), &self.config.node_name),
+            pod,
+            Some(&killing),
+            &self.done_tx,
+            KillDone::for_request(request.uid.clone()),
+        );
     }
 
     fn write_status(&mut self, request: &RestartRequest, status: RestartStatus) {
@@ -484,6 +483,14 @@ impl Controller {
                 None => tracing::error!("kill journal compaction panicked"),
             }
         }
+    }
+}
+
+/// The earlier of two times to look again.
+fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

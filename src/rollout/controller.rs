@@ -22,7 +22,7 @@ use super::census::rollout_request;
 use super::census::{LEASES_PERIOD, NamespaceWatch};
 use super::object::{self, Claim, LABEL_AGENT_LEASE, LABEL_ROLLOUT, Rollout, RolloutPhase};
 use super::plan::{
-    self, Facts, LEASE_DURATION, NodeRequest, NodeRequests, RequestOutcome, RolloutPod,
+    self, Census, Facts, LEASE_DURATION, NodeRequest, NodeRequests, RequestOutcome, RolloutPod,
 };
 use crate::kube::Watched;
 use crate::nodeview::{NodeView, PodView};
@@ -214,24 +214,58 @@ impl Controller {
         if my_pods.is_empty() && mine.is_none() {
             return false;
         }
-        let rv = rollout.meta.resource_version.clone();
-        let uid = rollout.meta.uid.clone();
-        if self
-            .tracked
-            .get(&uid)
-            .is_some_and(|t| t.conflicted_at.is_some() && t.conflicted_at == rv)
-        {
-            // The watch has not brought the newer version yet.
+        if self.held_back(rollout) {
             return true;
         }
-        if self
-            .tracked
-            .get(&uid)
-            .and_then(|t| t.write_after)
-            .is_some_and(|after| Instant::now() < after)
-        {
+        // A pod without a request has not been asked: nothing is decided before the request
+        // watch has listed.
+        let Some(mut requests) = self.requests_of(rollout).await else {
             return true;
+        };
+        // The requests of this node's claims, made if missing.
+        if let Some(part) = mine {
+            for claim in &part.claims {
+                self.make_missing(rollout, spec, claim, view, &mut requests)
+                    .await;
+            }
         }
+        let census = self.census(rollout, &selector).await;
+        let step = plan::decide(&Facts {
+            node: &self.node,
+            now: Timestamp::now(),
+            generation: rollout.meta.generation,
+            spec,
+            status: &rollout.status,
+            my_pods: &my_pods,
+            requests: &requests,
+            census: census.as_ref(),
+        });
+        self.note_waiting(rollout, step.waiting.as_deref());
+        if step.status != rollout.status {
+            self.write_step(object, rollout, spec, &step, view, &mut requests)
+                .await;
+        }
+        step.takes_part
+    }
+
+    /// Whether nothing is decided of the rollout now: a write of this version was refused (the
+    /// watch has not brought the newer one yet), or the write put off after a refusal is not
+    /// due yet.
+    fn held_back(&self, rollout: &Rollout) -> bool {
+        let Some(tracked) = self.tracked.get(&rollout.meta.uid) else {
+            return false;
+        };
+        let rv = &rollout.meta.resource_version;
+        (tracked.conflicted_at.is_some() && tracked.conflicted_at == *rv)
+            || tracked
+                .write_after
+                .is_some_and(|after| Instant::now() < after)
+    }
+
+    /// This node's requests of the rollout, by pod UID, with those this agent made that the
+    /// watch does not show yet; `None` until the namespace's request watch has listed. Starts
+    /// the namespace's census watches if they are not running.
+    async fn requests_of(&mut self, rollout: &Rollout) -> Option<HashMap<String, NodeRequest>> {
         let namespace = rollout.meta.namespace.as_str();
         let census_source = self
             .namespaces
@@ -245,28 +279,24 @@ impl Controller {
                 )
             });
         census_source.used = Instant::now();
-        // A pod without a request has not been asked: nothing is decided before the request
-        // watch has listed.
-        let Some(mut requests) = census_source.requests_of(&uid) else {
-            return true;
-        };
+        let mut requests = census_source.requests_of(&rollout.meta.uid)?;
         census_source
             .refresh_live_agents(&self.client, namespace)
             .await;
-        let tracked = self.tracked.entry(uid.clone()).or_default();
+        let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
         for (pod_uid, pod) in &tracked.made {
             requests.entry(pod_uid.clone()).or_insert(NodeRequest {
                 pod: pod.clone(),
                 outcome: RequestOutcome::Underway,
             });
         }
-        // The requests of this node's claims, made if missing.
-        if let Some(part) = mine {
-            for claim in &part.claims {
-                self.make_missing(rollout, spec, claim, view, &mut requests)
-                    .await;
-            }
-        }
+        Some(requests)
+    }
+
+    /// The census of the rollout's `selector` in its namespace, with the requests on the nodes
+    /// of agents that are gone; `None` while the namespace's watches have not listed.
+    async fn census(&mut self, rollout: &Rollout, selector: &Selector) -> Option<Census> {
+        let namespace = rollout.meta.namespace.as_str();
         let live = self
             .namespaces
             .get(namespace)
@@ -275,67 +305,74 @@ impl Controller {
             Some(live) => self.foreign_requests(rollout, &live).await,
             None => HashMap::new(),
         };
-        let census = self
-            .namespaces
+        self.namespaces
             .get(namespace)
-            .and_then(|source| source.census(&selector, foreign));
-        let step = plan::decide(&Facts {
-            node: &self.node,
-            now: Timestamp::now(),
-            generation: rollout.meta.generation,
-            spec,
-            status: &rollout.status,
-            my_pods: &my_pods,
-            requests: &requests,
-            census: census.as_ref(),
-        });
-        if let Some(t) = self.tracked.get_mut(&uid)
-            && t.waiting != step.waiting
+            .and_then(|source| source.census(selector, foreign))
+    }
+
+    /// Logs why this node waits when that changes.
+    fn note_waiting(&mut self, rollout: &Rollout, waiting: Option<&str>) {
+        if let Some(t) = self.tracked.get_mut(&rollout.meta.uid)
+            && t.waiting.as_deref() != waiting
         {
-            if let Some(reason) = &step.waiting {
+            if let Some(reason) = waiting {
                 tracing::info!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
                     reason = %reason, "rollout: waiting before restarting more pods here");
             }
-            t.waiting = step.waiting.clone();
+            t.waiting = waiting.map(str::to_owned);
         }
-        if step.status != rollout.status {
-            let mut written = object.clone();
-            written.data["status"] = match serde_json::to_value(&step.status) {
-                Ok(value) => value,
-                Err(err) => {
-                    tracing::error!(error = %err, "cannot encode a rollout's status");
-                    return step.takes_part;
+    }
+
+    /// Writes the step's status, conditioned on the version it was decided from; once it
+    /// lands, makes the requests of the pods it claimed. A refused write is put off.
+    async fn write_step(
+        &mut self,
+        object: &DynamicObject,
+        rollout: &Rollout,
+        spec: &object::RolloutSpec,
+        step: &plan::Decision,
+        view: &NodeView,
+        requests: &mut HashMap<String, NodeRequest>,
+    ) {
+        let mut written = object.clone();
+        written.data["status"] = match serde_json::to_value(&step.status) {
+            Ok(value) => value,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot encode a rollout's status");
+                return;
+            }
+        };
+        match self.replace_status(rollout, &written).await {
+            Ok(()) => {
+                if let Some(t) = self.tracked.get_mut(&rollout.meta.uid) {
+                    t.conflicted_at = None;
                 }
-            };
-            match self.replace_status(rollout, &written).await {
-                Ok(()) => {
-                    if let Some(t) = self.tracked.get_mut(&uid) {
-                        t.conflicted_at = None;
-                    }
-                    if step.status.phase != rollout.status.phase {
-                        tracing::info!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
-                            phase = ?step.status.phase, message = ?step.status.message, "rollout phase");
-                    }
-                    for claim in &step.claimed {
-                        tracing::info!(rollout = %rollout.meta.name, pod = %claim.pod,
-                            namespace = %rollout.meta.namespace, "rollout: restarting a pod here");
-                        self.make_missing(rollout, spec, claim, view, &mut requests)
-                            .await;
-                    }
+                if step.status.phase != rollout.status.phase {
+                    tracing::info!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
+                        phase = ?step.status.phase, message = ?step.status.message, "rollout phase");
                 }
-                Err(Conflict) => {
-                    if let Some(t) = self.tracked.get_mut(&uid) {
-                        t.conflicted_at = rv;
-                        t.write_after = Some(
-                            Instant::now()
-                                + conflict_spread(rollout.status.nodes.len())
-                                    .mul_f64(rand::random_range(0.0..1.0)),
-                        );
-                    }
+                for claim in &step.claimed {
+                    tracing::info!(rollout = %rollout.meta.name, pod = %claim.pod,
+                        namespace = %rollout.meta.namespace, "rollout: restarting a pod here");
+                    self.make_missing(rollout, spec, claim, view, requests)
+                        .await;
                 }
             }
+            Err(Conflict) => self.put_off(rollout),
         }
-        step.takes_part
+    }
+
+    /// After a refused write: nothing more is decided from this version, and the next try
+    /// comes at a random point of the spread, so that the agents that lost do not race again.
+    fn put_off(&mut self, rollout: &Rollout) {
+        if let Some(t) = self.tracked.get_mut(&rollout.meta.uid) {
+            t.conflicted_at = rollout.meta.resource_version.clone();
+            t.write_after = Some(
+                Instant::now()
+                    + conflict_spread(rollout.status.nodes.len())
+                        .mul_f64(rand::random_range(0.0..1.0)),
+            );
+        }
     }
 
     async fn replace_status(
