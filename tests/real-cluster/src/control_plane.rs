@@ -88,9 +88,28 @@ pub struct ControlPlane {
     dir: tempfile::TempDir,
 }
 
-/// A free loopback port (bound and released: the component binds it right after).
+/// A free loopback port for a component to listen on (checked by binding it, then released:
+/// the component binds it right after). Picked below the kernel's ephemeral range: a port the
+/// kernel hands out for bind(0) is one it also hands out as the local port of outgoing
+/// connections, and one of those (a kubelet's, an apiserver's) took such a port between the
+/// check and etcd's bind ("address already in use"). Never one this process handed out before.
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_from.max(10_001));
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..1000 {
+        let port = low + rand::random::<u16>() % (high - low);
+        if !handed_out.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.insert(port);
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free loopback port between {low} and {high}")
 }
 
 /// Who authenticates how in a kubeconfig.
