@@ -276,7 +276,10 @@ fn follow_container(
         && intent.container_id == runtime.id
     {
         state.phase = ContainerPhase::Recreating;
-        finish_abandoned_kill(&container.name, intent, runtime, facts.now, followed);
+        match KillOrder::resume(intent, &container.name, facts.now.as_millisecond()) {
+            Ok(order) => followed.kills.push(order),
+            Err(wait) => followed.wake(wait),
+        }
         return state;
     }
     if blocked {
@@ -376,33 +379,6 @@ fn follow_recreated(
         state.phase = ContainerPhase::Succeeded;
     } else if ready {
         followed.wake(min_started - up_for);
-    }
-}
-
-/// An abandoned kill of a container still running: ordered again with the minimum grace
-/// once the first one's grace is over, else woken up for then.
-fn finish_abandoned_kill(
-    name: &str,
-    intent: &KillIntent,
-    runtime: &RuntimeFacts,
-    now: Timestamp,
-    followed: &mut Followed,
-) {
-    let due_ms = intent.started_ms.saturating_add(intent.grace_ms);
-    let now_ms = now.as_millisecond();
-    if now_ms < due_ms {
-        followed.wake(Duration::from_millis(
-            u64::try_from(due_ms.saturating_sub(now_ms)).unwrap_or(0),
-        ));
-    } else {
-        followed.kills.push(KillOrder {
-            container: name.to_owned(),
-            container_id: runtime.id.clone(),
-            pre_stop: None,
-            ports: Vec::new(),
-            grace: Duration::ZERO,
-            resumed: true,
-        });
     }
 }
 

@@ -26,6 +26,32 @@ pub struct KillOrder {
     pub resumed: bool,
 }
 
+impl KillOrder {
+    /// The kill `intent` recorded, resumed for `container` after the agent that began it died:
+    /// no hook again, the minimum stop grace; ordered once the first attempt's SIGKILL was due
+    /// (at `now_ms`, Unix milliseconds), else `Err` with how long until then.
+    pub(crate) fn resume(
+        intent: &super::KillIntent,
+        container: &str,
+        now_ms: i64,
+    ) -> Result<KillOrder, Duration> {
+        let due_ms = intent.started_ms.saturating_add(intent.grace_ms);
+        if now_ms < due_ms {
+            return Err(Duration::from_millis(
+                u64::try_from(due_ms.saturating_sub(now_ms)).unwrap_or(0),
+            ));
+        }
+        Ok(KillOrder {
+            container: container.to_owned(),
+            container_id: intent.container_id.clone(),
+            pre_stop: None,
+            ports: Vec::new(),
+            grace: Duration::ZERO,
+            resumed: true,
+        })
+    }
+}
+
 /// A failed stop: the runtime's StopContainer failed for `container` (its name in the pod).
 #[derive(Debug, thiserror::Error)]
 #[error("stopping container {container}: {source}")]

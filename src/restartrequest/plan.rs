@@ -418,7 +418,10 @@ fn follow_container(
     {
         state.phase = ContainerPhase::Restarting;
         state.old_container_id = Some(runtime.container_id.clone());
-        finish_abandoned_kill(name, intent, runtime, facts.now, followed);
+        match KillOrder::resume(intent, name, facts.now.as_millisecond()) {
+            Ok(order) => followed.kills.push(order),
+            Err(wait) => followed.wake(wait),
+        }
         return state;
     }
     if blocked {
@@ -478,33 +481,6 @@ fn follow_replacement(
         state.message = Some(backoff_message(runtime));
     } else {
         state.message = Some("running, waiting for the pod to report it ready".into());
-    }
-}
-
-/// An abandoned kill of a container still running: ordered again with no grace once the
-/// first one's grace is over, else woken up for then.
-fn finish_abandoned_kill(
-    name: &str,
-    intent: &KillIntent,
-    runtime: &ContainerFacts,
-    now: Timestamp,
-    followed: &mut Followed,
-) {
-    let due_ms = intent.started_ms.saturating_add(intent.grace_ms);
-    let now_ms = now.as_millisecond();
-    if now_ms < due_ms {
-        followed.wake(Duration::from_millis(
-            u64::try_from(due_ms.saturating_sub(now_ms)).unwrap_or(0),
-        ));
-    } else {
-        followed.kills.push(KillOrder {
-            container: name.to_owned(),
-            container_id: runtime.id.clone(),
-            pre_stop: None,
-            ports: Vec::new(),
-            grace: Duration::ZERO,
-            resumed: true,
-        });
     }
 }
 
