@@ -142,7 +142,7 @@ pub async fn run(ctx: Context, config: ContainerMetaConfig) {
         metrics,
         mut shutdown,
     } = ctx;
-    let progress = health.worker(WORKER, LONGEST_IDLE_PASS);
+    let progress = health.worker(WORKER, IDLE_PASS);
     let (done_tx, mut done_rx) = mpsc::channel::<String>(64);
     let tokens = f64::from(config.restarts_per_minute);
     let metrics: ContainerMetaMetrics = metrics.families();
@@ -195,12 +195,9 @@ pub async fn run(ctx: Context, config: ContainerMetaConfig) {
 /// How soon to look again while an env restart is settling or under way, or a write is out.
 const BUSY_PASS: Duration = Duration::from_millis(250);
 /// How soon to look again without a change of the view otherwise: env reads to retry, the
-/// restart budget to refill.
+/// restart budget to refill. Also the longest the loop waits before it turns anyway (its
+/// worker's bound in `Health` adds it).
 const IDLE_PASS: Duration = Duration::from_secs(5);
-
-/// The longest the controller waits without a change before it turns anyway (its worker's
-/// bound in `Health` adds it).
-const LONGEST_IDLE_PASS: Duration = IDLE_PASS;
 
 impl Controller {
     /// Every view change is a pass; between changes, passes only as often as pending work needs.

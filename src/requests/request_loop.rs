@@ -75,21 +75,21 @@ pub(crate) struct RequestWatch<F> {
 /// controller with the sender its background work reports to, and runs the loop.
 pub(crate) async fn run_kind<C, F>(
     ctx: Context,
-    watch: RequestWatch<F>,
+    requests: RequestWatch<F>,
     controller: impl FnOnce(mpsc::Sender<C::Done>) -> C,
 ) where
     C: RequestController,
     F: Fn(&watcher::Event<DynamicObject>) + Send + 'static,
 {
     let progress = ctx.health.worker(C::WORKER, MAX_REQUEUE);
-    let (requests, watch_task) = crate::kube::watch_requests(
+    let (watched, watch_task) = crate::kube::watch_requests(
         ctx.client.clone(),
-        &watch.resource,
-        &watch.selector,
-        watch.watched,
+        &requests.resource,
+        &requests.selector,
+        requests.watched,
         ctx.metrics.clone(),
         ctx.health.clone(),
-        watch.on_event,
+        requests.on_event,
     );
     let (reports_tx, reports) = mpsc::channel(REPORTS);
     let controller = controller(reports_tx.clone());
@@ -97,7 +97,7 @@ pub(crate) async fn run_kind<C, F>(
     run_request_loop(
         controller,
         (reports_tx, reports),
-        requests,
+        watched,
         watch_task,
         ctx.views,
         ctx.shutdown,
