@@ -1,11 +1,12 @@
-//! The rollout's namespace as an agent with work in a rollout follows it: its pods, its
-//! PodDisruptionBudgets and the requests the rollouts made for this node's pods through three
-//! watches (started when the agent first has work in a rollout of the namespace, stopped a
-//! while after it has none), and the agents' Leases, listed at most every [`LEASES_PERIOD`]. Taking the census from watches makes a claim cost no
-//! request but its status write: listing the namespace's pods before each claim (the first
-//! design) cost most of the API requests of a restarted pod (BENCHMARKS.md).
+//! The rollout's namespace as the agent that leads its rollouts follows it: its pods, its
+//! PodDisruptionBudgets and every request its rollouts made, through three watches (started
+//! when the agent takes the lead there, stopped a while after it has none), and the agents'
+//! Leases, listed at most every [`LEASES_PERIOD`]. Taking the census from watches makes a
+//! claim cost no request but its share of a status write: listing the namespace's pods before
+//! each claim (the first design) cost most of the API requests of a restarted pod
+//! (BENCHMARKS.md).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -22,16 +23,13 @@ use tokio::sync::Notify;
 
 use super::budget::{Budget, PodState};
 use super::object::{LABEL_AGENT_LEASE, LABEL_ROLLOUT};
-use super::plan::{Census, NodeRequest, NodeRequests, RequestOutcome, RolloutPod};
+use super::plan::{Asked, Census, RequestOutcome, Requests, RolloutPod};
 use crate::restartrequest::object as restart;
 use crate::restartrequest::restart_request_resource;
 
 /// The least time between two listings of the agents' Leases (only claims of agents that are
 /// gone and nodes without an agent depend on them; a Lease lasts 40 s).
 pub(super) const LEASES_PERIOD: Duration = Duration::from_secs(10);
-/// A namespace's watches outlive the agent's last work there by this much (a rollout ending
-/// and the next one starting do not list the namespace again).
-const LINGER: Duration = Duration::from_secs(60);
 
 /// One pod of the namespace as the census keeps it: identity, labels, node, readiness, made
 /// once as it is read (a census is taken on every pass). The rest of the pod (its spec, its
@@ -112,15 +110,13 @@ crate::kube::lean_pod_resource!(CensusPod);
 pub(super) struct NamespaceWatch {
     pods: Store<CensusPod>,
     budgets: Store<PodDisruptionBudget>,
-    /// The ContainerRestartRequests the rollouts made for this node's pods: how its claims
-    /// stand, without reading each one.
+    /// Every ContainerRestartRequest the namespace's rollouts made: how each claim stands, and
+    /// each pod's record, without reading each one.
     requests: Store<DynamicObject>,
     listed: [Arc<AtomicBool>; 3],
     tasks: [tokio::task::JoinHandle<()>; 3],
     /// The nodes whose agent held an unexpired Lease when last listed, and when.
     live_agents: Option<(Instant, HashSet<String>)>,
-    /// When an agent last had work in a rollout of this namespace.
-    pub(super) used: Instant,
 }
 
 impl Drop for NamespaceWatch {
@@ -132,12 +128,11 @@ impl Drop for NamespaceWatch {
 }
 
 impl NamespaceWatch {
-    /// Starts the namespace's watches; `requests_changed` is notified when one of this node's
-    /// rollout requests changes.
+    /// Starts the namespace's watches; `requests_changed` is notified when one of the
+    /// rollouts' requests changes.
     pub(super) fn start(
         client: &::kube::Client,
         namespace: &str,
-        node: &str,
         requests_changed: Arc<Notify>,
     ) -> NamespaceWatch {
         let (pods, pods_listed, pods_task) = crate::kube::watch_namespaced(
@@ -155,7 +150,7 @@ impl NamespaceWatch {
             || {},
         );
         let resource = restart_request_resource();
-        let labels = format!("{}={node},{LABEL_ROLLOUT}", restart::LABEL_NODE_NAME);
+        let labels = LABEL_ROLLOUT.to_string();
         let (requests, requests_listed, requests_task) = crate::kube::watch_namespaced(
             Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource),
             resource,
@@ -174,12 +169,11 @@ impl NamespaceWatch {
                 tokio::spawn(requests_task),
             ],
             live_agents: None,
-            used: Instant::now(),
         }
     }
 
-    /// This node's requests of the rollout `uid`, by pod UID, once their watch has listed.
-    pub(super) fn requests_of(&self, rollout_uid: &str) -> Option<HashMap<String, NodeRequest>> {
+    /// The requests of the rollout `uid`, by pod UID, once their watch has listed.
+    pub(super) fn requests_of(&self, rollout_uid: &str) -> Option<Requests> {
         if !self.listed[2].load(Ordering::Relaxed) {
             return None;
         }
@@ -190,11 +184,6 @@ impl NamespaceWatch {
                 .filter_map(|r| rollout_request(r, rollout_uid))
                 .collect(),
         )
-    }
-
-    /// Unused for long enough to be stopped.
-    pub(super) fn idle(&self) -> bool {
-        self.used.elapsed() > LINGER
     }
 
     /// Lists the agents' Leases if the last listing is older than [`LEASES_PERIOD`]; a failure
@@ -245,16 +234,13 @@ impl NamespaceWatch {
     }
 
     /// The census of a rollout's `selector`, once both watches have listed and the Leases have
-    /// been listed once; `foreign_requests` are the requests on gone agents' nodes.
-    pub(super) fn census(
-        &self,
-        selector: &Selector,
-        foreign_requests: HashMap<String, NodeRequests>,
-    ) -> Option<Census> {
+    /// been listed once; `me` is counted alive whatever its Lease says (it is deciding).
+    pub(super) fn census(&self, selector: &Selector, me: &str) -> Option<Census> {
         if !self.listed[..2].iter().all(|l| l.load(Ordering::Relaxed)) {
             return None;
         }
-        let live_agents = self.live_agents.as_ref()?.1.clone();
+        let mut live_agents = self.live_agents.as_ref()?.1.clone();
+        live_agents.insert(me.to_string());
         let pods = self.pods.state();
         let matching = pods
             .iter()
@@ -280,22 +266,13 @@ impl NamespaceWatch {
             budgets,
             namespace_pods,
             live_agents,
-            foreign_requests,
         })
-    }
-
-    /// The live agents as last listed (empty before the first listing).
-    pub(super) fn live_agents(&self) -> Option<&HashSet<String>> {
-        self.live_agents.as_ref().map(|(_, live)| live)
     }
 }
 
 /// A request of the rollout `rollout_uid` (its owner), by its pod's UID; `None` for another
 /// rollout's (a rollout deleted and made again under its name) or one without a pod UID.
-pub(super) fn rollout_request(
-    object: &DynamicObject,
-    rollout_uid: &str,
-) -> Option<(String, NodeRequest)> {
+fn rollout_request(object: &DynamicObject, rollout_uid: &str) -> Option<(String, Asked)> {
     let owned = object
         .metadata
         .owner_references
@@ -305,9 +282,17 @@ pub(super) fn rollout_request(
     let spec = &object.data["spec"];
     let uid = spec["podUID"].as_str().filter(|_| owned)?;
     let pod = spec["podName"].as_str().unwrap_or_default();
+    let node = object
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(restart::LABEL_NODE_NAME))
+        .cloned()
+        .unwrap_or_default();
     Some((
         uid.to_string(),
-        NodeRequest {
+        Asked {
+            node,
             pod: pod.to_string(),
             outcome: outcome_of(object),
         },

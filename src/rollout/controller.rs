@@ -1,49 +1,53 @@
-//! The rollout loop: one watch of every ContainerRestartRollout; for each unfinished one with
-//! pods on this node, the facts (the node view, and the census of the namespace and the
-//! requests of this node's claims, kept by watches while this node has work there), one
-//! [`plan::decide`], and its result written with the resourceVersion it was decided from. The restarts themselves are
-//! ContainerRestartRequests, named after the rollout and the pod so that a pod is asked once per
-//! rollout whatever happens to the agent; this node's restart-request loop carries them out.
+//! The rollout loop: one watch of every ContainerRestartRollout. Every agent whose node takes
+//! part in an unfinished rollout holds its own Lease and makes the ContainerRestartRequests of
+//! its node's claims as the rollout's status names them (this node's restart-request loop
+//! carries them out; a request is named after the rollout and the pod, so a pod is asked once
+//! per rollout whatever happens to the agents). One agent per namespace, the holder of its
+//! leader Lease ([`super::lease`]), also decides: it keeps the census of the namespace and
+//! every request of its rollouts by watches, runs [`plan::decide`] over every node, and writes
+//! the result with the resourceVersion it was decided from, at most once per write interval, so
+//! that the claims and releases of many nodes go out in one write.
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use ::kube::core::{Selector, SelectorExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use tokio::sync::{Notify, mpsc};
 
-use super::budget::PodState;
-use super::census::rollout_request;
-use super::census::{LEASES_PERIOD, NamespaceWatch};
-use super::object::{self, Claim, LABEL_AGENT_LEASE, LABEL_ROLLOUT, Rollout, RolloutPhase};
-use super::plan::{
-    self, Census, Facts, LEASE_DURATION, NodeRequest, NodeRequests, RequestOutcome, RolloutPod,
-};
+use super::census::NamespaceWatch;
+use super::lease::{LEASE_RENEWAL, Leadership, renew_agent_lease};
+use super::object::{self, Claim, LABEL_ROLLOUT, Rollout, RolloutPhase, RolloutSpec};
+use super::plan::{self, Census, Facts, Requests};
 use crate::kube::Watched;
-use crate::nodeview::{NodeView, PodView};
+use crate::nodeview::NodeView;
 use crate::requests::{Context, RequestController, RequestWatch, run_kind};
 use crate::restartrequest::object::{self as restart, RestartContainer, RestartSpec};
 use crate::restartrequest::restart_request_resource;
 
-/// How often an agent with rollout work renews its Lease.
-const LEASE_RENEWAL: Duration = Duration::from_secs(10);
-/// After a refused status write, the next try comes at a random point within a window of this
-/// much per node taking part (the nodes with a part in the rollout's status), between
-/// [`CONFLICT_SPREAD_MIN`] and [`CONFLICT_SPREAD_MAX`]: the agents that lost a race then try
-/// again about one at a time, whether there are three of them or a hundred.
-const CONFLICT_SPREAD_PER_NODE: Duration = Duration::from_millis(10);
-const CONFLICT_SPREAD_MIN: Duration = Duration::from_millis(50);
-const CONFLICT_SPREAD_MAX: Duration = Duration::from_secs(1);
+/// The least time between two status writes of one rollout by its leader: every write goes
+/// to every agent's watch, so the claims and releases of that time go out in one write. It
+/// grows with the agents taking part (each write costs each of them a read of it), within
+/// bounds.
+const WRITE_INTERVAL_PER_AGENT: Duration = Duration::from_millis(1);
+const WRITE_INTERVAL_MIN: Duration = Duration::from_millis(50);
+const WRITE_INTERVAL_MAX: Duration = Duration::from_secs(1);
+/// After a write refused for another reason than a conflict (kube-apiserver's admission may
+/// not see this agent's new leader Lease for a moment), it is tried again this much later.
+const RETRY_REFUSED_WRITE: Duration = Duration::from_millis(250);
+/// A namespace's leadership and census outlive the agent's last work there by this much (a
+/// rollout ending and the next one starting neither list the namespace nor elect again).
+const LINGER: Duration = Duration::from_secs(60);
 
-fn conflict_spread(nodes: usize) -> Duration {
-    CONFLICT_SPREAD_PER_NODE
-        .saturating_mul(u32::try_from(nodes).unwrap_or(u32::MAX))
-        .clamp(CONFLICT_SPREAD_MIN, CONFLICT_SPREAD_MAX)
+fn write_interval(agents: usize) -> Duration {
+    WRITE_INTERVAL_PER_AGENT
+        .saturating_mul(u32::try_from(agents).unwrap_or(u32::MAX))
+        .clamp(WRITE_INTERVAL_MIN, WRITE_INTERVAL_MAX)
 }
 
 const WORKER: &str = "restart rollouts";
@@ -92,7 +96,7 @@ pub async fn run(ctx: Context, config: RolloutConfig) {
         node: config.node_name,
         client: ctx.client.clone(),
         tracked: HashMap::new(),
-        leases: HashMap::new(),
+        agent_leases: HashMap::new(),
         namespaces: HashMap::new(),
         requests_changed: Arc::new(Notify::new()),
     };
@@ -104,30 +108,41 @@ struct Controller {
     client: ::kube::Client,
     /// Rollout UID → what this agent keeps of it between passes.
     tracked: HashMap<String, Tracked>,
-    /// Namespace → when this agent's Lease there was last renewed, and the Lease as written:
-    /// the next renewal is one write of it while nobody else has changed it.
-    leases: HashMap<String, (Instant, Lease)>,
-    /// Namespace → its census, kept while this agent has rollout work there.
-    namespaces: HashMap<String, NamespaceWatch>,
-    /// Notified when one of this node's rollout requests changes.
+    /// Namespace → when this agent's own Lease there was last renewed, and the Lease as
+    /// written: the next renewal is one write of it while nobody else has changed it.
+    agent_leases: HashMap<String, (Instant, Lease)>,
+    /// Namespace → this agent's part in leading its rollouts, while it has work there.
+    namespaces: HashMap<String, Namespace>,
+    /// Notified when one of the led rollouts' requests changes.
     requests_changed: Arc<Notify>,
+}
+
+struct Namespace {
+    leadership: Leadership,
+    /// The census, kept while this agent leads the namespace.
+    census: Option<NamespaceWatch>,
+    /// When this agent last had work here.
+    used: Instant,
 }
 
 #[derive(Default)]
 struct Tracked {
-    /// Pod UID → pod name of the requests this agent made (or found made): the watch may not
-    /// show them yet.
-    made: HashMap<String, String>,
-    /// The rollout's requests on the nodes of agents that are gone, by node and pod UID, and
-    /// when listed.
-    foreign_requests: Option<(Instant, HashMap<String, NodeRequests>)>,
+    /// Pod UIDs of this node's claims whose request this agent made (or found made).
+    made: HashSet<String>,
+    /// The resourceVersion last seen: a new one shows the leader at work.
+    seen_version: Option<String>,
     /// A write refused for this resourceVersion: nothing is decided from it again.
     conflicted_at: Option<String>,
-    /// After a refused write, not before this: the agents that lost a race do not all try
-    /// again on the same new version (each try but one would be refused again).
-    write_after: Option<Instant>,
-    /// What was last said of why this node waits, so that it is logged once.
+    /// The leader's next write of it, not before this.
+    next_write: Option<Instant>,
+    /// What was last said of why the rollout waits, so that it is logged once.
     waiting: Option<String>,
+}
+
+/// One unfinished rollout of a namespace, as the pass read it.
+struct Unfinished<'o> {
+    object: &'o DynamicObject,
+    rollout: Rollout,
 }
 
 impl RequestController for Controller {
@@ -138,263 +153,314 @@ impl RequestController for Controller {
         if !view.synced {
             return Some(Duration::from_millis(200));
         }
-        let mut namespaces_taking_part = HashSet::new();
+        let mut by_namespace: HashMap<String, Vec<Unfinished>> = HashMap::new();
+        let mut work = HashSet::new();
         for object in objects {
-            match object::decode(object) {
-                Ok(rollout) => {
-                    if self.sync_one(object, &rollout, view).await {
-                        namespaces_taking_part.insert(rollout.meta.namespace.clone());
-                    }
-                }
+            let rollout = match object::decode(object) {
+                Ok(rollout) => rollout,
                 Err(err) => {
-                    tracing::warn!(error = %err, "ignoring a ContainerRestartRollout without identity")
+                    tracing::warn!(error = %err, "ignoring a ContainerRestartRollout without identity");
+                    continue;
                 }
+            };
+            if rollout.meta.deleting || rollout.status.phase.is_final() {
+                continue;
+            }
+            let namespace = rollout.meta.namespace.clone();
+            // A spec that cannot be carried out needs a leader to say so.
+            let takes_part = match &rollout.spec {
+                Ok(spec) => self.carry_out(&rollout, spec, view).await,
+                Err(_) => true,
+            };
+            if takes_part {
+                work.insert(namespace.clone());
+            }
+            by_namespace
+                .entry(namespace)
+                .or_default()
+                .push(Unfinished { object, rollout });
+        }
+        for namespace in &work {
+            self.renew_agent_lease(namespace).await;
+            self.refresh_leadership(namespace, &by_namespace).await;
+        }
+        for (namespace, rollouts) in &by_namespace {
+            if work.contains(namespace)
+                && self
+                    .namespaces
+                    .get(namespace)
+                    .is_some_and(|n| n.leadership.leads())
+            {
+                self.lead(namespace, rollouts).await;
             }
         }
-        for namespace in namespaces_taking_part {
-            self.renew_lease(&namespace).await;
+        self.namespaces.retain(|_, n| n.used.elapsed() < LINGER);
+        for namespace in self.namespaces.values_mut() {
+            if !namespace.leadership.leads() {
+                namespace.census = None;
+            }
         }
-        self.namespaces.retain(|_, watch| !watch.idle());
         let live: HashSet<&str> = objects
             .iter()
             .filter_map(|o| o.metadata.uid.as_deref())
             .collect();
         self.tracked.retain(|uid, _| live.contains(uid.as_str()));
-        // A write put off after a conflict is tried when it is due, not at the next second.
-        let now = Instant::now();
-        self.tracked
-            .values()
-            .filter_map(|t| t.write_after)
-            .filter(|after| *after > now)
-            .min()
-            .map(|after| after - now)
+        self.next_due(&work)
     }
 
     fn finish(&mut self, done: Infallible) {
         match done {}
     }
 
-    /// A change of one of this node's rollout requests, so that a finished one frees its claim
-    /// at once rather than at the next second's pass.
+    /// A change of one of the led rollouts' requests, so that a finished one frees its claim
+    /// at the next write rather than at the next second's pass.
     async fn woken(&mut self) {
         self.requests_changed.notified().await;
     }
 }
 
 impl Controller {
-    /// One rollout; true when this node takes part in it (its agent keeps its Lease).
-    async fn sync_one(
-        &mut self,
-        object: &DynamicObject,
-        rollout: &Rollout,
-        view: &NodeView,
-    ) -> bool {
-        if rollout.meta.deleting || rollout.status.phase.is_final() {
-            return false;
-        }
-        let spec = match &rollout.spec {
-            Ok(spec) => spec,
-            Err(message) => {
-                self.refuse(object, rollout, &message.to_string()).await;
-                return false;
-            }
-        };
+    /// This node's part in one rollout: the requests of its claims, made if missing. True when
+    /// the node takes part (pods of the rollout here, or a part): its agent holds its Lease and
+    /// may lead.
+    async fn carry_out(&mut self, rollout: &Rollout, spec: &RolloutSpec, view: &NodeView) -> bool {
         let Ok(selector) = Selector::try_from(spec.selector.clone()) else {
             return false;
         };
-        let my_pods: Vec<RolloutPod> = view
-            .pods
-            .iter()
-            .filter(|p| p.namespace == rollout.meta.namespace && !p.static_pod)
-            .filter_map(|p| rollout_pod(p, &self.node))
-            .filter(|p| selector.matches(&p.state.labels))
-            .collect();
-        let mine = rollout.status.part(&self.node);
-        // A part is kept up to date (and its Lease renewed) even when its pods are gone.
-        if my_pods.is_empty() && mine.is_none() {
+        let pods_here = view.pods.iter().any(|p| {
+            p.namespace == rollout.meta.namespace
+                && !p.static_pod
+                && p.api_pod.as_ref().is_some_and(|api| {
+                    selector.matches(api.metadata.labels.as_ref().unwrap_or(&Default::default()))
+                })
+        });
+        let part = rollout.status.part(&self.node);
+        if !pods_here && part.is_none() {
             return false;
         }
-        if self.held_back(rollout) {
-            return true;
-        }
-        // A pod without a request has not been asked: nothing is decided before the request
-        // watch has listed.
-        let Some(mut requests) = self.requests_of(rollout).await else {
-            return true;
-        };
-        // The requests of this node's claims, made if missing.
-        if let Some(part) = mine {
-            for claim in &part.claims {
-                self.make_missing(rollout, spec, claim, view, &mut requests)
-                    .await;
+        let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
+        if tracked.seen_version != rollout.meta.resource_version {
+            tracked.seen_version = rollout.meta.resource_version.clone();
+            if let Some(namespace) = self.namespaces.get_mut(&rollout.meta.namespace) {
+                namespace.leadership.leader_seen_at_work();
             }
         }
-        let census = self.census(rollout, &selector).await;
-        let step = plan::decide(&Facts {
-            node: &self.node,
+        if let Some(part) = part {
+            for claim in &part.claims {
+                self.make_missing(rollout, spec, claim, view).await;
+            }
+        }
+        true
+    }
+
+    /// Renews this agent's own Lease in `namespace` (at most every [`LEASE_RENEWAL`]).
+    async fn renew_agent_lease(&mut self, namespace: &str) {
+        let last = self.agent_leases.get(namespace);
+        if last.is_some_and(|(at, _)| at.elapsed() < LEASE_RENEWAL) {
+            return;
+        }
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
+        match renew_agent_lease(&api, &self.node, last.map(|(_, lease)| lease)).await {
+            Ok(lease) => {
+                self.agent_leases
+                    .insert(namespace.to_string(), (Instant::now(), lease));
+            }
+            Err(err) => tracing::warn!(namespace = %namespace, error = %err,
+                "cannot renew this agent's Lease; the leader takes this node for gone until it can"),
+        }
+    }
+
+    /// Takes or renews the namespace's leadership, or looks whether it is free, when due.
+    async fn refresh_leadership(
+        &mut self,
+        namespace: &str,
+        by_namespace: &HashMap<String, Vec<Unfinished<'_>>>,
+    ) {
+        let entry = self
+            .namespaces
+            .entry(namespace.to_string())
+            .or_insert_with(|| Namespace {
+                leadership: Leadership::new(),
+                census: None,
+                used: Instant::now(),
+            });
+        entry.used = Instant::now();
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
+        let was_leading = entry.leadership.leads();
+        entry.leadership.refresh(&api, &self.node, namespace).await;
+        if entry.leadership.leads() && !was_leading {
+            // Decided afresh: nothing known of what an earlier term of this agent wrote.
+            for unfinished in by_namespace.get(namespace).into_iter().flatten() {
+                if let Some(t) = self.tracked.get_mut(&unfinished.rollout.meta.uid) {
+                    t.conflicted_at = None;
+                    t.next_write = None;
+                }
+            }
+        }
+    }
+
+    /// The leader's pass over the namespace's unfinished rollouts.
+    async fn lead(&mut self, namespace: &str, rollouts: &[Unfinished<'_>]) {
+        let Some(entry) = self.namespaces.get_mut(namespace) else {
+            return;
+        };
+        let census_source = entry.census.get_or_insert_with(|| {
+            NamespaceWatch::start(&self.client, namespace, self.requests_changed.clone())
+        });
+        census_source
+            .refresh_live_agents(&self.client, namespace)
+            .await;
+        // The facts of each rollout first, then the writes (which borrow the controller).
+        let mut decided = Vec::new();
+        for unfinished in rollouts {
+            let rollout = &unfinished.rollout;
+            let spec = match &rollout.spec {
+                Ok(spec) => spec,
+                Err(message) => {
+                    decided.push((unfinished, Err(message.to_string())));
+                    continue;
+                }
+            };
+            let Ok(selector) = Selector::try_from(spec.selector.clone()) else {
+                continue;
+            };
+            let facts = census_source
+                .requests_of(&rollout.meta.uid)
+                .zip(census_source.census(&selector, &self.node));
+            if let Some(facts) = facts {
+                decided.push((unfinished, Ok((spec, facts))));
+            }
+        }
+        for (unfinished, facts) in decided {
+            match facts {
+                Ok((spec, (requests, census))) => {
+                    self.decide_and_write(unfinished, spec, &requests, &census)
+                        .await
+                }
+                Err(message) => {
+                    self.refuse(unfinished.object, &unfinished.rollout, &message)
+                        .await
+                }
+            }
+        }
+    }
+
+    /// One rollout decided and, if its status changes and a write is due, written.
+    async fn decide_and_write(
+        &mut self,
+        unfinished: &Unfinished<'_>,
+        spec: &RolloutSpec,
+        requests: &Requests,
+        census: &Census,
+    ) {
+        let rollout = &unfinished.rollout;
+        let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
+        if tracked.conflicted_at.is_some() && tracked.conflicted_at == rollout.meta.resource_version
+        {
+            return;
+        }
+        if tracked.next_write.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        let decision = plan::decide(&Facts {
             now: Timestamp::now(),
             generation: rollout.meta.generation,
             spec,
             status: &rollout.status,
-            my_pods: &my_pods,
-            requests: &requests,
-            census: census.as_ref(),
+            census,
+            requests,
         });
-        self.note_waiting(rollout, step.waiting.as_deref());
-        if step.status != rollout.status {
-            self.write_step(object, rollout, spec, &step, view, &mut requests)
-                .await;
+        self.note_waiting(rollout, decision.waiting.as_deref());
+        if decision.status == rollout.status {
+            return;
         }
-        step.takes_part
-    }
-
-    /// Whether nothing is decided of the rollout now: a write of this version was refused (the
-    /// watch has not brought the newer one yet), or the write put off after a refusal is not
-    /// due yet.
-    fn held_back(&self, rollout: &Rollout) -> bool {
-        let Some(tracked) = self.tracked.get(&rollout.meta.uid) else {
-            return false;
-        };
-        let rv = &rollout.meta.resource_version;
-        (tracked.conflicted_at.is_some() && tracked.conflicted_at == *rv)
-            || tracked
-                .write_after
-                .is_some_and(|after| Instant::now() < after)
-    }
-
-    /// This node's requests of the rollout, by pod UID, with those this agent made that the
-    /// watch does not show yet; `None` until the namespace's request watch has listed. Starts
-    /// the namespace's census watches if they are not running.
-    async fn requests_of(&mut self, rollout: &Rollout) -> Option<HashMap<String, NodeRequest>> {
-        let namespace = rollout.meta.namespace.as_str();
-        let census_source = self
-            .namespaces
-            .entry(namespace.to_string())
-            .or_insert_with(|| {
-                NamespaceWatch::start(
-                    &self.client,
-                    namespace,
-                    &self.node,
-                    self.requests_changed.clone(),
-                )
-            });
-        census_source.used = Instant::now();
-        let mut requests = census_source.requests_of(&rollout.meta.uid)?;
-        census_source
-            .refresh_live_agents(&self.client, namespace)
-            .await;
-        let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
-        for (pod_uid, pod) in &tracked.made {
-            requests.entry(pod_uid.clone()).or_insert(NodeRequest {
-                pod: pod.clone(),
-                outcome: RequestOutcome::Underway,
-            });
+        let interval = write_interval(census.live_agents.len());
+        match self
+            .write_status(unfinished.object, rollout, &decision.status)
+            .await
+        {
+            Written::Yes => {
+                let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
+                tracked.conflicted_at = None;
+                tracked.next_write = Some(Instant::now() + interval);
+                if decision.status.phase != rollout.status.phase {
+                    tracing::info!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
+                        phase = ?decision.status.phase, message = ?decision.status.message, "rollout phase");
+                }
+                tracing::debug!(rollout = %rollout.meta.name, claimed = decision.claimed.len(),
+                    "rollout: status written");
+            }
+            Written::Conflict => {
+                let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
+                tracked.conflicted_at = rollout.meta.resource_version.clone();
+            }
+            Written::Refused => {
+                let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
+                tracked.next_write = Some(Instant::now() + RETRY_REFUSED_WRITE);
+            }
         }
-        Some(requests)
     }
 
-    /// The census of the rollout's `selector` in its namespace, with the requests on the nodes
-    /// of agents that are gone; `None` while the namespace's watches have not listed.
-    async fn census(&mut self, rollout: &Rollout, selector: &Selector) -> Option<Census> {
-        let namespace = rollout.meta.namespace.as_str();
-        let live = self
+    /// The earliest of what this agent waits for: a leader's write put off, a look at or a
+    /// renewal of a leader Lease.
+    fn next_due(&self, work: &HashSet<String>) -> Option<Duration> {
+        let now = Instant::now();
+        let writes = self.tracked.values().filter_map(|t| t.next_write);
+        let leases = self
             .namespaces
-            .get(namespace)
-            .and_then(|source| source.live_agents().cloned());
-        let foreign = match live {
-            Some(live) => self.foreign_requests(rollout, &live).await,
-            None => HashMap::new(),
-        };
-        self.namespaces
-            .get(namespace)
-            .and_then(|source| source.census(selector, foreign))
+            .iter()
+            .filter(|(namespace, _)| work.contains(*namespace))
+            .map(|(_, n)| n.leadership.due());
+        writes
+            .chain(leases)
+            .filter(|at| *at > now)
+            .min()
+            .map(|at| at - now)
     }
 
-    /// Logs why this node waits when that changes.
+    /// Logs why the rollout waits when that changes.
     fn note_waiting(&mut self, rollout: &Rollout, waiting: Option<&str>) {
         if let Some(t) = self.tracked.get_mut(&rollout.meta.uid)
             && t.waiting.as_deref() != waiting
         {
             if let Some(reason) = waiting {
                 tracing::info!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
-                    reason = %reason, "rollout: waiting before restarting more pods here");
+                    reason = %reason, "rollout: waiting before restarting more pods");
             }
             t.waiting = waiting.map(str::to_owned);
         }
     }
 
-    /// Writes the step's status, conditioned on the version it was decided from; once it
-    /// lands, makes the requests of the pods it claimed. A refused write is put off.
-    async fn write_step(
-        &mut self,
+    /// Writes `status` with a PUT conditioned on the resourceVersion it was decided from.
+    async fn write_status(
+        &self,
         object: &DynamicObject,
         rollout: &Rollout,
-        spec: &object::RolloutSpec,
-        step: &plan::Decision,
-        view: &NodeView,
-        requests: &mut HashMap<String, NodeRequest>,
-    ) {
+        status: &object::RolloutStatus,
+    ) -> Written {
         let mut written = object.clone();
-        written.data["status"] = match serde_json::to_value(&step.status) {
+        written.data["status"] = match serde_json::to_value(status) {
             Ok(value) => value,
             Err(err) => {
                 tracing::error!(error = %err, "cannot encode a rollout's status");
-                return;
+                return Written::Refused;
             }
         };
-        match self.replace_status(rollout, &written).await {
-            Ok(()) => {
-                if let Some(t) = self.tracked.get_mut(&rollout.meta.uid) {
-                    t.conflicted_at = None;
-                }
-                if step.status.phase != rollout.status.phase {
-                    tracing::info!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
-                        phase = ?step.status.phase, message = ?step.status.message, "rollout phase");
-                }
-                for claim in &step.claimed {
-                    tracing::info!(rollout = %rollout.meta.name, pod = %claim.pod,
-                        namespace = %rollout.meta.namespace, "rollout: restarting a pod here");
-                    self.make_missing(rollout, spec, claim, view, requests)
-                        .await;
-                }
-            }
-            Err(Conflict) => self.put_off(rollout),
-        }
-    }
-
-    /// After a refused write: nothing more is decided from this version, and the next try
-    /// comes at a random point of the spread, so that the agents that lost do not race again.
-    fn put_off(&mut self, rollout: &Rollout) {
-        if let Some(t) = self.tracked.get_mut(&rollout.meta.uid) {
-            t.conflicted_at = rollout.meta.resource_version.clone();
-            t.write_after = Some(
-                Instant::now()
-                    + conflict_spread(rollout.status.nodes.len())
-                        .mul_f64(rand::random_range(0.0..1.0)),
-            );
-        }
-    }
-
-    async fn replace_status(
-        &self,
-        rollout: &Rollout,
-        written: &DynamicObject,
-    ) -> Result<(), Conflict> {
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &rollout.meta.namespace,
             &rollout_resource(),
         );
         match api
-            .replace_status(&rollout.meta.name, &PostParams::default(), written)
+            .replace_status(&rollout.meta.name, &PostParams::default(), &written)
             .await
         {
-            Ok(_) => Ok(()),
-            Err(::kube::Error::Api(status)) if status.code == 409 => Err(Conflict),
+            Ok(_) => Written::Yes,
+            Err(::kube::Error::Api(status)) if status.code == 409 => Written::Conflict,
             Err(err) => {
                 tracing::warn!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
-                    error = %err, "cannot write the rollout's status; tried again on the next pass");
-                Err(Conflict)
+                    error = %err, "cannot write the rollout's status; tried again shortly");
+                Written::Refused
             }
         }
     }
@@ -410,26 +476,27 @@ impl Controller {
         let mut status = rollout.status.clone();
         status.phase = RolloutPhase::Failed;
         status.message = Some(message.clone());
-        let mut written = object.clone();
-        written.data["status"] = serde_json::to_value(&status).unwrap_or(json!({}));
-        if self.replace_status(rollout, &written).await.is_ok() {
+        if self.write_status(object, rollout, &status).await == Written::Yes {
             tracing::warn!(rollout = %rollout.meta.name, namespace = %rollout.meta.namespace,
                 message = %message, "refused a ContainerRestartRollout");
         }
     }
 
-    /// Makes the request of a claimed pod if it has none and the claim is fresh (other agents
-    /// may release an older one), and the pod is still here.
+    /// Makes the request of one of this node's claims if this agent has not, the claim is
+    /// fresh (the leader may release an older one) and the pod is still here.
     async fn make_missing(
         &mut self,
         rollout: &Rollout,
-        spec: &object::RolloutSpec,
+        spec: &RolloutSpec,
         claim: &Claim,
         view: &NodeView,
-        requests: &mut HashMap<String, NodeRequest>,
     ) {
         let (pod, pod_uid) = (claim.pod.as_str(), claim.pod_uid.as_str());
-        if requests.contains_key(pod_uid)
+        let made = self
+            .tracked
+            .get(&rollout.meta.uid)
+            .is_some_and(|t| t.made.contains(pod_uid));
+        if made
             || !plan::fresh(claim, Timestamp::now())
             || !view.pods.iter().any(|p| p.uid == pod_uid)
         {
@@ -443,18 +510,13 @@ impl Controller {
         );
         match make_request(&api, rollout, spec, &name, pod, pod_uid, &self.node).await {
             Ok(()) => {
+                tracing::info!(rollout = %rollout.meta.name, pod = %pod,
+                    namespace = %rollout.meta.namespace, "rollout: restarting a pod here");
                 self.tracked
                     .entry(rollout.meta.uid.clone())
                     .or_default()
                     .made
-                    .insert(pod_uid.to_string(), pod.to_string());
-                requests.insert(
-                    pod_uid.to_string(),
-                    NodeRequest {
-                        pod: pod.to_string(),
-                        outcome: RequestOutcome::Underway,
-                    },
-                );
+                    .insert(pod_uid.to_string());
             }
             Err(err) => {
                 tracing::warn!(rollout = %rollout.meta.name, pod = %pod, error = %err,
@@ -462,157 +524,16 @@ impl Controller {
             }
         }
     }
-
-    /// The rollout's requests on the nodes of agents that are gone and have a part (listed at
-    /// most every [`LEASES_PERIOD`]): what lets another agent release such a node's claims
-    /// and know which of its pods are left.
-    async fn foreign_requests(
-        &mut self,
-        rollout: &Rollout,
-        live: &HashSet<String>,
-    ) -> HashMap<String, NodeRequests> {
-        let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
-        if let Some((at, known)) = &tracked.foreign_requests
-            && at.elapsed() < LEASES_PERIOD
-        {
-            return known.clone();
-        }
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.client.clone(),
-            &rollout.meta.namespace,
-            &restart_request_resource(),
-        );
-        let mut known = HashMap::new();
-        // An agent keeps its Lease while its node takes part: a part without one is of an
-        // agent gone (or of a node whose agent cannot take part).
-        for part in &rollout.status.nodes {
-            if part.node == self.node || live.contains(&part.node) {
-                continue;
-            }
-            let labels = format!(
-                "{}={},{LABEL_ROLLOUT}={}",
-                restart::LABEL_NODE_NAME,
-                part.node,
-                rollout.meta.name
-            );
-            match api.list(&ListParams::default().labels(&labels)).await {
-                Ok(list) => {
-                    let asked = list
-                        .items
-                        .iter()
-                        .filter_map(|r| rollout_request(r, &rollout.meta.uid))
-                        .map(|(uid, r)| (uid, r.outcome))
-                        .collect();
-                    known.insert(part.node.clone(), asked);
-                }
-                Err(err) => {
-                    tracing::debug!(node = %part.node, error = %err,
-                        "cannot list a gone agent's rollout requests")
-                }
-            }
-        }
-        if let Some(t) = self.tracked.get_mut(&rollout.meta.uid) {
-            t.foreign_requests = Some((Instant::now(), known.clone()));
-        }
-        known
-    }
-
-    /// Creates or renews this agent's Lease in `namespace` (at most every ten seconds): one
-    /// write of the Lease as last written, read afresh only when that is refused.
-    async fn renew_lease(&mut self, namespace: &str) {
-        if self
-            .leases
-            .get(namespace)
-            .is_some_and(|(at, _)| at.elapsed() < LEASE_RENEWAL)
-        {
-            return;
-        }
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
-        let name = lease_name(&self.node);
-        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(Timestamp::now());
-        let renewed = |mut lease: Lease| {
-            let spec = lease.spec.get_or_insert_with(Default::default);
-            spec.holder_identity = Some(self.node.clone());
-            spec.lease_duration_seconds = Some(LEASE_DURATION.as_secs() as i32);
-            spec.renew_time = Some(now.clone());
-            lease
-        };
-        // The Lease as last written, renewed in one write; read afresh when this agent has not
-        // written it yet, or someone else changed or deleted it.
-        let written = match self.leases.get(namespace) {
-            Some((_, lease)) => match api
-                .replace(&name, &PostParams::default(), &renewed(lease.clone()))
-                .await
-            {
-                Err(::kube::Error::Api(status)) if status.code == 409 || status.code == 404 => None,
-                other => Some(other),
-            },
-            None => None,
-        };
-        let result = match written {
-            Some(result) => result,
-            None => match api.get_opt(&name).await {
-                Ok(Some(lease)) => {
-                    api.replace(&name, &PostParams::default(), &renewed(lease))
-                        .await
-                }
-                Ok(None) => {
-                    let lease: Lease = match serde_json::from_value(json!({
-                        "metadata": {
-                            "name": name,
-                            "labels": {
-                                LABEL_AGENT_LEASE: "true",
-                                restart::LABEL_NODE_NAME: self.node,
-                            },
-                        },
-                        "spec": {
-                            "holderIdentity": self.node,
-                            "leaseDurationSeconds": LEASE_DURATION.as_secs(),
-                        },
-                    })) {
-                        Ok(lease) => lease,
-                        Err(_) => return,
-                    };
-                    let mut lease = renewed(lease);
-                    if let Some(spec) = lease.spec.as_mut() {
-                        spec.acquire_time = Some(now.clone());
-                    }
-                    api.create(&PostParams::default(), &lease).await
-                }
-                Err(err) => Err(err),
-            },
-        };
-        match result {
-            Ok(lease) => {
-                self.leases
-                    .insert(namespace.to_string(), (Instant::now(), lease));
-            }
-            Err(err) => tracing::warn!(namespace = %namespace, error = %err,
-                "cannot renew this agent's Lease; other agents may take it for gone"),
-        }
-    }
 }
 
-/// A write refused or failed: decided again from a newer version.
-struct Conflict;
-
-pub fn lease_name(node: &str) -> String {
-    format!("inplaced-agent-{node}")
-}
-
-fn rollout_pod(pod: &PodView, node: &str) -> Option<RolloutPod> {
-    let api = pod.api_pod.as_ref()?;
-    Some(RolloutPod {
-        state: PodState {
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-            labels: api.metadata.labels.clone().unwrap_or_default(),
-            ready: pod.ready_since.is_some(),
-        },
-        node: node.to_string(),
-        created: api.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        terminating: pod.terminating,
-    })
+/// How a status write ended.
+#[derive(Debug, PartialEq)]
+enum Written {
+    Yes,
+    /// The rollout changed since it was read: decided again from the newer version.
+    Conflict,
+    /// Refused or failed otherwise: tried again shortly.
+    Refused,
 }
 
 async fn make_request(
@@ -667,12 +588,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_conflict_spread_grows_with_the_nodes_taking_part_within_bounds() {
+    fn the_write_interval_grows_with_the_agents_taking_part_within_bounds() {
         let ms = Duration::from_millis;
-        assert_eq!(conflict_spread(0), ms(50));
-        assert_eq!(conflict_spread(3), ms(50));
-        assert_eq!(conflict_spread(20), ms(200));
-        assert_eq!(conflict_spread(100), ms(1000));
-        assert_eq!(conflict_spread(5000), ms(1000));
+        assert_eq!(write_interval(0), ms(50));
+        assert_eq!(write_interval(3), ms(50));
+        assert_eq!(write_interval(100), ms(100));
+        assert_eq!(write_interval(1000), ms(1000));
+        assert_eq!(write_interval(5000), ms(1000));
     }
 }

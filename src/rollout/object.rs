@@ -1,8 +1,7 @@
 //! The ContainerRestartRollout (inplaced.io/v1alpha1) as the agents read and write it
 //! (`packaging/kubernetes/crd-containerrestartrollouts.yaml`). The spec is the user's; the status
-//! is written by the agents together: one part per node (its claims, its finished pods), which
-//! only that node's agent may change (the admission policy), and a summary every write
-//! recomputes from the parts.
+//! is written by the namespace's leading agent alone (the admission policy): the counts, and a
+//! part for each node with something to say (its claims, its failures).
 
 use ::kube::api::DynamicObject;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -21,6 +20,9 @@ pub(crate) const PLURAL: &str = "containerrestartrollouts";
 pub(crate) const LABEL_ROLLOUT: &str = "inplaced.io/rollout";
 /// On each agent's Lease (one per namespace it has rollout work in), for the census to list.
 pub(crate) const LABEL_AGENT_LEASE: &str = "inplaced.io/agent-lease";
+/// The Lease whose holder leads every rollout of its namespace: the one agent that writes
+/// their status (the admission policy reads it as its param).
+pub const LEADER_LEASE: &str = "inplaced-rollout-leader";
 
 /// A failure message longer than this is cut (the status must stay small).
 const MAX_MESSAGE: usize = 300;
@@ -255,42 +257,33 @@ mod parts_by_node {
     }
 }
 
-/// One node's part, written by that node's agent (others may only remove claims of an agent
-/// that is gone, once their pods are ready again or gone).
+/// One node's part: what the rollout has to say of that node beyond the counts (its claims,
+/// its failures, its skipped pods, why it waits). Written by the namespace's leading agent
+/// only; a node with nothing to say has no part, for every write goes to every agent's watch.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodePart {
     /// The key of the part in `status.nodes`.
     #[serde(skip)]
     pub node: String,
-    /// The rollout's pods on this node.
-    #[serde(default)]
-    pub matched: u32,
-    /// Pods being restarted: each holds one unit of the budget until it is ready again.
+    /// Pods being restarted: each holds one unit of the budget until it is ready again. The
+    /// node's agent makes each one's ContainerRestartRequest.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub claims: Vec<Claim>,
-    /// Pods restarted and ready again: this node's requests of the rollout that succeeded
-    /// (the requests, named after the rollout and the pod, are the record of each pod; the
-    /// shared object keeps counts, for every write of it goes to every agent).
-    #[serde(default)]
-    pub done: u32,
     /// The pods that failed to restart, with why (the failure policy bounds them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<Failure>,
     /// Pods deleted or replaced while restarted.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub skipped: u32,
-    /// Pods of the rollout here neither restarted nor being restarted yet: what the other
-    /// agents read to know whether the rollout has ended.
-    #[serde(default)]
-    pub pending: u32,
-    /// Matching pods on this node created after the start.
-    #[serde(default)]
-    pub not_included: u32,
-    /// Why this node restarts none of its pods left, when it is not the rollout's budget
-    /// being in use (a PodDisruptionBudget, unready pods).
+    /// Why this node's pods left wait, when it is not the rollout's budget being in use (a
+    /// PodDisruptionBudget, unready pods).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -454,17 +447,13 @@ mod tests {
             }],
             nodes: vec![NodePart {
                 node: "n".into(),
-                matched: 3,
                 claims: vec![Claim {
                     pod: "p".into(),
                     pod_uid: "u".into(),
                     since: "2026-11-29T08:00:00Z".into(),
                 }],
-                done: 1,
                 failures: vec![Failure::new("q", "u3", "boom")],
                 skipped: 1,
-                pending: 1,
-                not_included: 1,
                 waiting: Some("w".into()),
             }],
         };
@@ -478,20 +467,20 @@ mod tests {
 
     #[test]
     fn the_parts_are_a_map_by_node_name_on_the_wire() {
+        // A part as agents before the leader wrote it (with counts) is read too.
         let status: RolloutStatus = serde_json::from_value(json!({"nodes": {
-            "n2": {"matched": 1, "pending": 1},
-            "n1": {"matched": 2, "done": 2},
+            "n2": {"skipped": 1, "matched": 1, "pending": 1},
+            "n1": {"skipped": 2, "done": 2},
         }}))
         .unwrap();
         let nodes: Vec<(&str, u32)> = status
             .nodes
             .iter()
-            .map(|p| (p.node.as_str(), p.matched))
+            .map(|p| (p.node.as_str(), p.skipped))
             .collect();
         assert_eq!(nodes, [("n1", 2), ("n2", 1)], "in node order");
-        assert_eq!(status.part("n2").map(|p| p.pending), Some(1));
         let written = serde_json::to_value(&status).unwrap();
-        assert_eq!(written["nodes"]["n1"]["done"], 2);
+        assert_eq!(written["nodes"]["n1"], json!({"skipped": 2}));
         assert!(
             written["nodes"]["n1"].get("node").is_none(),
             "the key names it"

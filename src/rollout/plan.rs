@@ -1,10 +1,12 @@
-//! One agent's pass over one rollout, decided from facts alone (no I/O): what its node's part
-//! becomes (claims followed to their end, new claims within the budget), which claims of agents
-//! that are gone it releases, and the summary. The controller writes the result with the
-//! resourceVersion it was decided from, so that every claim of every node is decided from the
-//! claims before it: the API server orders them.
+//! The rollout leader's pass over one rollout, decided from facts alone (no I/O): every node's
+//! claims followed to their end, the claims of agents that are gone released, new claims within
+//! the budget (taken in turn from the nodes whose agent is alive), the end, and the summary.
+//! One agent per namespace leads (it holds the namespace's Lease `inplaced-rollout-leader`) and
+//! writes the result with the resourceVersion it was decided from: even two agents that both
+//! believe they lead (one taking over from another) decide each claim from the claims before it,
+//! because the API server orders their writes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,7 +35,7 @@ pub struct RolloutPod {
     pub terminating: bool,
 }
 
-/// How a request of the rollout stands (a pod without one has none in the maps below).
+/// How a request of the rollout stands (a pod without one has none in [`Requests`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum RequestOutcome {
     Underway,
@@ -41,19 +43,21 @@ pub enum RequestOutcome {
     Failed(String),
 }
 
-/// One of this node's requests of the rollout: the record that its pod was restarted (or is
-/// being), which outlives the pod and the agent.
+/// A request of the rollout: the record that its pod was restarted (or is being), which
+/// outlives the pod and every agent.
 #[derive(Clone, Debug, PartialEq)]
-pub struct NodeRequest {
+pub struct Asked {
+    /// The node its agent made it for (its label).
+    pub node: String,
     pub pod: String,
     pub outcome: RequestOutcome,
 }
 
-/// The requests of one node's pods, by pod UID.
-pub(crate) type NodeRequests = HashMap<String, RequestOutcome>;
+/// Every request of the rollout, by pod UID.
+pub type Requests = HashMap<String, Asked>;
 
-/// The rollout's namespace over every node, as this agent's watches show it (none before they
-/// have listed: nothing is claimed then).
+/// The rollout's namespace over every node, as the leader's watches show it (none before they
+/// have listed: nothing is decided then).
 #[derive(Clone, Debug, Default)]
 pub struct Census {
     /// The pods matching the selector, on every node (shared with the watch's copy: a census
@@ -62,42 +66,31 @@ pub struct Census {
     pub budgets: Vec<Budget>,
     /// Every pod of the namespace (for the budgets; empty without budgets).
     pub namespace_pods: Vec<PodState>,
-    /// Nodes whose agent holds an unexpired Lease.
+    /// Nodes whose agent holds an unexpired Lease: only their pods are claimed.
     pub live_agents: HashSet<String>,
-    /// The rollout's requests on nodes whose agent is gone (those with a part), by node, then
-    /// by pod UID: every one of them, for the nodes listed (a node whose listing failed is
-    /// missing).
-    pub foreign_requests: HashMap<String, NodeRequests>,
 }
 
 pub struct Facts<'a> {
-    pub node: &'a str,
     pub now: Timestamp,
     pub generation: Option<i64>,
     pub spec: &'a RolloutSpec,
     pub status: &'a RolloutStatus,
-    /// This node's pods matching the selector (the node view).
-    pub my_pods: &'a [RolloutPod],
-    /// Every request of the rollout for this node's pods, by pod UID, as this node's request
-    /// watch shows them once it has listed (with those made and not yet brought by it): a pod
-    /// without one has not been asked to restart.
-    pub requests: &'a HashMap<String, NodeRequest>,
-    pub census: Option<&'a Census>,
+    pub census: &'a Census,
+    /// Every request of the rollout, as the leader's request watch shows them once it has
+    /// listed: a pod without one has not been asked to restart.
+    pub requests: &'a Requests,
 }
 
-/// What one pass decided for this node.
+/// What one pass decided.
 #[derive(Debug, PartialEq)]
 pub struct Decision {
     /// The status to write (the same as read: nothing to write).
     pub status: RolloutStatus,
-    /// Claims made in this pass: their requests are made once the write has landed.
+    /// Claims made in this pass (in the status's parts): each node's agent makes their
+    /// requests once it reads them.
     pub claimed: Vec<Claim>,
-    /// Why this node claims nothing now, when it has pods left to restart.
+    /// Why nothing (more) is claimed now while pods are left to restart.
     pub waiting: Option<String>,
-    /// This node takes part in the unfinished rollout (pods to restart, under way, or a part
-    /// written): its agent keeps its Lease, so that the others can tell a part whose agent
-    /// is gone (its requests are then listed) from one that is finished.
-    pub takes_part: bool,
 }
 
 fn age(claim: &Claim, now: Timestamp) -> Duration {
@@ -108,8 +101,9 @@ fn age(claim: &Claim, now: Timestamp) -> Duration {
     Duration::from_secs(now.as_second().saturating_sub(since).max(0) as u64)
 }
 
-/// A claim young enough for its agent to make its request: other agents release a claim
-/// without a request only after twice as long.
+/// A claim young enough for its node's agent to make its request. The leader lets a claim
+/// without a request go only after twice as long, so that a request made just in time (read
+/// late by the leader's watch) never meets a claim released under it.
 pub fn fresh(claim: &Claim, now: Timestamp) -> bool {
     age(claim, now) < LEASE_DURATION
 }
@@ -121,7 +115,7 @@ fn included(pod: &RolloutPod, start: Option<Timestamp>) -> bool {
     }
 }
 
-/// One pass for `facts.node` over the rollout.
+/// The leader's pass over the rollout.
 pub fn decide(facts: &Facts) -> Decision {
     let mut status = facts.status.clone();
     let now = facts.now;
@@ -129,120 +123,78 @@ pub fn decide(facts: &Facts) -> Decision {
         status.start_time = Some(seconds(now));
     }
     let start = status.start();
-    let part = follow_own_part(facts, &status, start);
-    put_part(&mut status, part);
-    if let Some(census) = facts.census {
-        release_gone_agents_claims(&mut status, census, facts.node, now);
-    }
+    follow_claims(&mut status, facts);
+    record_outcomes(&mut status, facts.requests);
     if !status.phase.is_final() {
         advance_phase(&mut status, facts.spec, start, now);
     }
-    let todo = pods_left_to_claim(facts, &status, start);
-    let (claimed, waiting) = claim_or_wait(facts, &mut status, &todo);
-    if !status.phase.is_final()
-        && let Some(census) = facts.census
-    {
-        conclude(&mut status, census, facts.node, start, now);
+    let mut left = pods_left_to_claim(facts, &status, start);
+    let (claimed, waiting) = claim_or_wait(facts, &mut status, &mut left);
+    if !status.phase.is_final() {
+        conclude(&mut status, facts, start, &left);
     }
-    summarize(&mut status, facts.node, facts.generation);
-    let takes_part =
-        !status.phase.is_final() && (!todo.is_empty() || status.part(facts.node).is_some());
+    summarize(&mut status, facts.generation);
+    let any_left = left.values().any(|pods| !pods.is_empty());
     Decision {
         status,
         claimed,
-        waiting: if todo.is_empty() { None } else { waiting },
-        takes_part,
+        waiting: if any_left { waiting } else { None },
     }
 }
 
-/// This node's part as its pods and requests show it now: what it counts, and its claims
-/// followed to their end (a finished request is the pod's record).
-fn follow_own_part(facts: &Facts, status: &RolloutStatus, start: Option<Timestamp>) -> NodePart {
-    let mut part = status
-        .part(facts.node)
-        .cloned()
-        .unwrap_or_else(|| NodePart {
-            node: facts.node.to_string(),
-            ..Default::default()
+/// Every node's claims followed to their end: a finished request is the pod's record; a pod
+/// gone (or replaced) is skipped; a claim whose request was never made is let go once its
+/// node's agent can no longer make it (for an agent that is gone, once the pod is ready too).
+/// A claim whose request is under way keeps the budget: its agent may yet stop the pod.
+fn follow_claims(status: &mut RolloutStatus, facts: &Facts) {
+    let pods: HashMap<&str, &RolloutPod> = facts
+        .census
+        .matching
+        .iter()
+        .map(|p| (p.state.uid.as_str(), p.as_ref()))
+        .collect();
+    for part in status.nodes.iter_mut() {
+        let alive = facts.census.live_agents.contains(&part.node);
+        let mut skipped = 0;
+        part.claims.retain(|claim| {
+            let outcome = facts.requests.get(&claim.pod_uid).map(|r| &r.outcome);
+            if matches!(
+                outcome,
+                Some(RequestOutcome::Succeeded | RequestOutcome::Failed(_))
+            ) {
+                return false;
+            }
+            let Some(pod) = pods.get(claim.pod_uid.as_str()) else {
+                skipped += 1;
+                return false;
+            };
+            outcome.is_some()
+                || age(claim, facts.now) < 2 * LEASE_DURATION
+                || (!alive && !pod.state.ready)
         });
-    let here: HashSet<&str> = facts.my_pods.iter().map(|p| p.state.uid.as_str()).collect();
-    let included_here = facts.my_pods.iter().filter(|p| included(p, start)).count();
-    // The pods restarted (or being) and gone since are the rollout's too.
-    let gone_since = facts
-        .requests
-        .keys()
-        .filter(|uid| !here.contains(uid.as_str()))
-        .count();
-    part.matched = (included_here + gone_since) as u32;
-    part.not_included = (facts.my_pods.len() - included_here) as u32;
-
-    let mut kept = Vec::new();
-    for claim in std::mem::take(&mut part.claims) {
-        let outcome = facts.requests.get(&claim.pod_uid).map(|r| &r.outcome);
-        match outcome {
-            Some(RequestOutcome::Succeeded | RequestOutcome::Failed(_)) => {}
-            _ if !here.contains(claim.pod_uid.as_str()) => part.skipped += 1,
-            // A claim whose request was not made in time (the agent stopped in between) is
-            // let go: other agents may have released it already. The pod is claimed afresh.
-            None if !fresh(&claim, facts.now) => {}
-            _ => kept.push(claim),
-        }
+        part.skipped += skipped;
     }
-    part.claims = kept;
-    record_outcomes(&mut part, facts.requests);
-    part
 }
 
-/// The part's done count and failures, from every request of the node's pods.
-fn record_outcomes(part: &mut NodePart, requests: &HashMap<String, NodeRequest>) {
-    part.done = requests
+/// The done count and every node's failures, from every request of the rollout.
+fn record_outcomes(status: &mut RolloutStatus, requests: &Requests) {
+    status.done = requests
         .values()
         .filter(|r| r.outcome == RequestOutcome::Succeeded)
         .count() as u32;
-    part.failures = requests
-        .iter()
-        .filter_map(|(uid, r)| match &r.outcome {
-            RequestOutcome::Failed(message) => Some(Failure::new(&r.pod, uid, message)),
-            _ => None,
-        })
-        .collect();
-    part.failures
-        .sort_by(|a, b| (&a.pod, &a.pod_uid).cmp(&(&b.pod, &b.pod_uid)));
-}
-
-/// Claims of agents that are gone: released once their pods are gone, or ready with their
-/// request finished, or ready with no request made long after the claim (its agent makes
-/// a request only for a claim younger than the Lease's duration: it cannot make one now).
-fn release_gone_agents_claims(
-    status: &mut RolloutStatus,
-    census: &Census,
-    node: &str,
-    now: Timestamp,
-) {
-    for other in status.nodes.iter_mut() {
-        if other.node == node || census.live_agents.contains(&other.node) {
-            continue;
+    for part in status.nodes.iter_mut() {
+        part.failures.clear();
+    }
+    for (uid, asked) in requests {
+        if let RequestOutcome::Failed(message) = &asked.outcome {
+            part_mut(status, &asked.node)
+                .failures
+                .push(Failure::new(&asked.pod, uid, message));
         }
-        other.claims.retain(|claim| {
-            let Some(pod) = census
-                .matching
-                .iter()
-                .find(|p| p.state.uid == claim.pod_uid)
-            else {
-                return false;
-            };
-            // A node whose requests could not be listed: nothing is known of them.
-            let released = pod.state.ready
-                && census
-                    .foreign_requests
-                    .get(&other.node)
-                    .is_some_and(|asked| match asked.get(&claim.pod_uid) {
-                        Some(RequestOutcome::Succeeded | RequestOutcome::Failed(_)) => true,
-                        Some(RequestOutcome::Underway) => false,
-                        None => age(claim, now) >= 2 * LEASE_DURATION,
-                    });
-            !released
-        });
+    }
+    for part in status.nodes.iter_mut() {
+        part.failures
+            .sort_by(|a, b| (&a.pod, &a.pod_uid).cmp(&(&b.pod, &b.pod_uid)));
     }
 }
 
@@ -279,90 +231,105 @@ fn advance_phase(
     }
 }
 
-/// This node's pods left to restart: those without a request and unclaimed, in name order.
+/// Each node's pods left to restart (included, not terminating, unclaimed, without a
+/// request), in name order; every node, whether its agent is alive or not.
 fn pods_left_to_claim<'a>(
     facts: &Facts<'a>,
     status: &RolloutStatus,
     start: Option<Timestamp>,
-) -> Vec<&'a RolloutPod> {
-    let claimed_here: HashSet<&str> = status
-        .part(facts.node)
-        .into_iter()
-        .flat_map(|p| p.claims.iter().map(|c| c.pod_uid.as_str()))
-        .collect();
-    let mut todo: Vec<&RolloutPod> = facts
-        .my_pods
-        .iter()
-        .filter(|p| {
-            let uid = p.state.uid.as_str();
-            included(p, start)
-                && !p.terminating
-                && !claimed_here.contains(uid)
-                && !facts.requests.contains_key(uid)
-        })
-        .collect();
-    todo.sort_by(|a, b| a.state.name.cmp(&b.state.name));
-    todo
+) -> BTreeMap<String, Vec<&'a RolloutPod>> {
+    let claimed: HashSet<&str> = status.claims().map(|(_, c)| c.pod_uid.as_str()).collect();
+    let mut left: BTreeMap<String, Vec<&RolloutPod>> = BTreeMap::new();
+    for pod in &facts.census.matching {
+        let uid = pod.state.uid.as_str();
+        if included(pod, start)
+            && !pod.terminating
+            && !claimed.contains(uid)
+            && !facts.requests.contains_key(uid)
+        {
+            left.entry(pod.node.clone()).or_default().push(pod);
+        }
+    }
+    for pods in left.values_mut() {
+        pods.sort_by(|a, b| a.state.name.cmp(&b.state.name));
+    }
+    left
 }
 
-/// Claims of `todo` while the rollout progresses, written in this node's part with what is
-/// left pending; with them, why this node claims nothing (more) now.
+/// Claims while the rollout progresses, taken in turn from each node whose agent is alive
+/// (one pod of each, then a second of each...) and written in the nodes' parts; `left` loses
+/// the pods claimed. With them, why nothing (more) is claimed now.
 fn claim_or_wait(
     facts: &Facts,
     status: &mut RolloutStatus,
-    todo: &[&RolloutPod],
+    left: &mut BTreeMap<String, Vec<&RolloutPod>>,
 ) -> (Vec<Claim>, Option<String>) {
-    let mut claimed = Vec::new();
-    let mut waiting = None;
-    if status.phase == RolloutPhase::Progressing && !todo.is_empty() {
-        let mut part = status.part(facts.node).cloned().unwrap_or_default();
-        match facts.census {
-            Some(census) => match claim(facts, census, status, todo, facts.now) {
-                Ok(new) => {
-                    claimed = new;
-                    part.waiting = None;
-                }
-                Err(Waiting::BudgetInUse(reason)) => {
-                    part.waiting = None;
-                    waiting = Some(reason);
-                }
-                Err(Waiting::Blocked(reason)) => {
-                    part.waiting = Some(reason.clone());
-                    waiting = Some(reason);
-                }
-            },
-            None => waiting = Some("not counted yet".into()),
-        }
-        part.claims.extend(claimed.iter().cloned());
-        part.pending = (todo.len() - claimed.len()) as u32;
-        put_part(status, part);
-    } else if let Some(mut part) = status.part(facts.node).cloned() {
+    for part in status.nodes.iter_mut() {
         part.waiting = None;
-        part.pending = todo.len() as u32;
-        put_part(status, part);
     }
-    (claimed, waiting)
+    let live = &facts.census.live_agents;
+    let in_turn = in_turn(left.iter().filter(|(node, _)| live.contains(*node)));
+    if status.phase != RolloutPhase::Progressing || in_turn.is_empty() {
+        return (Vec::new(), None);
+    }
+    match claim(facts, status, &in_turn) {
+        Ok(claimed) => {
+            let uids: HashSet<&str> = claimed.iter().map(|(_, c)| c.pod_uid.as_str()).collect();
+            for pods in left.values_mut() {
+                pods.retain(|p| !uids.contains(p.state.uid.as_str()));
+            }
+            let mut out = Vec::new();
+            for (node, claim) in claimed {
+                part_mut(status, &node).claims.push(claim.clone());
+                out.push(claim);
+            }
+            (out, None)
+        }
+        Err(Waiting::BudgetInUse(reason)) => (Vec::new(), Some(reason)),
+        Err(Waiting::Blocked(reason)) => {
+            for (node, pods) in left.iter() {
+                if !pods.is_empty() && live.contains(node) {
+                    part_mut(status, node).waiting = Some(reason.clone());
+                }
+            }
+            (Vec::new(), Some(reason))
+        }
+    }
 }
 
-/// Why a node claims nothing now.
+/// The nodes' pods interleaved: the first of each node, then the second of each, and so on,
+/// so that the budget is spread over the nodes rather than spent on the first ones.
+fn in_turn<'a, 'b>(
+    nodes: impl Iterator<Item = (&'b String, &'b Vec<&'a RolloutPod>)>,
+) -> Vec<&'a RolloutPod>
+where
+    'a: 'b,
+{
+    let lists: Vec<&Vec<&RolloutPod>> = nodes.map(|(_, pods)| pods).collect();
+    let longest = lists.iter().map(|l| l.len()).max().unwrap_or(0);
+    (0..longest)
+        .flat_map(|i| lists.iter().filter_map(move |l| l.get(i).copied()))
+        .collect()
+}
+
+/// Why nothing is claimed now.
 enum Waiting {
     /// The rollout's budget is in use: the usual state of a rollout, not written down.
     BudgetInUse(String),
     /// Something the user may need to act on (a PodDisruptionBudget, unready pods): written in
-    /// the node's part.
+    /// the parts of the nodes that wait.
     Blocked(String),
 }
 
-/// This node's new claims: as many of `todo` (ready pods, in name order) as the budget leaves
-/// room for, counting every node's claims and the matching pods that are unready unclaimed,
-/// and as every covering PodDisruptionBudget allows.
+/// New claims, by node: as many of `candidates` (ready ones, in the order given) as the budget
+/// leaves room for, counting every node's claims and the matching pods that are unready
+/// unclaimed, and as every covering PodDisruptionBudget allows.
 fn claim(
     facts: &Facts,
-    census: &Census,
     status: &RolloutStatus,
-    todo: &[&RolloutPod],
-    now: Timestamp,
-) -> Result<Vec<Claim>, Waiting> {
+    candidates: &[&RolloutPod],
+) -> Result<Vec<(String, Claim)>, Waiting> {
+    let census = facts.census;
     let max = facts.spec.max_unavailable_of(census.matching.len());
     let claimed: HashSet<&str> = status.claims().map(|(_, c)| c.pod_uid.as_str()).collect();
     let unready = census
@@ -389,7 +356,7 @@ fn claim(
     }
     let mut out = Vec::new();
     let mut blocked_by = None;
-    for pod in todo {
+    for pod in candidates {
         if out.len() == room {
             break;
         }
@@ -414,11 +381,12 @@ fn claim(
                 *healthy -= 1;
             }
         }
-        out.push(Claim {
+        let claim = Claim {
             pod: pod.state.name.clone(),
             pod_uid: pod.state.uid.clone(),
-            since: seconds(now),
-        });
+            since: seconds(facts.now),
+        };
+        out.push((pod.node.clone(), claim));
     }
     if !out.is_empty() {
         return Ok(out);
@@ -431,34 +399,38 @@ fn claim(
             )))
         }
         None => Err(Waiting::Blocked(
-            "the pods left here are not ready: waiting for them".into(),
+            "the pods left are not ready: waiting for them".into(),
         )),
     }
 }
 
-/// With the whole namespace counted: the rollout's size, its end, and the nodes it waits on.
-/// A node's part says how many of its pods are left (`pending`) as its agent last saw them;
-/// for a node whose agent is gone, its requests listed say it better (its pods may have gone
-/// since), and a node without a part has all its pods left.
+/// The rollout's size, the nodes it waits on, and its end: no pod left on any node and no
+/// claim held.
 fn conclude(
     status: &mut RolloutStatus,
-    census: &Census,
-    node: &str,
+    facts: &Facts,
     start: Option<Timestamp>,
-    now: Timestamp,
+    left: &BTreeMap<String, Vec<&RolloutPod>>,
 ) {
-    let ours: Vec<&RolloutPod> = census
+    let census = facts.census;
+    let here: HashSet<&str> = census
         .matching
         .iter()
-        .map(Arc::as_ref)
-        .filter(|p| included(p, start))
+        .map(|p| p.state.uid.as_str())
         .collect();
-    status.not_included = (census.matching.len() - ours.len()) as u32;
+    let ours = census.matching.iter().filter(|p| included(p, start)).count();
+    // The pods restarted (or being) and gone since are the rollout's too.
+    let gone_since = facts
+        .requests
+        .keys()
+        .filter(|uid| !here.contains(uid.as_str()))
+        .count();
+    status.matched = (ours + gone_since) as u32;
+    status.not_included = (census.matching.len() - ours) as u32;
+    report_nodes_without_agent(status, census, start, left, facts.now);
+    let any_left = left.values().any(|pods| !pods.is_empty());
     let any_claims = status.claims().next().is_some();
-    let (matched, pending_by_node) = count_left(status, census, node, &ours);
-    status.matched = matched as u32;
-    report_nodes_without_agent(status, census, node, start, &pending_by_node, now);
-    if pending_by_node.is_empty() && !any_claims && status.phase == RolloutPhase::Progressing {
+    if !any_left && !any_claims && status.phase == RolloutPhase::Progressing {
         let failed: usize = status.nodes.iter().map(|p| p.failures.len()).sum();
         let message = if failed == 0 {
             "every pod restarted".to_string()
@@ -468,63 +440,8 @@ fn conclude(
                 first_failures(status)
             )
         };
-        finish(status, RolloutPhase::Succeeded, "Restarted", message, now);
+        finish(status, RolloutPhase::Succeeded, "Restarted", message, facts.now);
     }
-}
-
-/// The rollout's size (the pods it counts, on every node) and each node's pods left to
-/// restart, from `ours`: the matching pods it includes.
-fn count_left(
-    status: &RolloutStatus,
-    census: &Census,
-    node: &str,
-    ours: &[&RolloutPod],
-) -> (usize, BTreeMap<String, usize>) {
-    let claimed: HashSet<&str> = status.claims().map(|(_, c)| c.pod_uid.as_str()).collect();
-    let parts: HashMap<&str, &NodePart> =
-        status.nodes.iter().map(|p| (p.node.as_str(), p)).collect();
-    let mut ours_by_node: BTreeMap<&str, Vec<&RolloutPod>> = BTreeMap::new();
-    for pod in ours {
-        ours_by_node.entry(pod.node.as_str()).or_default().push(pod);
-    }
-    let mut matched = 0usize;
-    let mut pending_by_node: BTreeMap<String, usize> = BTreeMap::new();
-    let nodes: BTreeSet<&str> = ours_by_node.keys().chain(parts.keys()).copied().collect();
-    for name in nodes {
-        let pods = ours_by_node.get(name).map_or(&[][..], Vec::as_slice);
-        let pending = match parts.get(name) {
-            None => {
-                matched += pods.len();
-                left_unasked(pods, &claimed, None)
-            }
-            Some(part) => {
-                matched += part.matched as usize;
-                let gone = name != node && !census.live_agents.contains(name);
-                match census.foreign_requests.get(name) {
-                    Some(asked) if gone => left_unasked(pods, &claimed, Some(asked)),
-                    _ => part.pending as usize,
-                }
-            }
-        };
-        if pending > 0 {
-            pending_by_node.insert(name.to_string(), pending);
-        }
-    }
-    (matched, pending_by_node)
-}
-
-/// How many of `pods` are left to restart: neither terminating, claimed nor asked for.
-fn left_unasked(
-    pods: &[&RolloutPod],
-    claimed: &HashSet<&str>,
-    asked: Option<&NodeRequests>,
-) -> usize {
-    pods.iter()
-        .filter(|p| {
-            let uid = p.state.uid.as_str();
-            !p.terminating && !claimed.contains(uid) && asked.is_none_or(|a| !a.contains_key(uid))
-        })
-        .count()
 }
 
 /// The `WaitingForNodes` condition (and message): the nodes with pods left whose agent is
@@ -532,18 +449,19 @@ fn left_unasked(
 fn report_nodes_without_agent(
     status: &mut RolloutStatus,
     census: &Census,
-    node: &str,
     start: Option<Timestamp>,
-    pending_by_node: &BTreeMap<String, usize>,
+    left: &BTreeMap<String, Vec<&RolloutPod>>,
     now: Timestamp,
 ) {
     // An agent has the Lease's duration from the start to take its part up.
     let grace_over =
         start.is_some_and(|s| now.as_second() >= s.as_second() + LEASE_DURATION.as_secs() as i64);
-    let without_agent: Vec<(&str, usize)> = pending_by_node
+    let without_agent: Vec<(&str, usize)> = left
         .iter()
-        .filter(|(name, _)| grace_over && *name != node && !census.live_agents.contains(*name))
-        .map(|(name, count)| (name.as_str(), *count))
+        .filter(|(name, pods)| {
+            grace_over && !pods.is_empty() && !census.live_agents.contains(*name)
+        })
+        .map(|(name, pods)| (name.as_str(), pods.len()))
         .collect();
     if without_agent.is_empty() {
         set_condition(
@@ -640,22 +558,15 @@ fn set_condition(
     }
 }
 
-/// The counts, from the parts; this node's part dropped when empty (another node's part is
-/// only ever changed by releasing its claims: the admission policy), parts in node order.
-fn summarize(status: &mut RolloutStatus, node: &str, generation: Option<i64>) {
+
+/// The counts, and only the parts that say something: every write goes to every agent's
+/// watch, so a part with nothing to say is not written.
+fn summarize(status: &mut RolloutStatus, generation: Option<i64>) {
     status.observed_generation = generation;
     status.nodes.retain(|p| {
-        p.node != node
-            || p.matched > 0
-            || !p.claims.is_empty()
-            || p.done > 0
-            || !p.failures.is_empty()
-            || p.skipped > 0
-            || p.pending > 0
-            || p.not_included > 0
+        !p.claims.is_empty() || !p.failures.is_empty() || p.skipped > 0 || p.waiting.is_some()
     });
     status.nodes.sort_by(|a, b| a.node.cmp(&b.node));
-    status.done = status.nodes.iter().map(|p| p.done).sum();
     status.failed = status.nodes.iter().map(|p| p.failures.len() as u32).sum();
     status.in_progress = status.nodes.iter().map(|p| p.claims.len() as u32).sum();
     if status.phase == RolloutPhase::Progressing || status.phase == RolloutPhase::Paused {
@@ -669,10 +580,18 @@ fn summarize(status: &mut RolloutStatus, node: &str, generation: Option<i64>) {
     }
 }
 
-fn put_part(status: &mut RolloutStatus, part: NodePart) {
-    match status.nodes.iter_mut().find(|p| p.node == part.node) {
-        Some(existing) => *existing = part,
-        None => status.nodes.push(part),
+/// The part of `node`, added if it has none.
+fn part_mut<'s>(status: &'s mut RolloutStatus, node: &str) -> &'s mut NodePart {
+    match status.nodes.iter().position(|p| p.node == node) {
+        Some(i) => &mut status.nodes[i],
+        None => {
+            status.nodes.push(NodePart {
+                node: node.to_string(),
+                ..Default::default()
+            });
+            let last = status.nodes.len() - 1;
+            &mut status.nodes[last]
+        }
     }
 }
 
@@ -730,53 +649,71 @@ mod tests {
         }
     }
 
-    fn census(pods: &[RolloutPod], live: &[&str]) -> Census {
-        Census {
-            matching: pods.iter().cloned().map(Arc::new).collect(),
-            live_agents: live.iter().map(|n| n.to_string()).collect(),
-            ..Default::default()
+    fn claim_of(name: &str, since: &str) -> Claim {
+        Claim {
+            pod: name.into(),
+            pod_uid: format!("uid-{name}"),
+            since: since.into(),
         }
     }
 
-    struct Run<'a> {
-        node: &'a str,
+    /// The leader's facts, as its watches would show them.
+    struct Run {
         now: Timestamp,
         spec: RolloutSpec,
         status: RolloutStatus,
         pods: Vec<RolloutPod>,
-        requests: HashMap<String, NodeRequest>,
-        census: Option<Census>,
+        live: Vec<&'static str>,
+        requests: Requests,
+        budgets: Vec<Budget>,
     }
 
-    impl<'a> Run<'a> {
-        fn new(node: &'a str, all: &[RolloutPod]) -> Run<'a> {
+    impl Run {
+        fn new(all: &[RolloutPod]) -> Run {
             Run {
-                node,
                 now: at(1),
                 spec: spec(json!({})),
                 status: started(),
-                pods: all.iter().filter(|p| p.node == node).cloned().collect(),
-                requests: HashMap::new(),
-                census: Some(census(all, &["a", "b", "c"])),
+                pods: all.to_vec(),
+                live: vec!["a", "b", "c"],
+                requests: Requests::new(),
+                budgets: Vec::new(),
             }
         }
 
-        /// This node's request for the pod `uid` (`uid-<pod>`) stands so.
-        fn ask(&mut self, uid: String, outcome: RequestOutcome) {
+        /// The request for the pod `uid` (`uid-<pod>`) stands so; made on the pod's node (`a`
+        /// for a pod gone).
+        fn ask(&mut self, uid: &str, outcome: RequestOutcome) {
             let pod = uid.trim_start_matches("uid-").to_string();
-            self.requests.insert(uid, NodeRequest { pod, outcome });
+            let node = self
+                .pods
+                .iter()
+                .find(|p| p.state.uid == uid)
+                .map_or("a".to_string(), |p| p.node.clone());
+            self.requests.insert(uid.into(), Asked { node, pod, outcome });
+        }
+
+        fn census(&self) -> Census {
+            Census {
+                matching: self.pods.iter().cloned().map(Arc::new).collect(),
+                namespace_pods: if self.budgets.is_empty() {
+                    Vec::new()
+                } else {
+                    self.pods.iter().map(|p| p.state.clone()).collect()
+                },
+                budgets: self.budgets.clone(),
+                live_agents: self.live.iter().map(|n| n.to_string()).collect(),
+            }
         }
 
         fn step(&self) -> Decision {
             decide(&Facts {
-                node: self.node,
                 now: self.now,
                 generation: Some(1),
                 spec: &self.spec,
                 status: &self.status,
-                my_pods: &self.pods,
+                census: &self.census(),
                 requests: &self.requests,
-                census: self.census.as_ref(),
             })
         }
     }
@@ -785,10 +722,20 @@ mod tests {
         step.claimed.iter().map(|c| c.pod.as_str()).collect()
     }
 
+    fn claims_of<'s>(step: &'s Decision, node: &str) -> Vec<&'s str> {
+        step.status
+            .part(node)
+            .map(|p| p.claims.iter().map(|c| c.pod.as_str()).collect())
+            .unwrap_or_default()
+    }
+
+    fn condition<'s>(step: &'s Decision, type_: &str) -> Option<&'s Condition> {
+        step.status.conditions.iter().find(|c| c.type_ == type_)
+    }
+
     #[test]
     fn the_first_pass_starts_the_rollout_at_a_whole_second() {
-        let all = [pod("a1", "a", true)];
-        let mut run = Run::new("a", &all);
+        let mut run = Run::new(&[pod("a1", "a", true)]);
         run.status = RolloutStatus::default();
         run.now = "2026-11-29T08:00:01.734Z".parse().unwrap();
         let step = run.step();
@@ -798,32 +745,27 @@ mod tests {
         );
         assert_eq!(step.status.phase, RolloutPhase::Progressing);
         assert_eq!(claimed(&step), ["a1"]);
+        assert_eq!(claims_of(&step, "a"), ["a1"], "written in a's part");
         assert_eq!(step.status.in_progress, 1);
-        assert!(step.takes_part);
+        assert_eq!(step.status.matched, 1);
     }
 
     #[test]
     fn claims_count_every_nodes_claims_and_the_unready_pods() {
-        let all = [
+        let mut run = Run::new(&[
             pod("a1", "a", true),
             pod("a2", "a", true),
             pod("a3", "a", true),
             pod("b1", "b", true),
             pod("c1", "c", false),
-        ];
-        let mut run = Run::new("a", &all);
+        ]);
         run.spec = spec(json!({"maxUnavailable": 3}));
         run.status.nodes.push(NodePart {
             node: "b".into(),
-            matched: 1,
-            claims: vec![Claim {
-                pod: "b1".into(),
-                pod_uid: "uid-b1".into(),
-                since: START.into(),
-            }],
+            claims: vec![claim_of("b1", START)],
             ..Default::default()
         });
-        // b1 claimed and c1 unready: one left.
+        // b1 claimed and c1 unready: room for one.
         let step = run.step();
         assert_eq!(claimed(&step), ["a1"]);
         run.status = step.status;
@@ -833,9 +775,28 @@ mod tests {
             step.waiting.as_deref(),
             Some("3 of 3 allowed unavailable (2 restarting, 1 unready)")
         );
+        assert!(
+            step.status.nodes.iter().all(|p| p.waiting.is_none()),
+            "a budget in use is not written down"
+        );
         run.spec = spec(json!({"maxUnavailable": 2}));
+        assert!(run.step().claimed.is_empty());
+    }
+
+    #[test]
+    fn claims_are_taken_in_turn_from_the_nodes_whose_agent_is_alive() {
+        let all: Vec<RolloutPod> = ["a", "b", "n"]
+            .iter()
+            .flat_map(|node| (1..=3).map(move |i| pod(&format!("{node}{i}"), node, true)))
+            .collect();
+        let mut run = Run::new(&all);
+        run.live = vec!["a", "b"];
+        run.spec = spec(json!({"maxUnavailable": 5}));
         let step = run.step();
-        assert!(step.claimed.is_empty());
+        assert_eq!(claimed(&step), ["a1", "b1", "a2", "b2", "a3"]);
+        assert_eq!(claims_of(&step, "a"), ["a1", "a2", "a3"]);
+        assert_eq!(claims_of(&step, "b"), ["b1", "b2"]);
+        assert!(step.status.part("n").is_none(), "n has no agent");
     }
 
     #[test]
@@ -843,35 +804,34 @@ mod tests {
         let all: Vec<RolloutPod> = (0..20)
             .map(|i| pod(&format!("p{i:02}"), if i < 10 { "a" } else { "b" }, true))
             .collect();
-        let mut run = Run::new("a", &all);
+        let mut run = Run::new(&all);
         run.spec = spec(json!({"maxUnavailable": "10%"}));
-        assert_eq!(claimed(&run.step()), ["p00", "p01"]);
+        assert_eq!(claimed(&run.step()), ["p00", "p10"]);
     }
 
     #[test]
     fn claims_end_done_failed_or_skipped_and_a_failure_stops_the_rollout() {
-        let all = [
+        let mut run = Run::new(&[
             pod("a1", "a", true),
             pod("a2", "a", true),
             pod("a3", "a", true),
-        ];
-        let mut run = Run::new("a", &all);
+        ]);
         run.spec = spec(json!({"maxUnavailable": 3}));
         let step = run.step();
         assert_eq!(claimed(&step), ["a1", "a2", "a3"]);
         run.status = step.status;
         run.pods.retain(|p| p.state.name != "a3");
-        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
-        run.ask("uid-a2".into(), RequestOutcome::Underway);
+        run.ask("uid-a1", RequestOutcome::Succeeded);
+        run.ask("uid-a2", RequestOutcome::Underway);
         let step = run.step();
+        assert_eq!(step.status.done, 1);
         let part = step.status.part("a").unwrap();
-        assert_eq!(part.done, 1);
         assert_eq!(part.skipped, 1);
         assert_eq!(part.claims.len(), 1);
         assert_eq!(step.status.phase, RolloutPhase::Progressing);
         run.status = step.status;
         run.ask(
-            "uid-a2".into(),
+            "uid-a2",
             RequestOutcome::Failed("container app did not start".into()),
         );
         let step = run.step();
@@ -881,23 +841,21 @@ mod tests {
             step.status.message.as_deref(),
             Some("1 pods failed to restart: pod a2: container app did not start")
         );
-        let failed = step
-            .status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == CONDITION_FAILED);
+        let failed = condition(&step, CONDITION_FAILED);
         assert_eq!(failed.map(|c| c.status.as_str()), Some("True"));
-        assert!(!step.takes_part);
+        assert_eq!(
+            step.status.part("a").unwrap().failures,
+            [Failure::new("a2", "uid-a2", "container app did not start")]
+        );
     }
 
     #[test]
     fn a_failure_policy_lets_the_rollout_go_on() {
-        let all = [pod("a1", "a", true), pod("a2", "a", true)];
-        let mut run = Run::new("a", &all);
+        let mut run = Run::new(&[pod("a1", "a", true), pod("a2", "a", true)]);
         run.spec = spec(json!({"maxUnavailable": 2, "failurePolicy": {"maxFailedPods": 2}}));
         run.status = run.step().status;
-        run.ask("uid-a1".into(), RequestOutcome::Failed("boom".into()));
-        run.ask("uid-a2".into(), RequestOutcome::Succeeded);
+        run.ask("uid-a1", RequestOutcome::Failed("boom".into()));
+        run.ask("uid-a2", RequestOutcome::Succeeded);
         let step = run.step();
         assert_eq!(step.status.phase, RolloutPhase::Succeeded);
         assert_eq!(
@@ -912,15 +870,13 @@ mod tests {
     fn pods_created_after_the_start_are_not_restarted_and_said_so() {
         let mut late = pod("a2", "a", true);
         late.created = Some(at(5));
-        let all = [pod("a1", "a", true), late];
-        let mut run = Run::new("a", &all);
+        let mut run = Run::new(&[pod("a1", "a", true), late]);
         run.spec = spec(json!({"maxUnavailable": 2}));
         let step = run.step();
         assert_eq!(claimed(&step), ["a1"]);
         assert_eq!(step.status.not_included, 1);
-        assert_eq!(step.status.part("a").unwrap().not_included, 1);
         run.status = step.status;
-        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
+        run.ask("uid-a1", RequestOutcome::Succeeded);
         let step = run.step();
         assert_eq!(step.status.phase, RolloutPhase::Succeeded);
         assert_eq!(step.status.matched, 1);
@@ -929,15 +885,15 @@ mod tests {
 
     #[test]
     fn paused_claims_nothing_and_finishes_what_is_under_way() {
-        let all = [pod("a1", "a", true), pod("a2", "a", true)];
-        let mut run = Run::new("a", &all);
+        let mut run = Run::new(&[pod("a1", "a", true), pod("a2", "a", true)]);
         run.status = run.step().status;
         run.spec = spec(json!({"paused": true}));
-        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
+        run.ask("uid-a1", RequestOutcome::Succeeded);
         let step = run.step();
         assert_eq!(step.status.phase, RolloutPhase::Paused);
         assert!(step.claimed.is_empty());
         assert_eq!(step.status.done, 1);
+        assert!(step.status.nodes.is_empty(), "nothing left to say of a");
         run.status = step.status;
         run.spec = spec(json!({}));
         let step = run.step();
@@ -947,8 +903,7 @@ mod tests {
 
     #[test]
     fn a_deadline_fails_the_rollout() {
-        let all = [pod("a1", "a", true)];
-        let mut run = Run::new("a", &all);
+        let mut run = Run::new(&[pod("a1", "a", true)]);
         run.spec = spec(json!({"deadlineSeconds": 30}));
         run.now = at(29);
         assert_eq!(run.step().status.phase, RolloutPhase::Progressing);
@@ -964,181 +919,127 @@ mod tests {
 
     #[test]
     fn a_disruption_budget_holds_claims_back() {
-        let all = [
+        let mut run = Run::new(&[
             pod("a1", "a", true),
             pod("a2", "a", true),
             pod("b1", "b", true),
-        ];
-        let mut run = Run::new("a", &all);
+        ]);
         run.spec = spec(json!({"maxUnavailable": 3}));
         let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget = serde_json::from_value(
             json!({"metadata": {"name": "web"}, "spec": {"selector": {"matchLabels": {"app": "web"}}, "minAvailable": 2}}),
         )
         .unwrap();
-        let census = run.census.as_mut().unwrap();
-        census.budgets = vec![Budget::of(&pdb).unwrap()];
-        census.namespace_pods = all.iter().map(|p| p.state.clone()).collect();
+        run.budgets = vec![Budget::of(&pdb).unwrap()];
         let step = run.step();
         assert_eq!(claimed(&step), ["a1"], "3 healthy, 2 required");
         run.status = step.status;
         let step = run.step();
         let said = "PodDisruptionBudget web allows no disruption (2 healthy, 2 required)";
         assert_eq!(step.waiting.as_deref(), Some(said));
-        assert_eq!(
-            step.status.part("a").unwrap().waiting.as_deref(),
-            Some(said),
-            "written down"
-        );
+        for node in ["a", "b"] {
+            assert_eq!(
+                step.status.part(node).unwrap().waiting.as_deref(),
+                Some(said),
+                "written down for {node}, which has pods left"
+            );
+        }
     }
 
     #[test]
     fn claims_of_an_agent_that_is_gone_are_released_once_their_pods_are_ready_or_gone() {
-        let mut all = [
+        let mut run = Run::new(&[
             pod("a1", "a", true),
             pod("b1", "b", true),
             pod("b2", "b", false),
-        ];
-        let mut run = Run::new("a", &all);
+        ]);
         run.spec = spec(json!({"maxUnavailable": 3}));
-        let claim = |name: &str| Claim {
-            pod: name.into(),
-            pod_uid: format!("uid-{name}"),
-            since: START.into(),
-        };
         run.status.nodes.push(NodePart {
             node: "b".into(),
-            matched: 3,
-            claims: vec![claim("b1"), claim("b2"), claim("b3")],
+            claims: vec![
+                claim_of("b1", START),
+                claim_of("b2", START),
+                claim_of("b3", START),
+            ],
             ..Default::default()
         });
-        // b's agent alive: its claims stay, whatever its pods do.
+        // b's agent alive: b3 is gone (skipped); b1 and b2 wait for their requests. Room for
+        // one more (b2 is unready but claimed).
         let step = run.step();
-        assert_eq!(step.status.part("b").unwrap().claims.len(), 3);
-        // b's agent gone: b1 is ready again (its request done) and b3 gone; b2 restarting.
-        run.census = Some(census(&all, &["a"]));
-        let foreign = |run: &mut Run, uid: &str, outcome: RequestOutcome| {
-            run.census
-                .as_mut()
-                .unwrap()
-                .foreign_requests
-                .entry("b".into())
-                .or_default()
-                .insert(uid.into(), outcome);
-        };
-        foreign(&mut run, "uid-b1", RequestOutcome::Underway);
-        let step = run.step();
-        assert_eq!(
-            step.status.part("b").unwrap().claims.len(),
-            2,
-            "b1's request under way"
-        );
-        // b's requests listed, none for b1.
-        if let Some(asked) = run.census.as_mut().unwrap().foreign_requests.get_mut("b") {
-            asked.remove("uid-b1");
-        }
-        run.now = at(2 * LEASE_DURATION.as_secs() as i64 - 1);
-        let step = run.step();
-        assert_eq!(
-            step.status.part("b").unwrap().claims.len(),
-            2,
-            "b's agent may still make it"
-        );
-        run.now = at(1);
-        foreign(&mut run, "uid-b1", RequestOutcome::Succeeded);
-        let step = run.step();
-        let b: Vec<&str> = step
-            .status
-            .part("b")
-            .unwrap()
-            .claims
-            .iter()
-            .map(|c| c.pod.as_str())
-            .collect();
-        assert_eq!(b, ["b2"]);
-        assert_eq!(claimed(&step), ["a1"], "room freed by the released claims");
-        all[2].state.ready = true;
+        assert_eq!(claims_of(&step, "b"), ["b1", "b2"]);
+        assert_eq!(claimed(&step), ["a1"]);
+        assert_eq!(step.status.part("b").unwrap().skipped, 1);
         run.status = step.status;
-        run.census = Some(census(&all, &["a"]));
-        foreign(&mut run, "uid-b2", RequestOutcome::Failed("x".into()));
-        assert!(run.step().status.part("b").unwrap().claims.is_empty());
+        // b's agent gone; b1's request under way: kept, even long after.
+        run.live = vec!["a"];
+        run.ask("uid-b1", RequestOutcome::Underway);
+        run.now = at(10 * LEASE_DURATION.as_secs() as i64);
+        assert_eq!(claims_of(&run.step(), "b"), ["b1", "b2"]);
+        // No request for b1: b's agent may still make it for twice a Lease's duration.
+        run.requests.clear();
+        run.now = at(2 * LEASE_DURATION.as_secs() as i64 - 1);
+        assert_eq!(claims_of(&run.step(), "b"), ["b1", "b2"]);
+        // Then b1 (ready) is released; b2, unready, keeps its claim.
+        run.now = at(2 * LEASE_DURATION.as_secs() as i64);
+        let step = run.step();
+        assert_eq!(claims_of(&step, "b"), ["b2"]);
+        assert_eq!(step.status.in_progress, 2, "a1's and b2's");
+        // b2's request failed: released whatever its pod does.
+        run.status = step.status;
+        run.ask("uid-b2", RequestOutcome::Failed("x".into()));
+        run.spec = spec(json!({"maxUnavailable": 3, "failurePolicy": {"maxFailedPods": 2}}));
+        let step = run.step();
+        assert!(claims_of(&step, "b").is_empty());
+        assert_eq!(step.status.part("b").unwrap().failures.len(), 1);
     }
 
     #[test]
     fn pods_on_nodes_without_an_agent_are_reported_after_the_grace() {
-        let all = [
+        let mut run = Run::new(&[
             pod("a1", "a", true),
             pod("n1", "n", true),
             pod("n2", "n", true),
-        ];
-        let mut run = Run::new("a", &all);
+        ]);
         run.spec = spec(json!({"maxUnavailable": 3}));
-        run.census = Some(census(&all, &["a"]));
-        run.status = run.step().status;
-        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
-        run.now = at(LEASE_DURATION.as_secs() as i64 - 1);
+        run.live = vec!["a"];
         let step = run.step();
-        assert!(
-            step.status
-                .conditions
-                .iter()
-                .all(|c| c.type_ != CONDITION_WAITING)
-        );
+        assert_eq!(claimed(&step), ["a1"]);
+        run.status = step.status;
+        run.ask("uid-a1", RequestOutcome::Succeeded);
+        run.now = at(LEASE_DURATION.as_secs() as i64 - 1);
+        assert!(condition(&run.step(), CONDITION_WAITING).is_none());
         run.now = at(LEASE_DURATION.as_secs() as i64);
         let step = run.step();
-        let waiting = step
-            .status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == CONDITION_WAITING)
-            .unwrap();
+        let waiting = condition(&step, CONDITION_WAITING).unwrap();
         assert_eq!(waiting.status, "True");
         assert_eq!(waiting.message, "waiting for node n: no agent (2 pods)");
+        assert_eq!(
+            step.status.message.as_deref(),
+            Some(waiting.message.as_str())
+        );
         assert_eq!(step.status.phase, RolloutPhase::Progressing);
         assert_eq!(step.status.done, 1);
-        assert!(
-            step.takes_part,
-            "a's part is vouched for until the rollout ends"
-        );
-        // An agent comes up on n: it takes its part.
+        // An agent comes up on n: its pods are claimed.
         run.status = step.status;
-        let mut on_n = Run::new("n", &all);
-        on_n.status = run.status.clone();
-        on_n.spec = run.spec.clone();
-        on_n.now = run.now;
-        on_n.census = Some(census(&all, &["a", "n"]));
-        let step = on_n.step();
+        run.live = vec!["a", "n"];
+        let step = run.step();
         assert_eq!(claimed(&step), ["n1", "n2"]);
-        let waiting = step
-            .status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == CONDITION_WAITING)
-            .unwrap();
-        assert_eq!(waiting.status, "False");
+        assert_eq!(condition(&step, CONDITION_WAITING).unwrap().status, "False");
+        assert_eq!(step.status.message, None);
     }
 
     #[test]
-    fn the_last_node_to_finish_ends_the_rollout() {
-        let all = [pod("a1", "a", true), pod("b1", "b", true)];
-        let mut run = Run::new("a", &all);
+    fn the_last_pod_to_finish_ends_the_rollout() {
+        let mut run = Run::new(&[pod("a1", "a", true), pod("b1", "b", true)]);
         run.spec = spec(json!({"maxUnavailable": 2}));
-        run.status.nodes.push(NodePart {
-            node: "b".into(),
-            matched: 1,
-            done: 1,
-            ..Default::default()
-        });
-        run.status = run.step().status;
-        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
+        run.ask("uid-b1", RequestOutcome::Succeeded);
+        let step = run.step();
+        assert_eq!(claimed(&step), ["a1"]);
+        run.status = step.status;
+        run.ask("uid-a1", RequestOutcome::Succeeded);
         let step = run.step();
         assert_eq!(step.status.phase, RolloutPhase::Succeeded);
         assert_eq!((step.status.matched, step.status.done), (2, 2));
-        let complete = step
-            .status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == CONDITION_COMPLETE)
-            .unwrap();
+        let complete = condition(&step, CONDITION_COMPLETE).unwrap();
         assert_eq!(complete.status, "True");
         assert_eq!(
             step.status.completion_time.as_deref(),
@@ -1151,13 +1052,15 @@ mod tests {
 
     #[test]
     fn a_claim_left_without_its_request_is_let_go_and_made_afresh() {
-        let all = [pod("a1", "a", true)];
-        let mut run = Run::new("a", &all);
+        let mut run = Run::new(&[pod("a1", "a", true)]);
         run.status = run.step().status;
-        // No request made for a1. Claimed at 1 s: still the agent's to make its request at 40 s, not at 41 s.
-        run.now = at(LEASE_DURATION.as_secs() as i64);
+        // No request made for a1, claimed at 1 s. Its agent makes it only while the claim is
+        // fresh; the leader waits twice as long.
+        assert!(fresh(&claim_of("a1", &seconds(at(1))), at(40)));
+        assert!(!fresh(&claim_of("a1", &seconds(at(1))), at(41)));
+        run.now = at(2 * LEASE_DURATION.as_secs() as i64);
         assert!(run.step().claimed.is_empty());
-        run.now = at(LEASE_DURATION.as_secs() as i64 + 1);
+        run.now = at(2 * LEASE_DURATION.as_secs() as i64 + 1);
         let step = run.step();
         assert_eq!(
             claimed(&step),
@@ -1168,87 +1071,127 @@ mod tests {
     }
 
     #[test]
-    fn without_a_census_nothing_is_claimed_but_claims_are_followed() {
-        let all = [pod("a1", "a", true), pod("a2", "a", true)];
-        let mut run = Run::new("a", &all);
-        run.status = run.step().status;
-        run.census = None;
-        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
-        let step = run.step();
-        assert_eq!(step.status.done, 1);
-        assert!(step.claimed.is_empty());
-    }
-
-    #[test]
     fn a_pods_request_is_its_record_whoever_released_its_claim() {
-        let all = [
+        let mut run = Run::new(&[
             pod("a1", "a", true),
             pod("a2", "a", true),
             pod("a3", "a", true),
-        ];
-        let mut run = Run::new("a", &all);
-        // a1's claim was released by another agent while this one was away; a9 was restarted
-        // and is gone since.
-        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
-        run.ask("uid-a9".into(), RequestOutcome::Failed("boom".into()));
+        ]);
+        // a1 was restarted under an earlier leader; a9 was restarted and is gone since.
+        run.ask("uid-a1", RequestOutcome::Succeeded);
+        run.ask("uid-a9", RequestOutcome::Failed("boom".into()));
         run.spec = spec(json!({"failurePolicy": {"maxFailedPods": 2}}));
         let step = run.step();
         assert_eq!(claimed(&step), ["a2"], "a1 is not asked twice");
-        let part = step.status.part("a").unwrap();
-        assert_eq!((part.done, part.matched, part.pending), (1, 4, 1));
-        assert_eq!(part.failures, [Failure::new("a9", "uid-a9", "boom")]);
+        assert_eq!(step.status.matched, 4);
+        assert_eq!(
+            step.status.part("a").unwrap().failures,
+            [Failure::new("a9", "uid-a9", "boom")]
+        );
         assert_eq!((step.status.done, step.status.failed), (1, 1));
     }
 
     #[test]
-    fn a_gone_agents_pods_left_are_read_from_its_requests() {
-        let mut all = vec![
+    fn a_gone_agents_pods_left_keep_the_rollout_waiting_until_they_are_gone() {
+        let mut run = Run::new(&[
             pod("a1", "a", true),
             pod("b1", "b", true),
             pod("b2", "b", true),
-        ];
-        let mut run = Run::new("a", &all);
+        ]);
         run.spec = spec(json!({"maxUnavailable": 3}));
         run.now = at(LEASE_DURATION.as_secs() as i64);
-        run.ask("uid-a1".into(), RequestOutcome::Succeeded);
+        run.live = vec!["a"];
+        run.ask("uid-a1", RequestOutcome::Succeeded);
         // b's agent restarted b1 and went away with b2 left.
-        run.status.nodes.push(NodePart {
-            node: "b".into(),
-            matched: 2,
-            done: 1,
-            pending: 1,
-            ..Default::default()
-        });
-        run.census = Some(census(&all, &["a"]));
+        run.ask("uid-b1", RequestOutcome::Succeeded);
         let step = run.step();
         assert_eq!(step.status.phase, RolloutPhase::Progressing);
         assert_eq!(
             step.status.message.as_deref(),
             Some("waiting for node b: no agent (1 pods)")
         );
-        // b2 is deleted: b's part still says one left, its requests say none.
-        all.retain(|p| p.state.name != "b2");
-        run.census = Some(census(&all, &["a"]));
-        assert_eq!(
-            run.step().status.phase,
-            RolloutPhase::Progressing,
-            "not listed"
-        );
-        let mut listed = census(&all, &["a"]);
-        listed.foreign_requests.insert(
-            "b".into(),
-            [("uid-b1".to_string(), RequestOutcome::Succeeded)].into(),
-        );
-        run.census = Some(listed);
+        // b2 is deleted.
+        run.pods.retain(|p| p.state.name != "b2");
         let step = run.step();
         assert_eq!(step.status.phase, RolloutPhase::Succeeded);
-        assert_eq!((step.status.matched, step.status.done), (3, 2));
+        assert_eq!((step.status.matched, step.status.done), (2, 2));
     }
 
-    /// Agents racing over one rollout through a server that orders writes by resourceVersion,
-    /// each deciding from a copy that may lag (its watch), while restarts make pods unready:
-    /// never more unready pods than the budget, no pod claimed twice, and the rollout ends with
-    /// every pod restarted once.
+    #[test]
+    fn pods_left_are_neither_terminating_claimed_nor_asked_for_and_in_name_order() {
+        let mut gone = pod("p4", "b", true);
+        gone.terminating = true;
+        let mut run = Run::new(&[
+            pod("p3", "b", false),
+            pod("p1", "b", true),
+            pod("p2", "b", true),
+            pod("p5", "b", true),
+            gone,
+        ]);
+        run.status.nodes.push(NodePart {
+            node: "b".into(),
+            claims: vec![claim_of("p1", START)],
+            ..Default::default()
+        });
+        run.ask("uid-p2", RequestOutcome::Underway);
+        let census = run.census();
+        let facts = Facts {
+            now: run.now,
+            generation: None,
+            spec: &run.spec,
+            status: &run.status,
+            census: &census,
+            requests: &run.requests,
+        };
+        let left = pods_left_to_claim(&facts, &run.status, run.status.start());
+        let names: Vec<&str> = left["b"].iter().map(|p| p.state.name.as_str()).collect();
+        assert_eq!(names, ["p3", "p5"]);
+    }
+
+    #[test]
+    fn nodes_pods_in_turn_spread_over_the_nodes() {
+        let a: Vec<RolloutPod> = (1..=3).map(|i| pod(&format!("a{i}"), "a", true)).collect();
+        let b = [pod("b1", "b", true)];
+        let lists: BTreeMap<String, Vec<&RolloutPod>> = [
+            ("a".to_string(), a.iter().collect()),
+            ("b".to_string(), b.iter().collect()),
+        ]
+        .into();
+        let names: Vec<&str> = in_turn(lists.iter())
+            .iter()
+            .map(|p| p.state.name.as_str())
+            .collect();
+        assert_eq!(names, ["a1", "b1", "a2", "a3"]);
+    }
+
+    #[test]
+    fn failures_are_in_pod_order_in_their_nodes_parts() {
+        let mut run = Run::new(&[]);
+        for (uid, outcome) in [
+            ("uid-b", RequestOutcome::Failed("no".into())),
+            ("uid-a", RequestOutcome::Failed("no".into())),
+            ("uid-c", RequestOutcome::Succeeded),
+            ("uid-d", RequestOutcome::Underway),
+        ] {
+            run.ask(uid, outcome);
+        }
+        let mut status = started();
+        record_outcomes(&mut status, &run.requests);
+        assert_eq!(status.done, 1);
+        let failed: Vec<&str> = status.nodes[0]
+            .failures
+            .iter()
+            .map(|f| f.pod.as_str())
+            .collect();
+        assert_eq!(failed, ["a", "b"]);
+    }
+
+    /// Agents that each believe they lead, deciding from copies that may lag (their watches)
+    /// through a server that orders writes by resourceVersion; node agents making the
+    /// requests of their claims from their own copies; agents dying and coming back; restarts
+    /// making pods unready; time passing. Never more unready pods than the budget, never a
+    /// claim of a pod already asked, and once every agent is back the rollout ends with every
+    /// pod restarted once.
     mod racing {
         use super::*;
         use proptest::prelude::*;
@@ -1260,9 +1203,10 @@ mod tests {
             pods: Vec<RolloutPod>,
             server: (u64, RolloutStatus),
             copies: Vec<(u64, RolloutStatus)>,
-            /// Pod UID → its request succeeded.
-            requests: HashMap<String, bool>,
-            claims_made: HashMap<String, usize>,
+            alive: Vec<bool>,
+            /// Pod UID → (node, its request succeeded): a request is made once (its name is
+            /// fixed), so this is every restart.
+            requests: HashMap<String, (String, bool)>,
             clock: i64,
             worst: usize,
         }
@@ -1278,11 +1222,11 @@ mod tests {
                     max,
                     spec: spec(json!({"maxUnavailable": max})),
                     copies: vec![(0, RolloutStatus::default()); nodes],
+                    alive: vec![true; nodes],
                     nodes: names,
                     pods,
                     server: (0, RolloutStatus::default()),
                     requests: HashMap::new(),
-                    claims_made: HashMap::new(),
                     clock: 0,
                     worst: 0,
                 }
@@ -1302,79 +1246,89 @@ mod tests {
                 self.copies[agent] = self.server.clone();
             }
 
+            /// One pass of an agent: its node's requests from its copy, then a leader's pass.
             fn act(&mut self, agent: usize) {
+                if !self.alive[agent] {
+                    return;
+                }
                 self.clock += 1;
+                let now = at(self.clock);
                 let node = self.nodes[agent].clone();
-                let mine: Vec<RolloutPod> = self
-                    .pods
+                let (rv, status) = self.copies[agent].clone();
+                for claim in status.part(&node).map_or(&[][..], |p| &p.claims) {
+                    if fresh(claim, now) && !self.requests.contains_key(&claim.pod_uid) {
+                        self.requests
+                            .insert(claim.pod_uid.clone(), (node.clone(), false));
+                        // The stop lands at once: the worst case.
+                        if let Some(p) = self.pods.iter_mut().find(|p| p.state.uid == claim.pod_uid) {
+                            p.state.ready = false;
+                        }
+                        self.check();
+                    }
+                }
+                let census = Census {
+                    matching: self.pods.iter().cloned().map(Arc::new).collect(),
+                    live_agents: self
+                        .nodes
+                        .iter()
+                        .zip(&self.alive)
+                        .filter(|(_, alive)| **alive)
+                        .map(|(n, _)| n.clone())
+                        .collect(),
+                    ..Default::default()
+                };
+                let requests: Requests = self
+                    .requests
                     .iter()
-                    .filter(|p| p.node == node)
-                    .cloned()
-                    .collect();
-                // This node's requests only, as its request watch shows them.
-                let requests: HashMap<String, NodeRequest> = mine
-                    .iter()
-                    .filter_map(|p| {
-                        let done = self.requests.get(&p.state.uid)?;
+                    .map(|(uid, (node, done))| {
                         let outcome = if *done {
                             RequestOutcome::Succeeded
                         } else {
                             RequestOutcome::Underway
                         };
-                        Some((
-                            p.state.uid.clone(),
-                            NodeRequest {
-                                pod: p.state.name.clone(),
-                                outcome,
-                            },
-                        ))
+                        let pod = uid.trim_start_matches("uid-").to_string();
+                        (uid.clone(), Asked { node: node.clone(), pod, outcome })
                     })
                     .collect();
-                let census = census(
-                    &self.pods,
-                    &self.nodes.iter().map(String::as_str).collect::<Vec<_>>(),
-                );
-                let (rv, status) = self.copies[agent].clone();
                 let step = decide(&Facts {
-                    node: &node,
-                    now: at(self.clock),
+                    now,
                     generation: Some(1),
                     spec: &self.spec,
                     status: &status,
-                    my_pods: &mine,
+                    census: &census,
                     requests: &requests,
-                    census: Some(&census),
                 });
-                if step.status == status || rv != self.server.0 {
-                    return;
+                for claim in &step.claimed {
+                    assert!(
+                        !self.requests.contains_key(&claim.pod_uid),
+                        "{} claimed after its request",
+                        claim.pod
+                    );
                 }
-                self.server = (rv + 1, step.status);
-                for claim in step.claimed {
-                    *self.claims_made.entry(claim.pod_uid.clone()).or_default() += 1;
-                    // The request is made and the stop lands at once: the worst case.
-                    self.requests.entry(claim.pod_uid.clone()).or_insert(false);
-                    if let Some(p) = self.pods.iter_mut().find(|p| p.state.uid == claim.pod_uid) {
-                        p.state.ready = false;
-                    }
+                if step.status != status && rv == self.server.0 {
+                    self.server = (rv + 1, step.status);
                 }
-                self.check();
             }
 
-            /// A restart finishes: the pod is ready again and its request succeeded.
+            /// A restart finishes (its agent is there to see it): the pod is ready again and
+            /// its request succeeded.
             fn progress(&mut self, which: usize) {
-                let underway: Vec<String> = self
+                let mut underway: Vec<String> = self
                     .requests
                     .iter()
-                    .filter(|(_, done)| !**done)
+                    .filter(|(_, (node, done))| {
+                        !*done && self.nodes.iter().zip(&self.alive).any(|(n, a)| n == node && *a)
+                    })
                     .map(|(uid, _)| uid.clone())
                     .collect();
                 if underway.is_empty() {
                     return;
                 }
-                let mut underway = underway;
                 underway.sort();
                 let uid = underway[which % underway.len()].clone();
-                self.requests.insert(uid.clone(), true);
+                if let Some(request) = self.requests.get_mut(&uid) {
+                    request.1 = true;
+                }
                 if let Some(p) = self.pods.iter_mut().find(|p| p.state.uid == uid) {
                     p.state.ready = true;
                 }
@@ -1382,24 +1336,33 @@ mod tests {
         }
 
         proptest! {
-            #![proptest_config(ProptestConfig::with_cases(200))]
+            #![proptest_config(ProptestConfig::with_cases(1000))]
             #[test]
-            fn racing_agents_never_exceed_the_budget(
+            fn racing_leaders_and_dying_agents_never_exceed_the_budget(
                 nodes in 2usize..6,
                 per_node in 1usize..5,
                 max in 1usize..4,
-                moves in proptest::collection::vec((0u8..3, 0usize..64), 0..300),
+                moves in proptest::collection::vec((0u8..6, 0usize..64), 0..400),
             ) {
                 let mut sim = Sim::new(nodes, per_node, max);
                 for (kind, which) in moves {
                     match kind {
                         0 => sim.deliver(which % nodes),
-                        1 => sim.act(which % nodes),
-                        _ => sim.progress(which),
+                        1 | 2 => sim.act(which % nodes),
+                        3 => sim.progress(which),
+                        // An agent dies, or comes back knowing nothing.
+                        4 => {
+                            let agent = which % nodes;
+                            sim.alive[agent] = !sim.alive[agent];
+                            sim.copies[agent] = (0, RolloutStatus::default());
+                        }
+                        // Time passes: claims age.
+                        _ => sim.clock += (which % 50) as i64,
                     }
                 }
-                // Then everyone in turn until the end.
-                for _ in 0..(nodes * per_node * 4 + 10) {
+                // Every agent back, then everyone in turn until the end.
+                sim.alive.iter_mut().for_each(|a| *a = true);
+                for _ in 0..(nodes * per_node * 4 + 200) {
                     if sim.server.1.phase == RolloutPhase::Succeeded {
                         break;
                     }
@@ -1408,56 +1371,13 @@ mod tests {
                         sim.act(agent);
                     }
                     sim.progress(0);
+                    sim.clock += 1;
                 }
                 prop_assert_eq!(sim.server.1.phase, RolloutPhase::Succeeded);
                 prop_assert_eq!(sim.server.1.done as usize, nodes * per_node);
-                prop_assert!(sim.claims_made.values().all(|n| *n == 1), "{:?}", sim.claims_made);
-                prop_assert_eq!(sim.claims_made.len(), nodes * per_node);
+                prop_assert_eq!(sim.requests.len(), nodes * per_node);
                 prop_assert!(sim.worst <= max);
             }
         }
-    }
-
-    #[test]
-    fn left_unasked_counts_pods_neither_terminating_claimed_nor_asked_for() {
-        let mut gone = pod("p4", "b", true);
-        gone.terminating = true;
-        let pods = [
-            pod("p1", "b", true),
-            pod("p2", "b", true),
-            pod("p3", "b", false),
-            gone,
-        ];
-        let pods: Vec<&RolloutPod> = pods.iter().collect();
-        let claimed: HashSet<&str> = ["uid-p1"].into();
-        assert_eq!(left_unasked(&pods, &claimed, None), 2);
-        let asked: NodeRequests = [("uid-p2".to_string(), RequestOutcome::Underway)].into();
-        assert_eq!(left_unasked(&pods, &claimed, Some(&asked)), 1);
-    }
-
-    #[test]
-    fn a_parts_failures_are_in_pod_order() {
-        let requests: HashMap<String, NodeRequest> = [
-            ("uid-b", "b", RequestOutcome::Failed("no".into())),
-            ("uid-a", "a", RequestOutcome::Failed("no".into())),
-            ("uid-c", "c", RequestOutcome::Succeeded),
-            ("uid-d", "d", RequestOutcome::Underway),
-        ]
-        .into_iter()
-        .map(|(uid, pod, outcome)| {
-            (
-                uid.to_string(),
-                NodeRequest {
-                    pod: pod.into(),
-                    outcome,
-                },
-            )
-        })
-        .collect();
-        let mut part = NodePart::default();
-        record_outcomes(&mut part, &requests);
-        assert_eq!(part.done, 1);
-        let failed: Vec<&str> = part.failures.iter().map(|f| f.pod.as_str()).collect();
-        assert_eq!(failed, ["a", "b"]);
     }
 }
