@@ -7,12 +7,15 @@
 //! request is marked Succeeded. The simulation is the only writer of readiness, so the most pods
 //! unready at once is the exact high-water mark of the API's history.
 //!
-//!     cargo bench -p inplaced --bench rollout_scale [-- NODES [PODS [RESTART_MS [LIMIT_S]]]]
+//!     cargo bench -p inplaced --bench rollout_scale [-- NODES [PODS [RESTART_MS [LIMIT_S [KILL_LEADER_S]]]]]
 //!
 //! Defaults: 100 nodes, 10 pods each, 300 ms per restart, stopped after 1800 s (the figures are
-//! then of the part done). Progress every 10 s. Prints the budget and the most pods
-//! unready at once, API requests per restarted pod (by verb and resource), status conflicts per
-//! claim, and the wall time against the ideal (pods / budget × one restart).
+//! then of the part done). With KILL_LEADER_S, the agent leading the rollout dies that many
+//! seconds in and its node's pods are deleted with it (a node drained): another agent must take
+//! the lead once its Lease has lapsed. Progress every 10 s. Prints the budget and the most pods
+//! unready at once, the most claims held at once, API requests per restarted pod (by verb and
+//! resource) and per second, status conflicts per claim, and the wall time against the ideal
+//! (pods / budget × one restart).
 
 #[path = "../tests/support/measure.rs"]
 #[allow(dead_code)] // only its argument reader is used here
@@ -117,6 +120,7 @@ async fn main() {
     let per_node = args.get(1).copied().unwrap_or(10) as usize;
     let restart = Duration::from_millis(args.get(2).copied().unwrap_or(300));
     let limit = Duration::from_secs(args.get(3).copied().unwrap_or(1800));
+    let kill_leader_at = args.get(4).copied().map(Duration::from_secs);
     let total = nodes * per_node;
     let budget = (total / 10).max(1);
 
@@ -145,7 +149,7 @@ async fn main() {
     }
 
     let (shutdown_tx, shutdown) = watch::channel(false);
-    let mut tasks = Vec::new();
+    let mut tasks = BTreeMap::new();
     let mut views = BTreeMap::new();
     let all_views = views_by_node(&server, &names);
     // The rollout stops nothing itself (it asks through ContainerRestartRequests): its runtime
@@ -178,7 +182,10 @@ async fn main() {
         let config = RolloutConfig {
             node_name: node.clone(),
         };
-        tasks.push(tokio::spawn(inplaced::rollout::run(ctx, config)));
+        tasks.insert(
+            node.clone(),
+            tokio::spawn(inplaced::rollout::run(ctx, config)),
+        );
     }
     // Every node's kubelet and restart-request loop, in one task: it reads the requests every
     // 50 ms, makes a requested pod unready at once, and ready again (its request Succeeded)
@@ -281,9 +288,15 @@ async fn main() {
     let mut said = Instant::now();
     // What every landed write of it sends to every agent's watch.
     let mut largest = 0usize;
+    let mut most_claims = 0u64;
+    let mut killed: Option<(String, Instant)> = None;
     let done = loop {
         let rollout = server.store().get(ROLLOUTS, NS, "web").unwrap_or_default();
         largest = largest.max(rollout.to_string().len());
+        most_claims = most_claims.max(rollout["status"]["inProgress"].as_u64().unwrap_or(0));
+        if killed.is_none() && kill_leader_at.is_some_and(|at| started.elapsed() >= at) {
+            killed = kill_leader(&server, &mut tasks).map(|node| (node, Instant::now()));
+        }
         let phase = rollout["status"]["phase"].as_str().unwrap_or("").to_owned();
         if phase == "Succeeded" || phase == "Failed" || Instant::now() > deadline {
             break rollout;
@@ -301,6 +314,7 @@ async fn main() {
     };
     let took = started.elapsed();
     let _ = shutdown_tx.send(true);
+    let leader_now = leader(&server);
     let entries = server.audit().resource_entries();
     let agents: Vec<_> = entries
         .iter()
@@ -335,16 +349,26 @@ async fn main() {
         "  most pods unready at once: {} (budget {budget})",
         most_unready.load(Ordering::SeqCst)
     );
+    println!("  most claims held at once: {most_claims} (budget {budget})");
     println!("  the rollout object at its largest: {largest} bytes");
+    if let Some((node, at)) = &killed {
+        println!(
+            "  the leader {node} died {:.1} s in (its pods deleted); the lead is now {:?}; the rollout ended {:.1} s after the death",
+            (*at - started).as_secs_f64(),
+            leader_now,
+            at.elapsed().as_secs_f64()
+        );
+    }
     println!(
         "  wall time {:.1} s; ideal {ideal:.1} s (pods / budget × one restart); {:.1}×",
         took.as_secs_f64(),
         took.as_secs_f64() / ideal
     );
     println!(
-        "  agents' API requests: {} in all, {:.1} per restarted pod",
+        "  agents' API requests: {} in all, {:.1} per restarted pod, {:.1} per second",
         agents.len(),
-        agents.len() as f64 / restarted.max(1) as f64
+        agents.len() as f64 / restarted.max(1) as f64,
+        agents.len() as f64 / took.as_secs_f64()
     );
     for (kind, count) in &by_kind {
         println!(
@@ -361,7 +385,37 @@ async fn main() {
         "the budget was exceeded"
     );
     let _ = tokio::time::timeout(Duration::from_secs(5), simulation).await;
-    for task in tasks {
+    for task in tasks.into_values() {
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
+}
+
+/// The node whose agent holds the namespace's leader Lease.
+fn leader(server: &ApiServer) -> Option<String> {
+    server
+        .store()
+        .get(
+            "leases.coordination.k8s.io",
+            NS,
+            inplaced::rollout::object::LEADER_LEASE,
+        )
+        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
+}
+
+/// The leading agent dies, and its node's pods are deleted (a node drained with it): returns
+/// its node.
+fn kill_leader(
+    server: &ApiServer,
+    tasks: &mut BTreeMap<String, tokio::task::JoinHandle<()>>,
+) -> Option<String> {
+    let node = leader(server)?;
+    tasks.remove(&node)?.abort();
+    for pod in server.store().list("pods", NS) {
+        if pod["spec"]["nodeName"] == node.as_str()
+            && let Some(name) = pod["metadata"]["name"].as_str()
+        {
+            let _ = server.store().delete("pods", NS, name);
+        }
+    }
+    Some(node)
 }

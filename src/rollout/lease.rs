@@ -74,7 +74,10 @@ enum Lead {
     /// leader at work before.
     Following { look_at: Instant },
     /// This agent holds it, as last written at that time.
-    Holding { lease: Lease, renewed_at: Instant },
+    Holding {
+        lease: Box<Lease>,
+        renewed_at: Instant,
+    },
 }
 
 /// This agent's part in the leadership of one namespace's rollouts.
@@ -127,7 +130,7 @@ impl Leadership {
                     .replace(
                         LEADER_LEASE,
                         &PostParams::default(),
-                        &renewed(lease.clone(), me, Timestamp::now()),
+                        &renewed(lease.as_ref().clone(), me, Timestamp::now()),
                     )
                     .await;
                 match written {
@@ -144,7 +147,7 @@ impl Leadership {
         match result {
             Ok(Some(lease)) => {
                 self.lead = Lead::Holding {
-                    lease,
+                    lease: Box::new(lease),
                     renewed_at: Instant::now(),
                 }
             }
@@ -178,7 +181,11 @@ impl Leadership {
 
     /// Reads the leader's Lease and takes it when [`may_take`] allows: `Some` when this agent
     /// now holds it, `None` when another does (or won the race to take it).
-    async fn look_and_take(&self, api: &Api<Lease>, me: &str) -> Result<Option<Lease>, ::kube::Error> {
+    async fn look_and_take(
+        &self,
+        api: &Api<Lease>,
+        me: &str,
+    ) -> Result<Option<Lease>, ::kube::Error> {
         let now = Timestamp::now();
         let current = api.get_opt(LEADER_LEASE).await?;
         if !may_take(current.as_ref(), me, now) {
@@ -186,8 +193,12 @@ impl Leadership {
         }
         let written = match current {
             Some(lease) => {
-                api.replace(LEADER_LEASE, &PostParams::default(), &renewed(lease, me, now))
-                    .await
+                api.replace(
+                    LEADER_LEASE,
+                    &PostParams::default(),
+                    &renewed(lease, me, now),
+                )
+                .await
             }
             None => {
                 let Some(lease) = new_lease(LEADER_LEASE, json!({})) else {
@@ -217,7 +228,11 @@ pub(super) async fn renew_agent_lease(
     let now = Timestamp::now();
     if let Some(lease) = last {
         match api
-            .replace(&name, &PostParams::default(), &renewed(lease.clone(), node, now))
+            .replace(
+                &name,
+                &PostParams::default(),
+                &renewed(lease.clone(), node, now),
+            )
             .await
         {
             Err(::kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
@@ -231,9 +246,8 @@ pub(super) async fn renew_agent_lease(
         }
         None => {
             let labels = json!({LABEL_AGENT_LEASE: "true", restart::LABEL_NODE_NAME: node});
-            let lease = new_lease(&name, labels).ok_or_else(|| {
-                ::kube::Error::Service("cannot build this agent's Lease".into())
-            })?;
+            let lease = new_lease(&name, labels)
+                .ok_or_else(|| ::kube::Error::Service("cannot build this agent's Lease".into()))?;
             api.create(&PostParams::default(), &renewed(lease, node, now))
                 .await
         }
@@ -267,11 +281,17 @@ mod tests {
         assert!(!may_take(Some(&fresh), "a", now), "b's, renewed 39 s ago");
         assert!(may_take(Some(&fresh), "b", now), "its own");
         let lapsed = lease(Some("b"), Some("2026-12-06T10:00:00.000000Z"), Some(40));
-        assert!(may_take(Some(&lapsed), "a", now), "renewed 40 s ago: lapsed");
+        assert!(
+            may_take(Some(&lapsed), "a", now),
+            "renewed 40 s ago: lapsed"
+        );
         let never_renewed = lease(Some("b"), None, Some(40));
         assert!(may_take(Some(&never_renewed), "a", now));
         let longer = lease(Some("b"), Some("2026-12-06T10:00:00.000000Z"), Some(60));
-        assert!(!may_take(Some(&longer), "a", now), "its own duration counts");
+        assert!(
+            !may_take(Some(&longer), "a", now),
+            "its own duration counts"
+        );
     }
 
     #[test]
@@ -306,7 +326,11 @@ mod tests {
         let mut unknown = Leadership::new();
         let due = unknown.due();
         unknown.leader_seen_at_work();
-        assert_eq!(unknown.due(), due, "nobody known to lead yet: looked at as planned");
+        assert_eq!(
+            unknown.due(),
+            due,
+            "nobody known to lead yet: looked at as planned"
+        );
         assert!(due <= Instant::now() + FIRST_LOOK_SPREAD);
     }
 }

@@ -418,7 +418,11 @@ fn conclude(
         .iter()
         .map(|p| p.state.uid.as_str())
         .collect();
-    let ours = census.matching.iter().filter(|p| included(p, start)).count();
+    let ours = census
+        .matching
+        .iter()
+        .filter(|p| included(p, start))
+        .count();
     // The pods restarted (or being) and gone since are the rollout's too.
     let gone_since = facts
         .requests
@@ -440,7 +444,13 @@ fn conclude(
                 first_failures(status)
             )
         };
-        finish(status, RolloutPhase::Succeeded, "Restarted", message, facts.now);
+        finish(
+            status,
+            RolloutPhase::Succeeded,
+            "Restarted",
+            message,
+            facts.now,
+        );
     }
 }
 
@@ -557,7 +567,6 @@ fn set_condition(
         None => {}
     }
 }
-
 
 /// The counts, and only the parts that say something: every write goes to every agent's
 /// watch, so a part with nothing to say is not written.
@@ -690,7 +699,8 @@ mod tests {
                 .iter()
                 .find(|p| p.state.uid == uid)
                 .map_or("a".to_string(), |p| p.node.clone());
-            self.requests.insert(uid.into(), Asked { node, pod, outcome });
+            self.requests
+                .insert(uid.into(), Asked { node, pod, outcome });
         }
 
         fn census(&self) -> Census {
@@ -1260,7 +1270,8 @@ mod tests {
                         self.requests
                             .insert(claim.pod_uid.clone(), (node.clone(), false));
                         // The stop lands at once: the worst case.
-                        if let Some(p) = self.pods.iter_mut().find(|p| p.state.uid == claim.pod_uid) {
+                        if let Some(p) = self.pods.iter_mut().find(|p| p.state.uid == claim.pod_uid)
+                        {
                             p.state.ready = false;
                         }
                         self.check();
@@ -1287,7 +1298,14 @@ mod tests {
                             RequestOutcome::Underway
                         };
                         let pod = uid.trim_start_matches("uid-").to_string();
-                        (uid.clone(), Asked { node: node.clone(), pod, outcome })
+                        (
+                            uid.clone(),
+                            Asked {
+                                node: node.clone(),
+                                pod,
+                                outcome,
+                            },
+                        )
                     })
                     .collect();
                 let step = decide(&Facts {
@@ -1317,7 +1335,12 @@ mod tests {
                     .requests
                     .iter()
                     .filter(|(_, (node, done))| {
-                        !*done && self.nodes.iter().zip(&self.alive).any(|(n, a)| n == node && *a)
+                        !*done
+                            && self
+                                .nodes
+                                .iter()
+                                .zip(&self.alive)
+                                .any(|(n, a)| n == node && *a)
                     })
                     .map(|(uid, _)| uid.clone())
                     .collect();
