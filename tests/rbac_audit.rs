@@ -313,8 +313,9 @@ fn shipped_roles_have_no_wildcards_and_only_narrow_writes() {
                     let ok = match verb {
                         "list" | "watch" => true,
                         // The node's own NodeUpgradeCheck and Lease (the admission policy limits
-                        // each to the one named after the node); a rollout's status (the policy:
-                        // only the node's own part); a rollout's requests, read back by name.
+                        // each to the one named after the node, and the namespace's leader Lease
+                        // to the node's own name); a rollout's status (the policy: only while the
+                        // node holds that Lease); a rollout's requests, read back by name.
                         "get" | "update" => {
                             resources == ["nodeupgradechecks"]
                                 || resources == ["leases"]

@@ -40,6 +40,9 @@ struct Side {
     admin: kube::Client,
     agent: kube::Client,
     forget_history: Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>,
+    /// Admission reads a policy's params from an informer, a moment behind a change
+    /// (kube-apiserver), rather than as they are (the double, which also has no dry run).
+    params_lag: bool,
 }
 
 /// A failure's message: shown with a difference, never compared (the agent does not read it,
@@ -540,12 +543,51 @@ async fn script(side: &Side) -> Answers {
     let part = json!({"phase": "Progressing", "matched": 1,
                       "nodes": {NODE: {"matched": 1, "claims": [
                           {"pod": "web-1", "podUID": uid, "since": "2026-01-01T00:00:00Z"}]}}});
+    // No leader Lease in the namespace yet: the rollout policy's binding finds no param.
+    out.record(
+        "rollouts/status: replace without the namespace's leader Lease (policy)",
+        answer_saying(
+            rollouts
+                .replace_status("roll", &post, &with_status(&rollout, part.clone()))
+                .await,
+            "no params found for policy binding with `Deny` parameterNotFoundAction",
+        ),
+    );
+    // The agent takes the namespace's leader Lease (the Lease policy: in its own name only).
+    let leader = |holder: &str| {
+        dynamic(json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "inplaced-rollout-leader", "namespace": NS},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15},
+        }))
+    };
+    out.record(
+        "leases: create the leader Lease in another node's name (policy)",
+        answer_saying(
+            leases.create(&post, &leader(OTHER)).await,
+            "inplaced-rollout-leader only in its own name",
+        ),
+    );
+    let taken = leases.create(&post, &leader(NODE)).await;
+    let taken_value = taken.as_ref().ok().map(to_value).unwrap_or(Value::Null);
+    out.record(
+        "leases: create the leader Lease",
+        answer(taken, |v| v["spec"]["holderIdentity"].clone()),
+    );
+    // kube-apiserver's policy reads the Lease from an informer, a moment behind.
+    until_status_write(
+        side,
+        &rollouts,
+        &with_status(&rollout, part.clone()),
+        |refused| refused.is_none(),
+    )
+    .await;
     let written = rollouts
         .replace_status("roll", &post, &with_status(&rollout, part.clone()))
         .await;
     let after_first = written.as_ref().ok().map(to_value).unwrap_or(Value::Null);
     out.record(
-        "rollouts/status: replace with this node's part",
+        "rollouts/status: replace with this node's part, as the leader",
         answer(
             written,
             |after| json!({"status": after["status"], "moved": moved(&rollout, after)}),
@@ -577,12 +619,35 @@ async fn script(side: &Side) -> Answers {
     let mut foreign = current["status"].clone();
     foreign["nodes"][OTHER] = json!({"matched": 1});
     out.record(
-        "rollouts/status: adding another node's part (policy)",
-        answer_saying(
+        "rollouts/status: the leader writes another node's part",
+        answer(
             rollouts
-                .replace_status("roll", &post, &with_status(&current, foreign))
+                .replace_status("roll", &post, &with_status(&current, foreign.clone()))
                 .await,
-            "may only add its own part",
+            |after| after["status"]["nodes"].clone(),
+        ),
+    );
+    // The administrator hands the Lease to the other node: the agent no longer writes.
+    let admin_leases: Api<DynamicObject> = Api::namespaced_with(side.admin.clone(), NS, &lease_ar);
+    let mut handed = dynamic(taken_value);
+    handed.data["spec"]["holderIdentity"] = json!(OTHER);
+    admin_leases
+        .replace("inplaced-rollout-leader", &post, &handed)
+        .await
+        .unwrap();
+    let current = to_value(&admin_rollouts.get("roll").await.unwrap());
+    let mut counted = current["status"].clone();
+    counted["matched"] = json!(3);
+    let not_leading = with_status(&current, counted);
+    until_status_write(side, &rollouts, &not_leading, |refused| {
+        refused.is_some_and(|m| m.contains("only while it holds the Lease"))
+    })
+    .await;
+    out.record(
+        "rollouts/status: replace while another node holds the leader Lease (policy)",
+        answer_saying(
+            rollouts.replace_status("roll", &post, &not_leading).await,
+            "may write a rollout's status only while it holds the Lease inplaced-rollout-leader",
         ),
     );
 
@@ -1083,6 +1148,43 @@ async fn request_steps(side: &Side, kind: &RequestKind, out: &mut Answers) {
     );
 }
 
+/// On kube-apiserver, dry runs of the rollout `roll`'s status write `write` until `done` holds
+/// of the answer (the refusal's message, or `None` when admitted): its admission reads a
+/// policy's params from an informer, a moment behind a change. The double reads them as they
+/// are.
+async fn until_status_write(
+    side: &Side,
+    rollouts: &Api<DynamicObject>,
+    write: &DynamicObject,
+    done: fn(Option<&str>) -> bool,
+) {
+    if !side.params_lag {
+        return;
+    }
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    real_cluster::wait_until(
+        "the rollout policy seeing the leader Lease as written",
+        Duration::from_secs(60),
+        || {
+            let (rollouts, write, dry_run) = (rollouts.clone(), write.clone(), dry_run.clone());
+            async move {
+                let answer = rollouts.replace_status("roll", &dry_run, &write).await;
+                let refused = match &answer {
+                    Ok(_) => None,
+                    Err(kube::Error::Api(s)) => Some(s.message.as_str()),
+                    Err(e) => return Err(anyhow::anyhow!("{e}")),
+                };
+                Ok(done(refused).then_some(()))
+            }
+        },
+    )
+    .await
+    .unwrap();
+}
+
 /// The real control plane with the shipped CRDs, the dedicated RBAC and the policies, the test
 /// namespace with its ServiceAccount (pods are admitted only with it), and the two nodes.
 async fn real_side(cluster: &ControlPlane) -> Side {
@@ -1099,6 +1201,7 @@ async fn real_side(cluster: &ControlPlane) -> Side {
         // resourceVersion 1: that is too old already. (Pods' cache starts with the apiserver,
         // from about 1, and etcd is compacted every five minutes: a pods watch from 1 is served.)
         forget_history: Box::new(|| async {}.boxed()),
+        params_lag: true,
     };
     setup(&side, true).await;
     // The policies act once the admission plugin has seen them (and RBAC once its informer
@@ -1180,6 +1283,7 @@ async fn double_side(server: &ApiServer) -> Side {
             store.compact();
             async {}.boxed()
         }),
+        params_lag: false,
     };
     setup(&side, false).await;
     side

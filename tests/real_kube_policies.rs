@@ -165,13 +165,13 @@ fn parts(count: usize, since: &str) -> Value {
     Value::Object(nodes)
 }
 
-/// The rollout policy on a real apiserver, with a rollout of 100 and of 1000 nodes: an agent's
-/// heaviest ordinary write (its own part changed and a claim of another node released) is
-/// admitted within kube-apiserver's CEL cost limits, and a forbidden one is refused by the rule
-/// itself, not by a cost limit.
+/// The rollout policy on a real apiserver, with a rollout of 1000 nodes' parts: its rule reads
+/// the namespace's leader Lease and not the parts, so the holder's write of the whole status
+/// (its own part changed and a claim of another node released) is admitted, and another node's
+/// is refused by the rule's message, not by a CEL cost limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
-async fn the_rollout_policy_admits_an_agents_writes_within_the_cel_cost_limits_at_1000_nodes() {
+async fn the_rollout_policy_admits_the_leaders_write_and_refuses_another_nodes_at_1000_nodes() {
     let mut config = ControlPlaneConfig::new(NEWEST);
     config.controllers.clear();
     let cluster = ControlPlane::start(config).await.unwrap();
@@ -189,64 +189,125 @@ async fn the_rollout_policy_admits_an_agents_writes_within_the_cel_cost_limits_a
     )
     .await
     .unwrap();
-    // Otherwise the forbidden write could be admitted by an apiserver that has not loaded the
-    // policy yet, and the admitted ones would say nothing of its cost.
+    // Otherwise the refused write could be admitted by an apiserver that has not loaded the
+    // policy yet, and the admitted one would say nothing of its cost.
     until_the_policies_are_enforced(&admin, &agent, Identity::Dedicated).await;
     let resource = inplaced_resource("ContainerRestartRollout", "containerrestartrollouts");
-    let as_admin: Api<DynamicObject> = Api::namespaced_with(admin, NS, &resource);
-    let as_agent: Api<DynamicObject> = Api::namespaced_with(agent, NS, &resource);
+    let as_admin: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource);
+    let as_agent: Api<DynamicObject> = Api::namespaced_with(agent.clone(), NS, &resource);
     let since = "2026-12-06T00:00:00Z";
-    for count in [100, 1000] {
-        let name = format!("web-{count}");
-        let rollout: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "inplaced.io/v1alpha1",
-            "kind": "ContainerRestartRollout",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 100},
-        }))
+    let count = 1000;
+    let name = format!("web-{count}");
+    let rollout: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "inplaced.io/v1alpha1",
+        "kind": "ContainerRestartRollout",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 100},
+    }))
+    .unwrap();
+    let mut stored = as_admin
+        .create(&PostParams::default(), &rollout)
+        .await
         .unwrap();
-        let mut stored = as_admin
-            .create(&PostParams::default(), &rollout)
-            .await
-            .unwrap();
-        stored.data["status"] = json!({"phase": "Progressing", "nodes": parts(count, since)});
-        let stored = as_admin
-            .replace_status(&name, &PostParams::default(), &stored)
-            .await
-            .unwrap();
-        let size = serde_json::to_vec(&stored).unwrap().len();
+    stored.data["status"] = json!({"phase": "Progressing", "nodes": parts(count, since)});
+    let stored = as_admin
+        .replace_status(&name, &PostParams::default(), &stored)
+        .await
+        .unwrap();
+    let size = serde_json::to_vec(&stored).unwrap().len();
 
-        // Node 0 claims a third pod and releases a claim of node 1 (whose agent is gone).
-        let mut write = stored.clone();
-        let nodes = &mut write.data["status"]["nodes"];
-        nodes["node-0"]["claims"]
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"pod": "web-0-2", "podUID": "uid-0-2", "since": since}));
-        nodes["node-1"]["claims"].as_array_mut().unwrap().remove(0);
-        let started = std::time::Instant::now();
-        let admitted = as_agent
-            .replace_status(&name, &PostParams::default(), &write)
-            .await
-            .unwrap_or_else(|e| panic!("{count} nodes ({size} bytes): the agent's write: {e}"));
-        eprintln!(
-            "{count} nodes ({size} bytes): an agent's write admitted in {:.0} ms",
-            started.elapsed().as_secs_f64() * 1000.0
-        );
+    // Node 0 takes the leader Lease (held by node-1 since until_the_policies_are_enforced).
+    let leases: Api<Lease> = Api::namespaced(agent.clone(), NS);
+    let mut lease = leases.get(LEADER_LEASE).await.unwrap();
+    lease.spec.as_mut().unwrap().holder_identity = Some(OWN.into());
+    leases
+        .replace(LEADER_LEASE, &PostParams::default(), &lease)
+        .await
+        .expect("node-0 takes the leader Lease over");
 
-        // Another node's count changed: refused by the rule.
-        let mut forbidden = admitted.clone();
-        forbidden.data["status"]["nodes"]["node-2"]["done"] = json!(9);
-        let refused = as_agent
-            .replace_status(&name, &PostParams::default(), &forbidden)
-            .await
-            .expect_err("changing another node's part is refused");
-        let message = refused.to_string();
-        assert!(
-            message.contains("may only remove claims from the part of another node"),
-            "{count} nodes: refused for another reason: {message}"
-        );
-    }
+    // Node 0 claims a third pod and releases a claim of node 1 (whose agent is gone). The
+    // policy reads the Lease from an informer: a write refused before it has the new holder
+    // is tried again (a refused write writes nothing).
+    let mut write = stored.clone();
+    let nodes = &mut write.data["status"]["nodes"];
+    nodes["node-0"]["claims"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"pod": "web-0-2", "podUID": "uid-0-2", "since": since}));
+    nodes["node-1"]["claims"].as_array_mut().unwrap().remove(0);
+    let started = std::time::Instant::now();
+    let admitted = wait_until("the leader's write admitted", WAIT, || {
+        let (as_agent, name, write) = (as_agent.clone(), name.clone(), write.clone());
+        async move {
+            match as_agent
+                .replace_status(&name, &PostParams::default(), &write)
+                .await
+            {
+                Ok(admitted) => Ok(Some(admitted)),
+                Err(kube::Error::Api(s)) if s.message.contains(NOT_THE_HOLDER) => Ok(None),
+                Err(e) => Err(anyhow::anyhow!("{count} nodes ({size} bytes): {e}")),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    eprintln!(
+        "{count} nodes ({size} bytes): the leader's write admitted within {:.0} ms",
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+
+    // Node 1 holds the Lease: node 0's next write, of another node's count, is refused by the
+    // rule (dry runs until the policy sees the new holder).
+    let mut lease = Api::<Lease>::namespaced(admin.clone(), NS)
+        .get(LEADER_LEASE)
+        .await
+        .unwrap();
+    lease.spec.as_mut().unwrap().holder_identity = Some(OTHER.into());
+    Api::<Lease>::namespaced(admin.clone(), NS)
+        .replace(LEADER_LEASE, &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    let mut forbidden = admitted.clone();
+    forbidden.data["status"]["nodes"]["node-2"]["done"] = json!(9);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    wait_until(
+        "the write of a node that no longer leads refused",
+        WAIT,
+        || {
+            let (as_agent, name, forbidden, dry_run) = (
+                as_agent.clone(),
+                name.clone(),
+                forbidden.clone(),
+                dry_run.clone(),
+            );
+            async move {
+                match as_agent.replace_status(&name, &dry_run, &forbidden).await {
+                    Ok(_) => Ok(None),
+                    Err(kube::Error::Api(s))
+                        if s.code == 403 && s.message.contains(NOT_THE_HOLDER) =>
+                    {
+                        Ok(Some(()))
+                    }
+                    Err(e) => Err(anyhow::anyhow!(
+                        "{count} nodes: refused for another reason: {e}"
+                    )),
+                }
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let refused = as_agent
+        .replace_status(&name, &PostParams::default(), &forbidden)
+        .await
+        .expect_err("a write of a node that does not hold the Lease is refused");
+    assert!(
+        refused.to_string().contains(&not_the_holder(OWN)),
+        "{count} nodes: refused for another reason: {refused}"
+    );
 }
 
 // Every refusal the docs promise (admission-policy.yaml, rbac-*.yaml, install.md, rollouts.md,
@@ -364,7 +425,9 @@ impl Refusals {
 /// informers hold, so a policy just applied may not refuse yet. Waits until the shipped
 /// policy applied last among those matching the identity refuses a dry-run write: the
 /// snapshot that holds it holds the ones applied before it (admission-policy.yaml's order:
-/// pods, requests, rollouts, then the dedicated identity's Lease).
+/// pods, requests, rollouts, then the dedicated identity's Lease). For the rollout policy the
+/// administrator makes the namespace's leader Lease, held by OTHER, first: the probe's refusal
+/// by the rule shows its param read too. The Lease stays, held by OTHER.
 async fn until_the_policies_are_enforced(
     admin: &kube::Client,
     agent: &kube::Client,
@@ -374,6 +437,10 @@ async fn until_the_policies_are_enforced(
         dry_run: true,
         ..PostParams::default()
     };
+    Api::<Lease>::namespaced(admin.clone(), NS)
+        .create(&PostParams::default(), &leader_lease(OTHER))
+        .await
+        .unwrap();
     let resource = inplaced_resource("ContainerRestartRollout", "containerrestartrollouts");
     let mut probe = Api::<DynamicObject>::namespaced_with(admin.clone(), NS, &resource)
         .create(
@@ -387,22 +454,17 @@ async fn until_the_policies_are_enforced(
         )
         .await
         .unwrap();
-    probe.data["status"] = json!({"phase": "Progressing", "nodes": {OTHER: {"matched": 1}}});
-    let mut probe = Api::<DynamicObject>::namespaced_with(admin.clone(), NS, &resource)
-        .replace_status("probe", &PostParams::default(), &probe)
-        .await
-        .unwrap();
-    probe.data["status"]["nodes"][OTHER]["matched"] = json!(2);
+    probe.data["status"] = json!({"phase": "Progressing", "nodes": {OWN: {"matched": 1}}});
     let rollouts = Api::<DynamicObject>::namespaced_with(agent.clone(), NS, &resource);
-    let enforced = |answer: Result<(), kube::Error>, policy: &str| match answer {
-        Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(policy) => Ok(Some(())),
+    let enforced = |answer: Result<(), kube::Error>, why: &str| match answer {
+        Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(why) => Ok(Some(())),
         other => Err(anyhow::anyhow!("the answer: {other:?}")),
     };
     wait_until("the rollout policy refusing a dry run", WAIT, || {
         let (rollouts, probe, dry_run) = (rollouts.clone(), probe.clone(), dry_run.clone());
         async move {
             let answer = rollouts.replace_status("probe", &dry_run, &probe).await;
-            enforced(answer.map(drop), "inplaced-rollout-own-node-part")
+            enforced(answer.map(drop), &not_the_holder(OWN))
         }
     })
     .await
@@ -421,6 +483,28 @@ async fn until_the_policies_are_enforced(
         .await
         .unwrap();
     }
+}
+
+/// The namespace's rollout leader Lease.
+const LEADER_LEASE: &str = "inplaced-rollout-leader";
+/// The rollout policy's rule, refusing a node that does not hold the leader Lease.
+const NOT_THE_HOLDER: &str = "may write a rollout's status only while it holds the Lease \
+                              inplaced-rollout-leader of the namespace";
+
+fn not_the_holder(node: &str) -> String {
+    policy_denial(
+        "inplaced-rollout-status-by-leader",
+        &format!("node {node} {NOT_THE_HOLDER}"),
+    )
+}
+
+/// The leader Lease held by `holder`.
+fn leader_lease(holder: &str) -> Lease {
+    serde_json::from_value(json!({
+        "metadata": {"name": LEADER_LEASE},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15},
+    }))
+    .unwrap()
 }
 
 /// A shipped policy's refusal, as kube-apiserver words it.
@@ -712,22 +796,22 @@ async fn only_its_own_nodes_upgrade_check(s: &Refusals) {
     );
 }
 
-/// ContainerRestartRollouts: of the status, its own part changed and another node's claims
-/// released, nothing else; the rollout itself not at all.
-async fn only_its_own_part_of_a_rollout(s: &Refusals) {
+/// ContainerRestartRollouts: the status only while the agent's node holds the namespace's
+/// leader Lease, and then every node's part of it; with the Lease gone no status write at all
+/// (kube-apiserver's param-not-found, the administrator's included), while the rollout itself
+/// stays the user's; the agent may not write the rollout itself. Starts with the Lease held by
+/// OTHER (`until_the_policies_are_enforced`) and ends without it.
+async fn only_the_leader_writes_a_rollouts_status(s: &Refusals) {
     let resource = inplaced_resource("ContainerRestartRollout", "containerrestartrollouts");
     let as_admin = s.dynamic(&s.admin, &resource);
     let as_agent = s.dynamic(&s.agent, &resource);
+    let admin_leases: Api<Lease> = Api::namespaced(s.admin.clone(), NS);
     let pp = PostParams::default();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
     let since = "2026-12-06T00:00:00Z";
-    let part_denial = policy_denial(
-        "inplaced-rollout-own-node-part",
-        &format!("node {OWN} may only remove claims from the part of another node in a rollout"),
-    );
-    let new_part_denial = policy_denial(
-        "inplaced-rollout-own-node-part",
-        &format!("node {OWN} may only add its own part to a rollout"),
-    );
     let what = |write: &str| format!("{:?} {write}", s.identity);
     let rollout = |name: &str| {
         object(json!({
@@ -742,73 +826,139 @@ async fn only_its_own_part_of_a_rollout(s: &Refusals) {
     stored.data["status"] = json!({"phase": "Progressing", "nodes": parts(2, since)});
     let stored = as_admin.replace_status("web", &pp, &stored).await.unwrap();
 
-    // Each: what the write does, its change to `status.nodes`, the refusal's reason.
+    // Each: what the write does, its change to `status.nodes`.
     type Change = fn(&mut Value);
-    let forbidden: [(&str, Change, &String); 4] = [
-        (
-            "changes another node's count",
-            |n| n[OTHER]["done"] = json!(9),
-            &part_denial,
-        ),
-        (
-            "adds a claim to another node's part",
-            |n| {
-                n[OTHER]["claims"].as_array_mut().unwrap().push(
-                    json!({"pod": "web-1-9", "podUID": "uid-1-9", "since": "2026-12-06T00:00:00Z"}),
-                )
-            },
-            &part_denial,
-        ),
-        (
-            "drops another node's part",
-            |n| {
-                n.as_object_mut().unwrap().remove(OTHER);
-            },
-            &part_denial,
-        ),
-        (
-            "adds a part for another node",
-            |n| n[THIRD] = json!({"matched": 1}),
-            &new_part_denial,
-        ),
+    let writes: [(&str, Change); 5] = [
+        ("claims a pod and releases another node's claim", |n| {
+            n[OWN]["claims"].as_array_mut().unwrap().push(
+                json!({"pod": "web-0-2", "podUID": "uid-0-2", "since": "2026-12-06T00:00:00Z"}),
+            );
+            n[OWN]["pending"] = json!(4);
+            n[OTHER]["claims"].as_array_mut().unwrap().remove(0);
+        }),
+        ("changes another node's count", |n| {
+            n[OTHER]["done"] = json!(9)
+        }),
+        ("adds a claim to another node's part", |n| {
+            n[OTHER]["claims"].as_array_mut().unwrap().push(
+                json!({"pod": "web-1-9", "podUID": "uid-1-9", "since": "2026-12-06T00:00:00Z"}),
+            )
+        }),
+        ("drops another node's part", |n| {
+            n.as_object_mut().unwrap().remove(OTHER);
+        }),
+        ("adds a part for another node", |n| {
+            n[THIRD] = json!({"matched": 1})
+        }),
     ];
-    for (write, change, why) in forbidden {
-        let mut attempt = stored.clone();
+    let changed = |base: &DynamicObject, change: Change| {
+        let mut attempt = base.clone();
         change(&mut attempt.data["status"]["nodes"]);
+        attempt
+    };
+
+    // OTHER leads: every status write refused by the rule.
+    for (write, change) in writes {
         refused(
-            &what(write),
-            as_agent.replace_status("web", &pp, &attempt).await,
-            why,
+            &what(&format!("{write}, OTHER leading")),
+            as_agent
+                .replace_status("web", &pp, &changed(&stored, change))
+                .await,
+            &not_the_holder(OWN),
         );
     }
-    // Its own claim, and a claim of another node released (an agent that is gone).
-    let mut write = stored.clone();
-    let nodes = &mut write.data["status"]["nodes"];
-    nodes[OWN]["claims"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"pod": "web-0-2", "podUID": "uid-0-2", "since": since}));
-    nodes[OWN]["pending"] = json!(4);
-    nodes[OTHER]["claims"].as_array_mut().unwrap().remove(0);
-    admitted(
-        &what("claims a pod and releases another node's claim"),
-        as_agent.replace_status("web", &pp, &write).await,
-    );
 
-    // Its own part added to a rollout that has none yet.
-    let mut stored = as_admin.create(&pp, &rollout("web-late")).await.unwrap();
-    let mut others_only = parts(2, since);
-    others_only.as_object_mut().unwrap().remove(OWN);
-    stored.data["status"] = json!({"phase": "Progressing", "nodes": others_only});
-    let mut joined = as_admin
-        .replace_status("web-late", &pp, &stored)
+    // OWN leads (the administrator hands it the Lease; the dedicated identity's taking it
+    // itself is tried with the Leases): every write admitted, once the policy's informer has
+    // the new holder.
+    let mut lease = admin_leases.get(LEADER_LEASE).await.unwrap();
+    lease.spec.as_mut().unwrap().holder_identity = Some(OWN.into());
+    admin_leases
+        .replace(LEADER_LEASE, &pp, &lease)
         .await
         .unwrap();
-    joined.data["status"]["nodes"][OWN] = json!({"matched": 3, "pending": 3, "claims": []});
-    admitted(
-        &what("adds its own part"),
-        as_agent.replace_status("web-late", &pp, &joined).await,
+    let first = changed(&stored, writes[0].1);
+    wait_until("the policy seeing OWN lead", WAIT, || {
+        let (as_agent, first, dry_run) = (as_agent.clone(), first.clone(), dry_run.clone());
+        async move {
+            match as_agent.replace_status("web", &dry_run, &first).await {
+                Ok(_) => Ok(Some(())),
+                Err(e) => Err(anyhow::anyhow!("{e}")),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let mut current = stored.clone();
+    for (write, change) in writes {
+        current = admitted(
+            &what(&format!("{write}, leading")),
+            as_agent
+                .replace_status("web", &pp, &changed(&current, change))
+                .await,
+        );
+    }
+
+    // No Lease: the binding finds no param and refuses every status write it matches, with
+    // kube-apiserver's configuration error (422 Invalid), whoever writes.
+    admin_leases
+        .delete(LEADER_LEASE, &DeleteParams::default())
+        .await
+        .unwrap();
+    let no_lease = format!(
+        "containerrestartrollouts.inplaced.io \"web\" is forbidden: {}",
+        policy_denial(
+            "inplaced-rollout-status-by-leader",
+            "failed to configure binding: no params found for policy binding with `Deny` \
+             parameterNotFoundAction"
+        )
     );
+    let attempt = changed(&current, writes[1].1);
+    wait_until("the policy seeing no leader Lease", WAIT, || {
+        let (as_agent, attempt, dry_run) = (as_agent.clone(), attempt.clone(), dry_run.clone());
+        async move {
+            match as_agent.replace_status("web", &dry_run, &attempt).await {
+                Err(kube::Error::Api(s)) if s.message.contains("no params found") => Ok(Some(())),
+                other => Err(anyhow::anyhow!("{other:?}")),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    for (who, api) in [("the agent", &as_agent), ("the administrator", &as_admin)] {
+        match api.replace_status("web", &pp, &attempt).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(
+                    (status.code, status.reason.as_str(), status.message.as_str()),
+                    (422, "Invalid", no_lease.as_str()),
+                    "{:?}: {who}'s status write without a leader Lease",
+                    s.identity
+                );
+                eprintln!(
+                    "refused: {who}'s status write without a Lease: {}",
+                    status.message
+                );
+            }
+            other => panic!("{who}'s status write without a leader Lease: {other:?}"),
+        }
+    }
+    // The rollout itself is not the binding's: the administrator makes, pauses and deletes one.
+    as_admin
+        .create(&pp, &rollout("web-new"))
+        .await
+        .expect("a rollout made without a leader Lease");
+    as_admin
+        .patch(
+            "web-new",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"paused": true}})),
+        )
+        .await
+        .expect("a rollout paused without a leader Lease");
+    as_admin
+        .delete("web-new", &DeleteParams::default())
+        .await
+        .expect("a rollout deleted without a leader Lease");
 
     // The rollout itself is the user's: RBAC already refuses the agent, before the policy's
     // first rule (status writes only) would.
@@ -998,13 +1148,17 @@ async fn the_dedicated_identity_is_refused_every_write_the_docs_forbid_and_admit
 
     only_its_own_nodes_requests(&s).await;
     only_its_own_nodes_upgrade_check(&s).await;
-    only_its_own_part_of_a_rollout(&s).await;
+    only_the_leader_writes_a_rollouts_status(&s).await;
 
-    // Its Lease, in the rollout's namespace: inplaced-agent-<node> and no other.
+    // Its Lease, in the rollout's namespace: inplaced-agent-<node> and no other but the
+    // namespace's leader Lease in its own name.
     let leases: Api<Lease> = Api::namespaced(s.agent.clone(), NS);
     let lease_denial = policy_denial(
         "inplaced-agent-lease",
-        &format!("node {OWN} may only write the Lease inplaced-agent-{OWN}"),
+        &format!(
+            "node {OWN} may only write the Lease inplaced-agent-{OWN}, and the Lease \
+             inplaced-rollout-leader only in its own name"
+        ),
     );
     let own_lease = format!("inplaced-agent-{OWN}");
     let other_lease = format!("inplaced-agent-{OTHER}");
@@ -1020,10 +1174,7 @@ async fn the_dedicated_identity_is_refused_every_write_the_docs_forbid_and_admit
         Api::<Lease>::namespaced(s.agent.clone(), "kube-node-lease")
             .create(&PostParams::default(), &lease(OWN))
             .await,
-        &policy_denial(
-            "inplaced-agent-lease",
-            &format!("node {OWN} may only write the Lease inplaced-agent-{OWN}"),
-        ),
+        &lease_denial,
     );
     let created = admitted(
         "Dedicated creates its own agent Lease",
@@ -1051,6 +1202,64 @@ async fn the_dedicated_identity_is_refused_every_write_the_docs_forbid_and_admit
     refused(
         "Dedicated deletes its own agent Lease",
         leases.delete(&own_lease, &DeleteParams::default()).await,
+        &s.rbac_denial("delete", "leases"),
+    );
+
+    // The leader Lease (gone since the rollout checks): taken only in its own name, renewed,
+    // never handed to another node; another node's taken over (the agents judge whether it
+    // had expired), not renewed in that node's name.
+    refused(
+        "Dedicated creates the leader Lease in another node's name",
+        leases
+            .create(&PostParams::default(), &leader_lease(OTHER))
+            .await,
+        &lease_denial,
+    );
+    let taken = admitted(
+        "Dedicated takes the leader Lease",
+        leases
+            .create(&PostParams::default(), &leader_lease(OWN))
+            .await,
+    );
+    let renewed = admitted(
+        "Dedicated renews the leader Lease",
+        leases
+            .replace(LEADER_LEASE, &PostParams::default(), &taken)
+            .await,
+    );
+    let mut handed = renewed.clone();
+    handed.spec.as_mut().unwrap().holder_identity = Some(OTHER.into());
+    refused(
+        "Dedicated hands the leader Lease to another node",
+        leases
+            .replace(LEADER_LEASE, &PostParams::default(), &handed)
+            .await,
+        &lease_denial,
+    );
+    let theirs = admitted(
+        "the administrator gives the leader Lease to another node",
+        Api::<Lease>::namespaced(s.admin.clone(), NS)
+            .replace(LEADER_LEASE, &PostParams::default(), &handed)
+            .await,
+    );
+    refused(
+        "Dedicated renews another node's leader Lease",
+        leases
+            .replace(LEADER_LEASE, &PostParams::default(), &theirs)
+            .await,
+        &lease_denial,
+    );
+    let mut taken_over = theirs.clone();
+    taken_over.spec.as_mut().unwrap().holder_identity = Some(OWN.into());
+    admitted(
+        "Dedicated takes another node's leader Lease over",
+        leases
+            .replace(LEADER_LEASE, &PostParams::default(), &taken_over)
+            .await,
+    );
+    refused(
+        "Dedicated deletes the leader Lease it holds",
+        leases.delete(LEADER_LEASE, &DeleteParams::default()).await,
         &s.rbac_denial("delete", "leases"),
     );
 
@@ -1152,19 +1361,19 @@ async fn the_node_bound_identity_is_refused_every_write_the_docs_forbid_and_admi
 
     only_its_own_nodes_requests(&s).await;
     only_its_own_nodes_upgrade_check(&s).await;
-    only_its_own_part_of_a_rollout(&s).await;
+    only_the_leader_writes_a_rollouts_status(&s).await;
 
-    // No Lease but its kubelet's (NodeRestriction), which the Lease policy leaves alone.
-    refused(
-        "NodeBound creates an agent Lease",
-        Api::<Lease>::namespaced(s.agent.clone(), NS)
-            .create(
-                &PostParams::default(),
-                &lease(&format!("inplaced-agent-{OWN}")),
-            )
-            .await,
-        "can only access leases in the \"kube-node-lease\" system namespace",
-    );
+    // No Lease but its kubelet's (NodeRestriction), which the Lease policy leaves alone: so
+    // no leader Lease either, and no rollout led.
+    for name in [format!("inplaced-agent-{OWN}"), LEADER_LEASE.to_string()] {
+        refused(
+            &format!("NodeBound creates the Lease {name}"),
+            Api::<Lease>::namespaced(s.agent.clone(), NS)
+                .create(&PostParams::default(), &lease(&name))
+                .await,
+            "can only access leases in the \"kube-node-lease\" system namespace",
+        );
+    }
     let node_leases: Api<Lease> = Api::namespaced(s.agent.clone(), "kube-node-lease");
     refused(
         "NodeBound creates another node's node Lease",

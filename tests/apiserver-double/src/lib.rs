@@ -39,22 +39,31 @@
 //! Enforced as kube-apiserver does ([`admission`] says what was checked upstream and where):
 //! `matchConstraints` (`resourceRules` with `res/sub` and `*` forms, operations, scope,
 //! `resourceNames`, `excludeResourceRules`, `namespaceSelector`, `objectSelector`), a
-//! binding's `matchResources`, `matchConditions`, lazily evaluated `variables`, and
+//! binding's `matchResources`, params (a policy's `paramKind`, a binding's `paramRef` by
+//! `name` or `selector`, in its `namespace` or else the request's, with its
+//! `parameterNotFoundAction`: read from the store as the write is admitted, the policy
+//! evaluated once per param found), `matchConditions`, lazily evaluated `variables`, and
 //! `validations` with `message`, `messageExpression` and `reason`, for bindings whose
 //! `validationActions` hold `Deny`. CEL sees `object` (null on delete), `oldObject` (null on
-//! create), `request`, `namespaceObject`, `variables` and a null `params`; the object is the
-//! one the write would store, after the patch and the endpoint's rules. A denial is the
+//! create), `request`, `namespaceObject`, `variables` and `params` (the param object; null
+//! without a `paramKind` or a `paramRef`); the object is the one the write would store, after
+//! the patch and the endpoint's rules. No param found with `parameterNotFoundAction: Deny`
+//! denies (under `failurePolicy: Fail`) every write the binding matches, whoever makes it:
+//! params are collected before the `matchConditions` are evaluated (422, ``failed to
+//! configure binding: no params found for policy binding with `Deny`
+//! parameterNotFoundAction``), as on kube-apiserver. A denial is the
 //! Status kube-apiserver answers (`<resource> "<name>" is forbidden: ValidatingAdmissionPolicy
 //! '<policy>' with binding '<binding>' denied request: <message>`; 403 for reason
 //! `Forbidden`, 422 `Invalid` by default) and writes nothing: no new resourceVersion, no
 //! watch event. An expression that does not compile or fails as it runs denies under
 //! `failurePolicy: Fail` and is ignored under `Ignore`; the server never panics on one.
 //!
-//! Not enforced: params (`paramKind`/`paramRef`: a policy with a `paramKind` fails to
-//! configure), `auditAnnotations`, the `Warn` and `Audit` actions, `matchPolicy: Equivalent`
+//! Not enforced: `auditAnnotations`, the `Warn` and `Audit` actions, `matchPolicy: Equivalent`
 //! (matching is exact), the `authorizer` variable, CEL cost limits and type checking (an
-//! uncompilable policy is accepted, where kube-apiserver would refuse it), and the status
-//! kube-apiserver writes to a policy. CEL is the `cel` crate's with its strings extension and
+//! uncompilable policy is accepted, where kube-apiserver would refuse it, and so is a binding
+//! whose `paramRef` it would refuse), the status kube-apiserver writes to a policy, and the
+//! moment kube-apiserver takes to enforce a policy, binding or param just written (here at
+//! once). CEL is the `cel` crate's with its strings extension and
 //! Kubernetes' list functions; Kubernetes' other libraries (quantity, URL, IP/CIDR, semver,
 //! regex find, sets, timestamps and durations) are missing ([`admission`]).
 

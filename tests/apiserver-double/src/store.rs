@@ -303,10 +303,15 @@ impl Store {
             .collections
             .get("namespaces")
             .and_then(|c| c.objects.get(&(String::new(), attrs.namespace.to_owned())));
+        let params = StoredParams {
+            defs: &self.defs,
+            inner,
+        };
         let config = admission::Configuration {
             policies,
             bindings: objects(VALIDATING_ADMISSION_POLICY_BINDINGS),
             namespace,
+            params: &params,
         };
         self.admission.validate(attrs, &config)
     }
@@ -1181,6 +1186,44 @@ impl Store {
         {
             let _ = tx.send(WatchItem::Bookmark(rv));
         }
+    }
+}
+
+/// The stored objects, as admission policies' params: of the resources served now.
+struct StoredParams<'a> {
+    defs: &'a [Arc<ResourceDef>],
+    inner: &'a Inner,
+}
+
+impl admission::ParamSource for StoredParams<'_> {
+    fn resource(&self, group: &str, version: &str, kind: &str) -> Option<(String, bool)> {
+        self.defs
+            .iter()
+            .find(|d| d.group == group && d.version == version && d.kind == kind)
+            .filter(|d| Store::served_in(self.inner, d))
+            .map(|d| (d.qualified(), d.namespaced))
+    }
+
+    fn get(&self, qualified: &str, namespace: &str, name: &str) -> Option<&Value> {
+        self.inner
+            .collections
+            .get(qualified)?
+            .objects
+            .get(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    fn list(&self, qualified: &str, namespace: Option<&str>) -> Vec<&Value> {
+        self.inner
+            .collections
+            .get(qualified)
+            .map(|c| {
+                c.objects
+                    .iter()
+                    .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
+                    .map(|(_, o)| o)
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 

@@ -1,7 +1,9 @@
 //! ValidatingAdmissionPolicies enforced as kube-apiserver enforces them, with the policy
 //! inplaced ships (`packaging/kubernetes/admission-policy.yaml`) applied as it is: each node's
 //! identity may write only its own node's requests and pods, checked on the object as it was
-//! and as it would be stored, and a denial writes nothing.
+//! and as it would be stored, only the holder of a namespace's Lease `inplaced-rollout-leader`
+//! writes its rollouts' status, and a denial writes nothing. Params (`paramKind`, `paramRef`)
+//! are also tried with policies of the tests' own.
 
 mod common;
 
@@ -42,7 +44,11 @@ fn shipped_documents() -> Vec<Value> {
 async fn apply_shipped_policy(server: &ApiServer) {
     let admin = client(server).await;
     let documents = shipped_documents();
-    assert_eq!(documents.len(), 8, "four policies and their bindings");
+    assert_eq!(
+        documents.len(),
+        9,
+        "four policies, their bindings, and the rollout policy's second"
+    );
     for doc in documents {
         match doc["kind"].as_str() {
             Some("ValidatingAdmissionPolicy") => {
@@ -495,7 +501,11 @@ async fn a_node_writes_only_its_own_nodes_upgrade_check() {
 }
 
 const ROLLOUTS: &str = "containerrestartrollouts.inplaced.io";
-const ROLLOUT_POLICY: &str = "inplaced-rollout-own-node-part";
+const ROLLOUT_POLICY: &str = "inplaced-rollout-status-by-leader";
+/// The rollout policy's binding for the rollout itself (no params).
+const ROLLOUT_ITSELF: &str = "inplaced-rollout-status-by-leader-rollout";
+const LEADER_LEASE: &str = "inplaced-rollout-leader";
+const LEASES: &str = "leases.coordination.k8s.io";
 
 fn rollout_resource() -> ApiResource {
     resource(
@@ -529,7 +539,7 @@ fn by_node(parts: Vec<Value>) -> Value {
     Value::Object(map)
 }
 
-/// A rollout with parts for n1 and n2, stored as a user made it and agents wrote it.
+/// A rollout with parts for n1 and n2, stored as a user made it and its leader wrote it.
 fn stored_rollout(server: &ApiServer) -> Value {
     let store = server.store();
     let _ = store.delete(ROLLOUTS, "default", "web");
@@ -551,6 +561,25 @@ fn stored_rollout(server: &ApiServer) -> Value {
         "nodes": by_node(vec![part("n1", &["a"], 0), part("n2", &["b", "c"], 1)]),
     });
     store.replace(ROLLOUTS, object).expect("its status")
+}
+
+/// The namespace's leader Lease held by `holder` (none: the Lease deleted), written directly.
+fn leader(server: &ApiServer, namespace: &str, holder: Option<&str>) {
+    let store = server.store();
+    let _ = store.delete(LEASES, namespace, LEADER_LEASE);
+    if let Some(holder) = holder {
+        store
+            .create(
+                LEASES,
+                json!({
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": LEADER_LEASE, "namespace": namespace},
+                    "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15},
+                }),
+            )
+            .expect("the leader Lease");
+    }
 }
 
 /// The rollout as `stored_rollout` makes it, with `status.nodes` as given and a summary field
@@ -577,91 +606,102 @@ async fn write_parts(
         .await
 }
 
-/// Each node's agent changes only its own part of a rollout's status; of another node's part it
-/// may only remove claims; it may neither add another node's part nor drop one; and it may not
-/// touch the rollout itself. A user may.
+/// The status write of `write_parts` was refused and wrote nothing.
+#[track_caller]
+fn nothing_written(server: &ApiServer) {
+    let after = server
+        .store()
+        .get(ROLLOUTS, "default", "web")
+        .expect("kept");
+    assert_eq!(after["status"]["inProgress"], 2, "nothing written");
+}
+
+/// kube-apiserver's denial when a binding with `parameterNotFoundAction: Deny` finds no param.
+fn no_leader_lease(binding: &str) -> String {
+    format!(
+        "{ROLLOUTS} \"web\" is forbidden: ValidatingAdmissionPolicy '{ROLLOUT_POLICY}' with binding \
+         '{binding}' denied request: failed to configure binding: no params found for policy \
+         binding with `Deny` parameterNotFoundAction"
+    )
+}
+
+/// Only the node that holds the namespace's Lease inplaced-rollout-leader writes a rollout's
+/// status, and then any of it (every node's part); another node is refused, and with no Lease
+/// every status write is; no agent writes the rollout itself.
 #[tokio::test]
-async fn a_node_writes_only_its_own_part_of_a_rollout() {
+async fn only_the_leader_lease_holder_writes_a_rollouts_status() {
     let server = cluster().await;
-    let denied = |message: &str| {
-        format!(
-            "{ROLLOUTS} \"web\" is forbidden: ValidatingAdmissionPolicy '{ROLLOUT_POLICY}' with binding \
-             '{ROLLOUT_POLICY}' denied request: node n1 may only {message}"
-        )
-    };
+    let not_holder = format!(
+        "{ROLLOUTS} \"web\" is forbidden: ValidatingAdmissionPolicy '{ROLLOUT_POLICY}' with binding \
+         '{ROLLOUT_POLICY}' denied request: node n1 may write a rollout's status only while it \
+         holds the Lease inplaced-rollout-leader of the namespace"
+    );
     for token in ["node-n1", "agent-n1"] {
-        // Its own part: claims added and ended, counts changed.
-        let own = vec![part("n1", &["a", "e"], 1), part("n2", &["b", "c"], 1)];
-        write_parts(&server, token, own)
-            .await
-            .expect("its own part");
-        // Another node's claims released: allowed.
-        let released = vec![part("n1", &["a"], 0), part("n2", &["c"], 1)];
-        write_parts(&server, token, released)
-            .await
-            .expect("releases another node's claim");
-        // Its own part added to a rollout without one.
-        let only_n2 = vec![part("n2", &["b", "c"], 1)];
+        leader(&server, "default", Some("n1"));
+        // The leader writes every part: its own, another node's, a part added and one dropped.
+        for parts in [
+            vec![part("n1", &["a", "e"], 1), part("n2", &["b", "c"], 1)],
+            vec![part("n1", &["a"], 0), part("n2", &["b", "c", "x"], 2)],
+            vec![part("n1", &["a"], 0)],
+            vec![
+                part("n1", &["a"], 0),
+                part("n2", &["b", "c"], 1),
+                part("n3", &["z"], 0),
+            ],
+        ] {
+            let written = write_parts(&server, token, parts.clone())
+                .await
+                .unwrap_or_else(|e| panic!("{token}, the leader, writes {parts:?}: {e}"));
+            assert_eq!(written.data["status"]["inProgress"], 7);
+        }
+
+        // Another node holds the Lease: refused by the rule, whatever the write.
+        leader(&server, "default", Some("n2"));
+        for parts in [
+            vec![part("n1", &["a", "e"], 1), part("n2", &["b", "c"], 1)],
+            vec![part("n1", &["a"], 0), part("n2", &["b", "c"], 1)],
+        ] {
+            let (code, reason, said) = refused(write_parts(&server, token, parts).await);
+            assert_eq!((code, reason.as_str()), (403, "Forbidden"), "{said}");
+            assert_eq!(said, not_holder);
+            nothing_written(&server);
+        }
+        // A Lease with no holder (released) is held by no one.
+        let store = server.store();
+        let mut released = store
+            .get(LEASES, "default", LEADER_LEASE)
+            .expect("the Lease");
+        released["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("holderIdentity");
+        store.replace(LEASES, released).expect("released");
+        let (code, _, said) = refused(write_parts(&server, token, vec![]).await);
+        assert_eq!((code, said.as_str()), (403, not_holder.as_str()));
+
+        // No Lease in the rollout's namespace (one elsewhere does not count): no param, so the
+        // binding refuses with kube-apiserver's configuration error.
+        leader(&server, "default", None);
+        leader(&server, "elsewhere", Some("n1"));
+        let (code, reason, said) = refused(write_parts(&server, token, vec![]).await);
+        assert_eq!((code, reason.as_str()), (422, "Invalid"), "{said}");
+        assert_eq!(said, no_leader_lease(ROLLOUT_POLICY));
+        nothing_written(&server);
+
+        // The rollout itself, even as the leader: neither its spec, nor a new one, nor its
+        // deletion (the rollout binding, without params).
+        leader(&server, "default", Some("n1"));
+        stored_rollout(&server);
         let api: Api<DynamicObject> = Api::namespaced_with(
             client_for(&server, Some(token)).await,
             "default",
             &rollout_resource(),
         );
-        let mut object: DynamicObject = typed(stored_rollout(&server));
-        object.data["status"]["nodes"] = by_node(only_n2);
-        let stored = server
-            .store()
-            .replace(ROLLOUTS, serde_json::to_value(&object).unwrap())
-            .unwrap();
-        let mut object: DynamicObject = typed(stored);
-        object.data["status"]["nodes"] =
-            by_node(vec![part("n1", &["a"], 0), part("n2", &["b", "c"], 1)]);
-        api.replace_status("web", &PostParams::default(), &object)
-            .await
-            .expect("adds its own part");
-
-        let refusals = [
-            (
-                vec![part("n1", &["a"], 0), part("n2", &["b", "c", "x"], 1)],
-                "remove claims from the part of another node in a rollout",
-            ),
-            (
-                vec![part("n1", &["a"], 0), part("n2", &["b", "c"], 2)],
-                "remove claims from the part of another node in a rollout",
-            ),
-            (
-                vec![part("n1", &["a"], 0)],
-                "remove claims from the part of another node in a rollout",
-            ),
-            (
-                vec![part("n1", &["a"], 0), {
-                    let mut n2 = part("n2", &["b", "c"], 1);
-                    n2["pending"] = json!(0);
-                    n2
-                }],
-                "remove claims from the part of another node in a rollout",
-            ),
-            (
-                vec![
-                    part("n1", &["a"], 0),
-                    part("n2", &["b", "c"], 1),
-                    part("n3", &["z"], 0),
-                ],
-                "add its own part to a rollout",
-            ),
-        ];
-        for (parts, message) in refusals {
-            let (code, _, said) = refused(write_parts(&server, token, parts.clone()).await);
-            assert_eq!(code, 403, "{parts:?}: {said}");
-            assert_eq!(said, denied(message), "{parts:?}");
-            let after = server
-                .store()
-                .get(ROLLOUTS, "default", "web")
-                .expect("kept");
-            assert_eq!(after["status"]["inProgress"], 2, "nothing written");
-        }
-        // The rollout itself: neither its spec, nor a new one, nor its deletion.
-        stored_rollout(&server);
+        let itself = format!(
+            "{ROLLOUTS} \"web\" is forbidden: ValidatingAdmissionPolicy '{ROLLOUT_POLICY}' with \
+             binding '{ROLLOUT_ITSELF}' denied request: node n1 may only write the status of a \
+             ContainerRestartRollout"
+        );
         let (code, _, said) = refused(
             api.patch(
                 "web",
@@ -670,69 +710,163 @@ async fn a_node_writes_only_its_own_part_of_a_rollout() {
             )
             .await,
         );
+        assert_eq!((code, said.as_str()), (403, itself.as_str()));
+        let (code, _, said) = refused(api.delete("web", &DeleteParams::default()).await);
+        assert_eq!((code, said.as_str()), (403, itself.as_str()));
+        let mut new: DynamicObject = typed(stored_rollout(&server));
+        new.metadata.name = Some("new".into());
+        new.metadata.resource_version = None;
+        new.metadata.uid = None;
+        let (code, _, said) = refused(api.create(&PostParams::default(), &new).await);
         assert_eq!(
             (code, said),
-            (403, denied("write the status of a ContainerRestartRollout"))
+            (403, itself.replace("\"web\"", "\"new\"")),
+            "creating a rollout"
         );
-        let (code, _, _) = refused(api.delete("web", &DeleteParams::default()).await);
-        assert_eq!(code, 403);
     }
-    // A user is not restricted.
+}
+
+/// The Lease is read as each write is admitted: a change of holder counts from the next write.
+#[tokio::test]
+async fn a_change_of_leader_counts_from_the_next_write() {
+    let server = cluster().await;
+    leader(&server, "default", Some("n1"));
+    write_parts(&server, "agent-n1", vec![])
+        .await
+        .expect("n1 leads");
+    let store = server.store();
+    for (holder, admitted) in [("n2", false), ("n1", true)] {
+        let mut lease = store
+            .get(LEASES, "default", LEADER_LEASE)
+            .expect("the Lease");
+        lease["spec"]["holderIdentity"] = json!(holder);
+        store.replace(LEASES, lease).expect("a new holder");
+        let written = write_parts(&server, "agent-n1", vec![]).await;
+        assert_eq!(written.is_ok(), admitted, "{holder} holds: {written:?}");
+    }
+}
+
+/// A user is not an agent: the rollout is theirs to make, change and delete, with or without a
+/// leader Lease; its status too while the Lease exists. Without it their status write is
+/// refused as the agents' is: kube-apiserver reads the binding's params before its match
+/// conditions.
+#[tokio::test]
+async fn a_user_writes_rollouts_and_their_status_where_a_lease_exists() {
+    let server = cluster().await;
     let alice: Api<DynamicObject> = Api::namespaced_with(
         client_for(&server, Some("alice")).await,
         "default",
         &rollout_resource(),
     );
-    stored_rollout(&server);
-    alice
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"paused": true}})),
-        )
-        .await
-        .expect("a user pauses a rollout");
+    let pause = Patch::Merge(json!({"spec": {"paused": true}}));
+    for holder in [None, Some("n2")] {
+        leader(&server, "default", holder);
+        let mut new: DynamicObject = typed(stored_rollout(&server));
+        new.metadata.name = Some("mine".into());
+        new.metadata.resource_version = None;
+        new.metadata.uid = None;
+        alice
+            .create(&PostParams::default(), &new)
+            .await
+            .expect("a user creates a rollout");
+        alice
+            .patch("mine", &PatchParams::default(), &pause)
+            .await
+            .expect("a user pauses a rollout");
+        alice
+            .delete("mine", &DeleteParams::default())
+            .await
+            .expect("a user deletes a rollout");
+    }
     write_parts(&server, "alice", vec![part("n3", &[], 0)])
         .await
-        .expect("a user may write any status");
+        .expect("a user writes the status while n2 leads");
+    leader(&server, "default", None);
+    let (code, _, said) = refused(write_parts(&server, "alice", vec![part("n3", &[], 0)]).await);
+    assert_eq!((code, said), (422, no_leader_lease(ROLLOUT_POLICY)));
 }
 
-/// A dedicated agent holds only the Lease named after its node; the policy leaves the node-bound
-/// identity's Leases alone: that is the kubelet's own, which NodeRestriction keeps to its node
-/// (the double has no NodeRestriction), and which a refusal would stop renewing.
+fn lease(name: &str, holder: &str) -> k8s_openapi::api::coordination::v1::Lease {
+    typed(json!({"metadata": {"name": name},
+                 "spec": {"holderIdentity": holder, "leaseDurationSeconds": 40}}))
+}
+
+/// A dedicated agent holds only the Lease named after its node, and the namespace's leader Lease
+/// only in its own name; the policy leaves the node-bound identity's Leases alone: that is the
+/// kubelet's own, which NodeRestriction keeps to its node (the double has no NodeRestriction),
+/// and which a refusal would stop renewing.
 #[tokio::test]
-async fn a_node_writes_only_its_own_lease() {
+async fn a_node_writes_only_its_own_lease_and_takes_the_leader_lease_in_its_own_name() {
     use k8s_openapi::api::coordination::v1::Lease;
     let server = cluster().await;
-    let lease = |name: &str| -> Lease {
-        typed(
-            json!({"metadata": {"name": name}, "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40}}),
-        )
-    };
+    let denied = "node n1 may only write the Lease inplaced-agent-n1, and the Lease \
+                  inplaced-rollout-leader only in its own name";
     let leases: Api<Lease> =
         Api::namespaced(client_for(&server, Some("agent-n1")).await, "default");
+    let pp = PostParams::default();
     let created = leases
-        .create(&PostParams::default(), &lease("inplaced-agent-n1"))
+        .create(&pp, &lease("inplaced-agent-n1", "n1"))
         .await
         .expect("its own Lease");
     leases
-        .replace("inplaced-agent-n1", &PostParams::default(), &created)
+        .replace("inplaced-agent-n1", &pp, &created)
         .await
         .expect("renewed");
-    let (code, _, said) = refused(
-        leases
-            .create(&PostParams::default(), &lease("inplaced-agent-n2"))
-            .await,
-    );
-    assert_eq!(code, 403);
-    assert!(
-        said.ends_with("node n1 may only write the Lease inplaced-agent-n1"),
-        "{said}"
-    );
+    for (name, holder) in [
+        ("inplaced-agent-n2", "n1"),
+        ("some-lease", "n1"),
+        (LEADER_LEASE, "n2"),
+    ] {
+        let (code, _, said) = refused(leases.create(&pp, &lease(name, holder)).await);
+        assert_eq!(code, 403, "{name} for {holder}: {said}");
+        assert!(said.ends_with(denied), "{said}");
+    }
     leases
         .delete("inplaced-agent-n1", &DeleteParams::default())
         .await
         .expect("deleted");
+
+    // The leader Lease: taken in its own name, renewed, handed to another node no.
+    let taken = leases
+        .create(&pp, &lease(LEADER_LEASE, "n1"))
+        .await
+        .expect("takes the leader Lease");
+    let renewed = leases
+        .replace(LEADER_LEASE, &pp, &taken)
+        .await
+        .expect("renews it");
+    let mut handed = renewed.clone();
+    handed.spec.as_mut().unwrap().holder_identity = Some("n2".into());
+    let (code, _, said) = refused(leases.replace(LEADER_LEASE, &pp, &handed).await);
+    assert_eq!(code, 403, "{said}");
+    let mut released = renewed.clone();
+    released.spec.as_mut().unwrap().holder_identity = None;
+    let (code, _, said) = refused(leases.replace(LEADER_LEASE, &pp, &released).await);
+    assert_eq!(code, 403, "released without a holder: {said}");
+    leases
+        .delete(LEADER_LEASE, &DeleteParams::default())
+        .await
+        .expect("its holder deletes it");
+
+    // Another node's leader Lease: taken over in its own name (whether it had expired is the
+    // agents' to judge), but neither renewed for that node nor deleted.
+    leader(&server, "default", Some("n2"));
+    let theirs: Lease = typed(
+        server
+            .store()
+            .get(LEASES, "default", LEADER_LEASE)
+            .expect("n2's"),
+    );
+    let (code, _, _) = refused(leases.replace(LEADER_LEASE, &pp, &theirs).await);
+    assert_eq!(code, 403, "renewing n2's Lease");
+    let (code, _, _) = refused(leases.delete(LEADER_LEASE, &DeleteParams::default()).await);
+    assert_eq!(code, 403, "deleting n2's Lease");
+    let mut taken_over = theirs.clone();
+    taken_over.spec.as_mut().unwrap().holder_identity = Some("n1".into());
+    leases
+        .replace(LEADER_LEASE, &pp, &taken_over)
+        .await
+        .expect("takes the leader Lease over");
 
     // The kubelet's node Lease, written with the node-bound identity.
     let node_leases: Api<Lease> = Api::namespaced(
@@ -740,11 +874,292 @@ async fn a_node_writes_only_its_own_lease() {
         "kube-node-lease",
     );
     let heartbeat = node_leases
-        .create(&PostParams::default(), &lease("n1"))
+        .create(&pp, &lease("n1", "n1"))
         .await
         .expect("the kubelet's node Lease");
     node_leases
-        .replace("n1", &PostParams::default(), &heartbeat)
+        .replace("n1", &pp, &heartbeat)
         .await
         .expect("the kubelet's node Lease renewed");
+}
+
+// Params with policies of the tests' own: a pod's name must start with the `holderIdentity`
+// of a Lease (any served kind would do), found by name or selector.
+
+/// A Lease `name` in `namespace`, labelled `labels`, whose holder is `prefix`.
+fn param(server: &ApiServer, namespace: &str, name: &str, prefix: &str, labels: Value) {
+    let store = server.store();
+    let _ = store.delete(LEASES, namespace, name);
+    store
+        .create(
+            LEASES,
+            json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                "spec": {"holderIdentity": prefix},
+            }),
+        )
+        .expect("a param");
+}
+
+/// The policy `prefixed` (pods created must be named with their param's prefix, which
+/// `matchConditions` may also read) and its binding `prefixed` with `param_ref`.
+async fn prefix_policy(server: &ApiServer, param_kind: Value, param_ref: Value, condition: &str) {
+    let admin = client(server).await;
+    let policy: ValidatingAdmissionPolicy = typed(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "prefixed"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "paramKind": param_kind,
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "resources": ["pods", "nodes"], "operations": ["CREATE"]}]},
+            "matchConditions": [{"name": "condition", "expression": condition}],
+            "validations": [{
+                "expression": "params != null && object.metadata.name.startsWith(params.spec.holderIdentity)",
+                "messageExpression": "'names start with ' + params.spec.holderIdentity + ' (' + params.kind + ' ' + params.metadata.name + ')'",
+                "reason": "Forbidden",
+            }],
+        },
+    }));
+    let mut spec = json!({"policyName": "prefixed", "validationActions": ["Deny"]});
+    if !param_ref.is_null() {
+        spec["paramRef"] = param_ref;
+    }
+    let binding: ValidatingAdmissionPolicyBinding = typed(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "prefixed"},
+        "spec": spec,
+    }));
+    Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("policy");
+    Api::<ValidatingAdmissionPolicyBinding>::all(admin)
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding");
+}
+
+fn lease_kind() -> Value {
+    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"})
+}
+
+/// Creates pod `name` in `namespace` as the administrator: `Ok` or the refusal's code and message.
+async fn create_pod(server: &ApiServer, namespace: &str, name: &str) -> Result<(), (u16, String)> {
+    let pods: Api<Pod> = Api::namespaced(client(server).await, namespace);
+    let mut object = pod(name, "n1");
+    object["metadata"]["namespace"] = json!(namespace);
+    match pods.create(&PostParams::default(), &typed(object)).await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let (code, _, message) = refused::<()>(Err(e));
+            Err((code, message))
+        }
+    }
+}
+
+fn prefix_denial(name: &str, message: &str) -> (u16, String) {
+    (
+        403,
+        format!(
+            "pods \"{name}\" is forbidden: ValidatingAdmissionPolicy 'prefixed' with binding \
+             'prefixed' denied request: {message}"
+        ),
+    )
+}
+
+const NOT_FOUND_DENY: &str = "failed to configure binding: no params found for policy binding \
+                              with `Deny` parameterNotFoundAction";
+
+#[tokio::test]
+async fn a_param_by_name_is_read_in_the_objects_namespace_as_each_write_is_admitted() {
+    let server = server().await;
+    param(&server, "default", "prefix", "web", json!({}));
+    param(&server, "other", "prefix", "db", json!({}));
+    prefix_policy(
+        &server,
+        lease_kind(),
+        json!({"name": "prefix", "parameterNotFoundAction": "Deny"}),
+        "true",
+    )
+    .await;
+    assert_eq!(create_pod(&server, "default", "web-1").await, Ok(()));
+    assert_eq!(
+        create_pod(&server, "default", "db-1").await,
+        Err(prefix_denial("db-1", "names start with web (Lease prefix)"))
+    );
+    assert_eq!(create_pod(&server, "other", "db-1").await, Ok(()));
+    assert_eq!(
+        create_pod(&server, "other", "web-2").await,
+        Err(prefix_denial("web-2", "names start with db (Lease prefix)"))
+    );
+    // No param in the namespace: the binding's configuration error (422, reason Invalid).
+    let (code, message) = create_pod(&server, "third", "web-3").await.unwrap_err();
+    assert_eq!(
+        (code, message),
+        (
+            422,
+            format!(
+                "pods \"web-3\" is forbidden: ValidatingAdmissionPolicy 'prefixed' with binding \
+                 'prefixed' denied request: {NOT_FOUND_DENY}"
+            )
+        )
+    );
+    // The param changed: the next write is judged by the new one.
+    param(&server, "default", "prefix", "db", json!({}));
+    assert_eq!(create_pod(&server, "default", "db-2").await, Ok(()));
+    assert!(create_pod(&server, "default", "web-4").await.is_err());
+    // And once it is deleted, nothing passes there.
+    server
+        .store()
+        .delete(LEASES, "default", "prefix")
+        .expect("deleted");
+    let (code, message) = create_pod(&server, "default", "db-3").await.unwrap_err();
+    assert_eq!(code, 422);
+    assert!(message.ends_with(NOT_FOUND_DENY), "{message}");
+}
+
+#[tokio::test]
+async fn no_param_found_is_allowed_with_allow() {
+    let server = server().await;
+    prefix_policy(
+        &server,
+        lease_kind(),
+        json!({"name": "prefix", "parameterNotFoundAction": "Allow"}),
+        "true",
+    )
+    .await;
+    assert_eq!(create_pod(&server, "default", "anything").await, Ok(()));
+    param(&server, "default", "prefix", "web", json!({}));
+    assert!(
+        create_pod(&server, "default", "anything-else")
+            .await
+            .is_err(),
+        "found, the param counts"
+    );
+}
+
+/// The params are collected before the match conditions run (which may read them): a missing
+/// param with Deny refuses even a request the conditions would leave out.
+#[tokio::test]
+async fn params_are_collected_before_the_match_conditions() {
+    let server = server().await;
+    prefix_policy(
+        &server,
+        lease_kind(),
+        json!({"name": "prefix", "parameterNotFoundAction": "Deny"}),
+        "params.spec.holderIdentity != 'skip'",
+    )
+    .await;
+    let (code, message) = create_pod(&server, "default", "x").await.unwrap_err();
+    assert_eq!(code, 422);
+    assert!(message.ends_with(NOT_FOUND_DENY), "{message}");
+    param(&server, "default", "prefix", "skip", json!({}));
+    assert_eq!(
+        create_pod(&server, "default", "x").await,
+        Ok(()),
+        "the condition read the param"
+    );
+}
+
+#[tokio::test]
+async fn a_param_namespace_and_a_selector() {
+    // paramRef.namespace: the param there, whatever the object's namespace.
+    let server = server().await;
+    param(&server, "params", "prefix", "web", json!({}));
+    prefix_policy(
+        &server,
+        lease_kind(),
+        json!({"name": "prefix", "namespace": "params", "parameterNotFoundAction": "Deny"}),
+        "true",
+    )
+    .await;
+    assert_eq!(create_pod(&server, "default", "web-1").await, Ok(()));
+    assert!(create_pod(&server, "default", "db-1").await.is_err());
+
+    // A selector: every param it selects in the namespace must pass.
+    let server = common::server().await;
+    param(&server, "default", "a", "web", json!({"role": "prefix"}));
+    param(&server, "default", "b", "we", json!({"role": "prefix"}));
+    param(&server, "default", "c", "db", json!({"role": "other"}));
+    param(&server, "other", "d", "db", json!({"role": "prefix"}));
+    prefix_policy(
+        &server,
+        lease_kind(),
+        json!({"selector": {"matchLabels": {"role": "prefix"}}, "parameterNotFoundAction": "Deny"}),
+        "true",
+    )
+    .await;
+    assert_eq!(create_pod(&server, "default", "web-1").await, Ok(()));
+    assert_eq!(
+        create_pod(&server, "default", "we-1").await,
+        Err(prefix_denial("we-1", "names start with web (Lease a)"))
+    );
+    assert_eq!(create_pod(&server, "other", "db-1").await, Ok(()));
+    let (code, message) = create_pod(&server, "third", "db-1").await.unwrap_err();
+    assert_eq!(code, 422);
+    assert!(message.ends_with(NOT_FOUND_DENY), "selects none: {message}");
+}
+
+#[tokio::test]
+async fn params_configuration_errors() {
+    let node = |name: &str| -> k8s_openapi::api::core::v1::Node {
+        typed(json!({"metadata": {"name": name}}))
+    };
+    // A namespaced param without a namespace, for a cluster-scoped object.
+    let server = server().await;
+    prefix_policy(
+        &server,
+        lease_kind(),
+        json!({"name": "prefix", "parameterNotFoundAction": "Deny"}),
+        "true",
+    )
+    .await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client(&server).await);
+    let (code, reason, message) = refused(nodes.create(&PostParams::default(), &node("n9")).await);
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        message,
+        "nodes \"n9\" is forbidden: ValidatingAdmissionPolicy 'prefixed' with binding 'prefixed' \
+         denied request: failed to configure binding: cannot use namespaced paramRef in policy \
+         binding that matches cluster-scoped resources"
+    );
+
+    // A paramKind no resource serves: the policy's configuration error.
+    let server = common::server().await;
+    prefix_policy(
+        &server,
+        json!({"apiVersion": "example.com/v1", "kind": "Nope"}),
+        json!({"name": "prefix", "parameterNotFoundAction": "Allow"}),
+        "true",
+    )
+    .await;
+    let (code, message) = create_pod(&server, "default", "web-1").await.unwrap_err();
+    assert_eq!(
+        (code, message.as_str()),
+        (
+            422,
+            "pods \"web-1\" is forbidden: ValidatingAdmissionPolicy 'prefixed' denied request: \
+             failed to configure policy: failed to find resource referenced by paramKind: \
+             'example.com/v1, Kind=Nope'"
+        )
+    );
+
+    // A binding without paramRef: the policy is evaluated with a null params.
+    let server = common::server().await;
+    prefix_policy(&server, lease_kind(), Value::Null, "true").await;
+    let (code, message) = create_pod(&server, "default", "web-1").await.unwrap_err();
+    // The message expression fails on a null params: the expression stands for the message.
+    assert_eq!(code, 403);
+    assert!(
+        message.ends_with(
+            "denied request: failed expression: params != null && \
+             object.metadata.name.startsWith(params.spec.holderIdentity)"
+        ),
+        "{message}"
+    );
 }

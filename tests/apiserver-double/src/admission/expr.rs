@@ -287,6 +287,7 @@ pub(crate) struct Activation<'c> {
     old_object: Box<dyn Val>,
     request: Box<dyn Val>,
     namespace_object: Box<dyn Val>,
+    params: Box<dyn Val>,
     variables: &'c [Variable],
     memo: Mutex<Vec<Option<Result<CelValue, String>>>>,
     /// Each variable's value as the interpreter takes it, made once: converting a large value
@@ -301,6 +302,8 @@ pub(crate) struct Inputs<'a> {
     pub old_object: Option<&'a Value>,
     pub request: &'a Value,
     pub namespace_object: Option<&'a Value>,
+    /// The binding's param, or none (`params` is null).
+    pub params: Option<&'a Value>,
 }
 
 impl<'c> Activation<'c> {
@@ -312,6 +315,7 @@ impl<'c> Activation<'c> {
             old_object: cel(inputs.old_object),
             request: cel(Some(inputs.request)),
             namespace_object: cel(inputs.namespace_object),
+            params: cel(inputs.params),
             variables,
             memo: Mutex::new(vec![None; variables.len()]),
             as_val: variables.iter().map(|_| OnceLock::new()).collect(),
@@ -378,8 +382,7 @@ impl VariableResolver for Scope<'_, '_> {
             "oldObject" => borrowed(a.old_object.as_ref()),
             "request" => borrowed(a.request.as_ref()),
             "namespaceObject" => borrowed(a.namespace_object.as_ref()),
-            // No policy here has a paramKind (see the module above): params is always null.
-            "params" => Some(CowVal::owned(cel::common::types::CelNull)),
+            "params" => borrowed(a.params.as_ref()),
             // The whole map (e.g. for `has(variables.x)`): the variables that evaluate.
             "variables" => {
                 let all: HashMap<String, CelValue> = (0..self.visible)
@@ -437,6 +440,7 @@ mod tests {
             old_object: None,
             request: &request,
             namespace_object: None,
+            params: None,
         };
         let activation = Activation::new(&compiler, &inputs, &vars);
         activation.eval(source, &compiler.compile(source))

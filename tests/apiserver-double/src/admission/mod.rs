@@ -44,15 +44,40 @@
 //!   on DELETE), `oldObject` (null on CREATE), `request` (`kind`, `resource`, `subResource`,
 //!   `requestKind`, `requestResource`, `requestSubResource`, `name` (empty on a create by
 //!   generateName), `namespace`, `operation`, `userInfo.username`, `userInfo.groups`,
-//!   `dryRun`), `namespaceObject`, `params` (always null) and `variables`. The object is the
-//!   one the write would store: after the patch, the endpoint's rules (status, resize) and
-//!   the server-set metadata, before its new resourceVersion, as validating admission runs
-//!   after mutation inside the storage update.
+//!   `dryRun`), `namespaceObject`, `params` (see below; null without a `paramKind`) and
+//!   `variables`. The object is the one the write would store: after the patch, the
+//!   endpoint's rules (status, resize) and the server-set metadata, before its new
+//!   resourceVersion, as validating admission runs after mutation inside the storage update.
+//! - Params (`generic/policy_source.go`, `calculatePolicyData` and
+//!   `ensureParamsForPolicyLocked`; `generic/policy_dispatcher.go`, `CollectParams`): only a
+//!   policy some binding names is enforced at all. Its `paramKind` (`apiVersion`, `kind`) is
+//!   the served resource of that group, version and kind; none is a policy configuration error
+//!   (`failed to configure policy: failed to find resource referenced by paramKind:
+//!   '<group>/<version>, Kind=<kind>'`), and an `apiVersion` with more than one `/` leaves the
+//!   policy out. Then per binding, after its `matchResources` and before any `matchConditions`
+//!   (which see the params, so every request the binding matches needs them, whoever makes
+//!   it): no `paramKind` or no `paramRef`, one evaluation with a null `params`; otherwise the
+//!   `paramRef`'s `name` (one object, or none) or `selector` (every object whose labels it
+//!   selects; `{}` all of them), in `paramRef.namespace` or, left unset for a namespaced kind,
+//!   the request's namespace. The policy is evaluated once per param and each denial counts.
+//!   No param: with `parameterNotFoundAction: Deny` a binding error, otherwise nothing is
+//!   evaluated and the write is admitted (kube-apiserver requires the field; without it
+//!   `CollectParams` does not deny). Binding errors: ``no params found for policy binding with
+//!   `Deny` parameterNotFoundAction``, `cannot use namespaced paramRef in policy binding that
+//!   matches cluster-scoped resources`, ``paramRef.namespace must not be provided for a
+//!   cluster-scoped `paramKind` ``, `paramRef.name and paramRef.selector are mutually
+//!   exclusive`, `one of name or selector must be provided`, each as `failed to configure
+//!   binding: <error>`. Policy and binding configuration errors deny under `Fail` (reason
+//!   `Invalid`, 422, whatever the binding's `validationActions`) and are ignored under
+//!   `Ignore`. The params are read from the store as the write is admitted; kube-apiserver
+//!   reads them from an informer's cache, a moment behind.
 //!
-//! Not modelled: `paramKind`/`paramRef` (a policy with a `paramKind` fails to configure:
-//! denied under `Fail`, skipped under `Ignore`), `auditAnnotations`, the `Warn` and `Audit`
-//! actions, `matchPolicy: Equivalent` (matching is exact), the `authorizer` variable, CEL cost
-//! budgets, type checking, and the status (`typeChecking`) kube-apiserver writes to a policy.
+//! Not modelled: `auditAnnotations`, the `Warn` and `Audit` actions, `matchPolicy:
+//! Equivalent` (matching is exact), the `authorizer` variable, CEL cost budgets, type
+//! checking, the status (`typeChecking`) kube-apiserver writes to a policy, the refusal at
+//! creation of a binding whose `paramRef` is invalid (an invalid `selector` here selects
+//! nothing), and the second or so kube-apiserver needs after a policy or param change (its
+//! policy snapshot, its param informer's sync) before enforcing it.
 
 mod expr;
 
@@ -103,12 +128,135 @@ pub struct Attributes<'a> {
     pub old_object: Option<&'a Value>,
 }
 
-/// The configuration in force: the stored policies and bindings, and the namespace of the
-/// request (`None` when it does not exist or the request is not namespaced).
+/// The configuration in force: the stored policies and bindings, the namespace of the
+/// request (`None` when it does not exist or the request is not namespaced), and where the
+/// policies' params are read.
 pub struct Configuration<'a> {
     pub policies: Vec<&'a Value>,
     pub bindings: Vec<&'a Value>,
     pub namespace: Option<&'a Value>,
+    pub params: &'a dyn ParamSource,
+}
+
+/// The objects a policy's params are taken from.
+pub trait ParamSource {
+    /// The served resource of `kind` in `group` and `version`: its store name
+    /// ([`ResourceDef::qualified`]) and whether it is namespaced.
+    fn resource(&self, group: &str, version: &str, kind: &str) -> Option<(String, bool)>;
+    /// The object `name` of resource `qualified` in `namespace` (empty: cluster-scoped).
+    fn get(&self, qualified: &str, namespace: &str, name: &str) -> Option<&Value>;
+    /// The objects of resource `qualified` in `namespace` (`None`: all of them).
+    fn list(&self, qualified: &str, namespace: Option<&str>) -> Vec<&Value>;
+}
+
+/// No resource at all: a configuration whose policies take no params.
+pub struct NoParams;
+
+impl ParamSource for NoParams {
+    fn resource(&self, _: &str, _: &str, _: &str) -> Option<(String, bool)> {
+        None
+    }
+
+    fn get(&self, _: &str, _: &str, _: &str) -> Option<&Value> {
+        None
+    }
+
+    fn list(&self, _: &str, _: Option<&str>) -> Vec<&Value> {
+        vec![]
+    }
+}
+
+/// A policy's `paramKind`, resolved to the resource that serves it.
+struct ParamKind {
+    qualified: String,
+    namespaced: bool,
+}
+
+/// What a policy's `paramKind` comes to: none, a resource, no resource (a configuration
+/// error, with its message), or an `apiVersion` that does not parse (the policy is left out).
+enum ParamKindLookup {
+    None,
+    Resolved(ParamKind),
+    NotFound(String),
+    Unparsable,
+}
+
+fn param_kind(spec: &Value, source: &dyn ParamSource) -> ParamKindLookup {
+    let Some(kind) = spec.get("paramKind").filter(|k| !k.is_null()) else {
+        return ParamKindLookup::None;
+    };
+    let api_version = get_str(kind, "apiVersion").unwrap_or("");
+    let kind = get_str(kind, "kind").unwrap_or("");
+    // As schema.ParseGroupVersion: "" is empty, "v1" the core group, "g/v" a group.
+    let (group, version) = match api_version.split('/').collect::<Vec<_>>()[..] {
+        [""] => ("", ""),
+        [version] => ("", version),
+        [group, version] => (group, version),
+        _ => return ParamKindLookup::Unparsable,
+    };
+    match source.resource(group, version, kind) {
+        Some((qualified, namespaced)) => ParamKindLookup::Resolved(ParamKind {
+            qualified,
+            namespaced,
+        }),
+        None => ParamKindLookup::NotFound(format!(
+            "failed to find resource referenced by paramKind: '{group}/{version}, Kind={kind}'"
+        )),
+    }
+}
+
+/// The params one binding evaluates its policy with (`CollectParams`): `[None]` without a
+/// `paramKind` or a `paramRef`, the objects found otherwise (none: nothing is evaluated), or
+/// the binding's configuration error.
+fn collect_params<'v>(
+    kind: Option<&ParamKind>,
+    param_ref: Option<&Value>,
+    request_namespace: &str,
+    source: &'v dyn ParamSource,
+) -> Result<Vec<Option<&'v Value>>, String> {
+    let (Some(kind), Some(param_ref)) = (kind, param_ref.filter(|r| !r.is_null())) else {
+        return Ok(vec![None]);
+    };
+    let ref_namespace = get_str(param_ref, "namespace").unwrap_or("");
+    let namespace = if !kind.namespaced {
+        if !ref_namespace.is_empty() {
+            return Err(
+                "paramRef.namespace must not be provided for a cluster-scoped `paramKind`".into(),
+            );
+        }
+        ""
+    } else if !ref_namespace.is_empty() {
+        ref_namespace
+    } else if !request_namespace.is_empty() {
+        request_namespace
+    } else {
+        let e = "cannot use namespaced paramRef in policy binding that matches cluster-scoped \
+                 resources";
+        return Err(e.into());
+    };
+    let name = get_str(param_ref, "name").unwrap_or("");
+    let selector = param_ref.get("selector").filter(|s| !s.is_null());
+    let params: Vec<&Value> = match (name.is_empty(), selector) {
+        (false, Some(_)) => {
+            return Err("paramRef.name and paramRef.selector are mutually exclusive".into());
+        }
+        (false, None) => source
+            .get(&kind.qualified, namespace, name)
+            .into_iter()
+            .collect(),
+        (true, Some(selector)) => source
+            .list(&kind.qualified, Some(namespace).filter(|n| !n.is_empty()))
+            .into_iter()
+            .filter(|o| selector_matches(Some(selector), get_path(o, "metadata.labels")))
+            .collect(),
+        (true, None) => return Err("one of name or selector must be provided".into()),
+    };
+    if params.is_empty() && get_str(param_ref, "parameterNotFoundAction") == Some("Deny") {
+        return Err(
+            "no params found for policy binding with `Deny` parameterNotFoundAction".into(),
+        );
+    }
+    Ok(params.into_iter().map(Some).collect())
 }
 
 /// Whether writes of this resource are never admitted by policies (policies and bindings).
@@ -297,13 +445,14 @@ enum FailurePolicy {
     Ignore,
 }
 
-/// The decisions of one policy for one binding: the denials (an empty list admits).
+/// The decisions of one policy for one binding and param: the denials (an empty list admits).
 fn evaluate(
     compiler: &Compiler,
     spec: &Value,
     failure: FailurePolicy,
     a: &Attributes<'_>,
     namespace: Option<&Value>,
+    params: Option<&Value>,
 ) -> Vec<(String, Option<String>)> {
     let list = |k: &str| {
         spec.get(k)
@@ -329,6 +478,7 @@ fn evaluate(
         old_object: a.old_object,
         request: &request,
         namespace_object: namespace,
+        params,
     };
     let activation = Activation::new(compiler, &inputs, &variables);
     let run = |src: &str| -> Result<bool, String> {
@@ -424,49 +574,70 @@ impl Admission {
             if !resources_match(constraints, a, config.namespace).unwrap_or(false) {
                 continue;
             }
-            for binding in bindings
+            let named: Vec<&&Value> = bindings
                 .iter()
                 .filter(|b| get_str(b, "spec.policyName") == Some(policy_name))
-            {
+                .collect();
+            // kube-apiserver builds its hooks from the bindings: a policy none names is inert.
+            if named.is_empty() {
+                continue;
+            }
+            let fail = failure == FailurePolicy::Fail;
+            let kind = match param_kind(&spec, config.params) {
+                ParamKindLookup::None => None,
+                ParamKindLookup::Resolved(kind) => Some(kind),
+                ParamKindLookup::Unparsable => continue,
+                ParamKindLookup::NotFound(e) => {
+                    if fail {
+                        denied.push(config_error(
+                            None,
+                            format!("failed to configure policy: {e}"),
+                        ));
+                    }
+                    continue;
+                }
+            };
+            for binding in named {
                 let binding_name = name_of(binding);
                 let matches = match get_path(binding, "spec.matchResources") {
                     None | Some(Value::Null) => Ok(true),
                     Some(mr) => resources_match(mr, a, config.namespace),
                 };
-                let fail = failure == FailurePolicy::Fail;
-                match matches {
+                let params = match matches {
                     Ok(false) => continue,
-                    Ok(true) => {}
+                    Ok(true) => collect_params(
+                        kind.as_ref(),
+                        get_path(binding, "spec.paramRef"),
+                        a.namespace,
+                        config.params,
+                    ),
+                    Err(e) => Err(e.message),
+                };
+                let params = match params {
+                    Ok(params) => params,
                     Err(e) => {
                         if fail {
-                            let message = format!("failed to configure binding: {}", e.message);
+                            let message = format!("failed to configure binding: {e}");
                             denied.push(config_error(Some(binding_name), message));
                         }
                         continue;
                     }
-                }
-                if get_path(&spec, "paramKind").is_some_and(|p| !p.is_null()) {
-                    if fail {
-                        let message = "failed to configure binding: params (paramKind, paramRef) \
-                                       are not supported by apiserver-double"
-                            .to_owned();
-                        denied.push(config_error(Some(binding_name), message));
-                    }
-                    continue;
-                }
+                };
                 let denies = strings(get_path(binding, "spec.validationActions")).contains(&"Deny");
                 if !denies {
                     continue;
                 }
-                for (message, reason) in
-                    evaluate(&self.compiler, &spec, failure, a, config.namespace)
-                {
-                    denied.push(Denial {
-                        policy: policy_name.to_owned(),
-                        binding: Some(binding_name.to_owned()),
-                        message,
-                        reason,
-                    });
+                for param in params {
+                    for (message, reason) in
+                        evaluate(&self.compiler, &spec, failure, a, config.namespace, param)
+                    {
+                        denied.push(Denial {
+                            policy: policy_name.to_owned(),
+                            binding: Some(binding_name.to_owned()),
+                            message,
+                            reason,
+                        });
+                    }
                 }
             }
         }
@@ -647,6 +818,7 @@ mod tests {
             policies: vec![p],
             bindings: vec![b],
             namespace: None,
+            params: &NoParams,
         };
         Admission::default().validate(&a, &config)
     }
