@@ -218,7 +218,8 @@ impl Leadership {
 }
 
 /// Creates or renews this agent's own Lease: one write of `last` (the Lease as this agent last
-/// wrote it), read afresh only when that is refused or there is no `last`.
+/// wrote it), else a create (an agent's first Lease in a namespace is usually new); read afresh
+/// only when that is refused.
 pub(super) async fn renew_agent_lease(
     api: &Api<Lease>,
     node: &str,
@@ -226,31 +227,35 @@ pub(super) async fn renew_agent_lease(
 ) -> Result<Lease, ::kube::Error> {
     let name = lease_name(node);
     let now = Timestamp::now();
-    if let Some(lease) = last {
-        match api
-            .replace(
+    let create = || async {
+        let labels = json!({LABEL_AGENT_LEASE: "true", restart::LABEL_NODE_NAME: node});
+        let lease = new_lease(&name, labels)
+            .ok_or_else(|| ::kube::Error::Service("cannot build this agent's Lease".into()))?;
+        api.create(&PostParams::default(), &renewed(lease, node, now))
+            .await
+    };
+    let first_try = match last {
+        Some(lease) => {
+            api.replace(
                 &name,
                 &PostParams::default(),
                 &renewed(lease.clone(), node, now),
             )
             .await
-        {
-            Err(::kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
-            other => return other,
         }
+        None => create().await,
+    };
+    match first_try {
+        // Changed, deleted, or there already (an agent restarted): read afresh.
+        Err(::kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
+        other => return other,
     }
     match api.get_opt(&name).await? {
         Some(lease) => {
             api.replace(&name, &PostParams::default(), &renewed(lease, node, now))
                 .await
         }
-        None => {
-            let labels = json!({LABEL_AGENT_LEASE: "true", restart::LABEL_NODE_NAME: node});
-            let lease = new_lease(&name, labels)
-                .ok_or_else(|| ::kube::Error::Service("cannot build this agent's Lease".into()))?;
-            api.create(&PostParams::default(), &renewed(lease, node, now))
-                .await
-        }
+        None => create().await,
     }
 }
 
