@@ -31,9 +31,11 @@ struct TwoNodes {
 
 impl TwoNodes {
     async fn start(per_node: usize) -> TwoNodes {
-        let cluster = ControlPlane::start(ControlPlaneConfig::new(NEWEST))
-            .await
-            .unwrap();
+        TwoNodes::start_with(ControlPlaneConfig::new(NEWEST), per_node).await
+    }
+
+    async fn start_with(config: ControlPlaneConfig, per_node: usize) -> TwoNodes {
+        let cluster = ControlPlane::start(config).await.unwrap();
         apply_shipped(&cluster, "rbac-dedicated.yaml");
         let mut nodes = Vec::new();
         for name in ["node-1", "node-2"] {
@@ -336,4 +338,230 @@ async fn a_pod_disruption_budget_holds_a_rollout_to_what_it_allows() {
         "the PDB allows one pod unready at a time (the rollout six); the watch saw {most}"
     );
     two.each_restarted_once().await;
+}
+
+/// Desired minus available pods of `selector` over the apiserver's sequence of pod events, as
+/// a Deployment counts them (ready and not being deleted): the most at once and the integral
+/// over time (unavailable pod-seconds), from when it starts until `stop` is set.
+fn watch_availability(
+    pods: Api<Pod>,
+    selector: &str,
+    desired: usize,
+) -> (Arc<AtomicBool>, tokio::task::JoinHandle<(usize, f64)>) {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let config = watcher::Config::default().labels(selector);
+    let handle = tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher(pods, config));
+        let mut available: std::collections::HashMap<String, bool> = Default::default();
+        let (mut most, mut pod_seconds) = (0usize, 0.0f64);
+        let mut since = Instant::now();
+        let mut unavailable = 0usize;
+        // Counted from the end of the first listing (before it, pods not yet listed would
+        // count as unavailable).
+        let mut listed = false;
+        while !flag.load(Ordering::Relaxed) {
+            let next = tokio::time::timeout(Duration::from_millis(100), events.next()).await;
+            let now = Instant::now();
+            pod_seconds += unavailable as f64 * (now - since).as_secs_f64();
+            since = now;
+            let Ok(Some(Ok(event))) = next else { continue };
+            match event {
+                watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                    let up = pod.metadata.deletion_timestamp.is_none()
+                        && pod
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            });
+                    available.insert(pod.metadata.uid.clone().unwrap_or_default(), up);
+                }
+                watcher::Event::Delete(pod) => {
+                    available.remove(&pod.metadata.uid.clone().unwrap_or_default());
+                }
+                watcher::Event::InitDone => listed = true,
+                watcher::Event::Init => continue,
+            }
+            if !listed {
+                continue;
+            }
+            let up = available.values().filter(|a| **a).count();
+            unavailable = desired.saturating_sub(up);
+            most = most.max(unavailable);
+        }
+        (most, pod_seconds)
+    });
+    (stop, handle)
+}
+
+/// The UID and restart count of the `app` container of each pod of `app=web`.
+async fn web_pods(pods: &Api<Pod>) -> Vec<(String, i32)> {
+    let list = pods
+        .list(&kube::api::ListParams::default().labels("app=web"))
+        .await
+        .unwrap();
+    let mut out: Vec<(String, i32)> = list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| (p.metadata.uid.clone().unwrap_or_default(), app_status(p).0))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The same Deployment's six pods (over two real nodes, placed by the real scheduler) restarted
+/// twice at the same budget of 2: in place by a ContainerRestartRollout, then by `kubectl
+/// rollout restart` (new pods: scheduled, new sandboxes). Each keeps its budget as the
+/// apiserver's pod events show; the wall time and unavailable pod-seconds of each are printed
+/// for BENCHMARKS.md (`tests/run-all.sh --test real_kube_rollouts -- --nocapture
+/// side_by_side`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real Kubernetes binaries: run tests/run-all.sh"]
+async fn side_by_side_a_deployment_restarted_in_place_and_by_kubectl_rollout_restart() {
+    const REPLICAS: usize = 6;
+    let two = TwoNodes::start_with(ControlPlaneConfig::new(NEWEST).with_deployments(), 0).await;
+    let mut template = slow_ready_pod("web", "", "web");
+    let spec = template.spec.as_mut().unwrap();
+    spec.node_name = None;
+    // No CNI here: the nodes stay NotReady (tainted), which the host-network pods tolerate.
+    spec.tolerations = Some(vec![
+        serde_json::from_value(json!({"operator": "Exists"})).unwrap(),
+    ]);
+    spec.topology_spread_constraints = Some(vec![
+        serde_json::from_value(json!({"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "web"}}}))
+        .unwrap(),
+    ]);
+    kubectl_create(
+        &two.cluster,
+        "deployment",
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": NS},
+            "spec": {
+                "replicas": REPLICAS,
+                "selector": {"matchLabels": {"app": "web"}},
+                "strategy": {"type": "RollingUpdate",
+                             "rollingUpdate": {"maxUnavailable": 2, "maxSurge": 0}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": template.spec},
+            },
+        }),
+    );
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(two.pods.clone().into_client(), NS);
+    let settled = |deployments: Api<k8s_openapi::api::apps::v1::Deployment>| async move {
+        wait_until("the Deployment settled", WAIT, || {
+            let deployments = deployments.clone();
+            async move {
+                let d = deployments.get("web").await?;
+                let status = d.status.clone().unwrap_or_default();
+                let settled = status.observed_generation >= d.metadata.generation
+                    && status.updated_replicas == Some(REPLICAS as i32)
+                    && status.available_replicas == Some(REPLICAS as i32)
+                    && status.replicas == Some(REPLICAS as i32);
+                Ok(settled.then_some(()))
+            }
+        })
+        .await
+        .unwrap()
+    };
+    settled(deployments.clone()).await;
+    let before = web_pods(&two.pods).await;
+    let nodes: std::collections::HashSet<String> = two
+        .pods
+        .list(&kube::api::ListParams::default().labels("app=web"))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+
+    // In place.
+    let (stop, figures) = watch_availability(two.pods.clone(), "app=web", REPLICAS);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    kubectl_create(
+        &two.cluster,
+        "rollout",
+        json!({
+            "apiVersion": "inplaced.io/v1alpha1",
+            "kind": "ContainerRestartRollout",
+            "metadata": {"name": "roll", "namespace": NS},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 2},
+        }),
+    );
+    let done = wait_phase(&two.rollouts, "roll", &["Succeeded", "Failed"]).await;
+    wait_until("every pod ready again", WAIT, || {
+        let pods = two.pods.clone();
+        async move {
+            let list = pods
+                .list(&kube::api::ListParams::default().labels("app=web"))
+                .await?;
+            let ready = list.items.iter().all(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            });
+            Ok(ready.then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+    let in_place = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let (in_place_most, in_place_seconds) = figures.await.unwrap();
+    assert_eq!(done.data["status"]["phase"], "Succeeded", "{:#}", done.data);
+    let after: Vec<(String, i32)> = web_pods(&two.pods).await;
+    let same_pods: Vec<&String> = after.iter().map(|(uid, _)| uid).collect();
+    assert_eq!(
+        same_pods,
+        before.iter().map(|(uid, _)| uid).collect::<Vec<_>>(),
+        "the same pods"
+    );
+    assert!(
+        after.iter().all(|(_, restarts)| *restarts == 1),
+        "each restarted once: {after:?}"
+    );
+    assert!(in_place_most <= 2, "{in_place_most} unavailable at once");
+
+    // By kubectl: new pods.
+    let (stop, figures) = watch_availability(two.pods.clone(), "app=web", REPLICAS);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    kubectl(
+        &two.cluster,
+        &["rollout", "restart", "deployment/web", "-n", NS],
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    settled(deployments.clone()).await;
+    let replaced = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let (replaced_most, replaced_seconds) = figures.await.unwrap();
+    let renewed = web_pods(&two.pods).await;
+    assert!(
+        renewed
+            .iter()
+            .all(|(uid, _)| !before.iter().any(|(old, _)| old == uid)),
+        "every pod replaced"
+    );
+    assert!(replaced_most <= 2, "{replaced_most} unavailable at once");
+    eprintln!(
+        "side by side, {REPLICAS} pods of a Deployment on {} real nodes, budget 2 (kube {}):\n  \
+         ContainerRestartRollout (in place): {:.1} s, {:.1} unavailable pod-seconds, at most {in_place_most} unavailable\n  \
+         kubectl rollout restart (new pods): {:.1} s, {:.1} unavailable pod-seconds, at most {replaced_most} unavailable",
+        nodes.len(),
+        two.cluster.version(),
+        in_place.as_secs_f64(),
+        in_place_seconds,
+        replaced.as_secs_f64(),
+        replaced_seconds,
+    );
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components the real-cluster tests run, from the Go modules beside
 # this script (each pins one release in its go.mod and go.sum):
-#   k8s-1.36/  kube-apiserver, kubelet, kube-controller-manager, kubectl  (k8s.io/kubernetes v1.36.x)
+#   k8s-1.36/  kube-apiserver, kubelet, kube-controller-manager, kube-scheduler, kubectl
+#              (k8s.io/kubernetes v1.36.x)
 #   k8s-1.32/  kube-apiserver, kubelet, kube-controller-manager, etcd (3.5, the line 1.32 requires),
 #              kruise-manager (github.com/openkruise/kruise v1.9.0, built on the 1.32 libraries)
 #   k8s-tools/ helm (helm.sh/helm/v4) and krew (sigs.k8s.io/krew): the tools the chart and

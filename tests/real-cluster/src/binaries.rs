@@ -58,7 +58,7 @@ impl Binaries {
         Binaries::of("tools")
     }
 
-    /// The path of one binary (kube-apiserver, kubelet, kube-controller-manager, kubectl, etcd,
+    /// The path of one binary (kube-apiserver, kubelet, kube-controller-manager, kube-scheduler, kubectl, etcd,
     /// kruise-manager; helm, krew), checked to exist.
     pub fn path(&self, name: &str) -> anyhow::Result<PathBuf> {
         let path = self.dir.join(name);

@@ -1,5 +1,5 @@
-//! etcd, kube-apiserver and (with the controllers a test needs) kube-controller-manager of one
-//! release, on loopback, with the authorization a production cluster has (Node and RBAC, the
+//! etcd, kube-apiserver and (with the controllers a test needs) kube-controller-manager, and
+//! kube-scheduler for tests with Deployments, of one release, on loopback, with the authorization a production cluster has (Node and RBAC, the
 //! NodeRestriction admission plugin), x509 client certificates for nodes and agents, a token
 //! for the administrator, and an audit log of every request (who asked what).
 
@@ -26,6 +26,8 @@ pub struct ControlPlaneConfig {
     /// `--feature-gates` of the apiserver and the controller-manager (e.g.
     /// "InPlacePodVerticalScaling=true").
     pub feature_gates: Vec<String>,
+    /// Run kube-scheduler (pods made without a node, by a Deployment's ReplicaSet).
+    pub scheduler: bool,
 }
 
 impl ControlPlaneConfig {
@@ -45,7 +47,18 @@ impl ControlPlaneConfig {
             .map(String::from)
             .to_vec(),
             feature_gates: Vec::new(),
+            scheduler: false,
         }
+    }
+
+    /// With what Deployments need: their controllers and the scheduler, which places the pods
+    /// a ReplicaSet makes.
+    pub fn with_deployments(mut self) -> ControlPlaneConfig {
+        for controller in ["deployment-controller", "replicaset-controller"] {
+            self.controllers.push(controller.to_string());
+        }
+        self.scheduler = true;
+        self
     }
 
     /// With what kubelets rotating their client certificates need (`NodeConfig`'s
@@ -76,7 +89,11 @@ pub const SELF_NODE_CLIENT_BINDING: &str = r#"{
 
 pub struct ControlPlane {
     binaries: Binaries,
-    // Dropped in reverse order of start: the controller-manager, the apiserver, then etcd.
+    // Dropped in reverse order of start: the scheduler, the controller-manager, the apiserver,
+    // then etcd.
+    // Held for its drop, which ends the process.
+    #[allow(dead_code)]
+    scheduler: Option<Component>,
     controller_manager: Option<Component>,
     apiserver: Component,
     etcd: Component,
@@ -300,9 +317,26 @@ impl ControlPlane {
             )?)
         };
 
+        let scheduler = if config.scheduler {
+            let mut command = Command::new(binaries.path("kube-scheduler")?);
+            command
+                .arg(format!("--kubeconfig={}", admin_kubeconfig.display()))
+                .arg("--leader-elect=false")
+                .arg("--secure-port=0")
+                .arg("--v=1");
+            Some(Component::spawn(
+                "kube-scheduler",
+                command,
+                &path("kube-scheduler.log"),
+            )?)
+        } else {
+            None
+        };
+
         let audit_log = path("audit.log");
         Ok(ControlPlane {
             binaries,
+            scheduler,
             controller_manager,
             apiserver,
             etcd,
