@@ -159,7 +159,7 @@ fn parts(count: usize, since: &str) -> Value {
             .collect();
         nodes.insert(
             format!("node-{i}"),
-            json!({"matched": 10, "done": 3, "pending": 5, "claims": claims, "failures": []}),
+            json!({"skipped": 3, "claims": claims, "failures": []}),
         );
     }
     Value::Object(nodes)
@@ -454,7 +454,7 @@ async fn until_the_policies_are_enforced(
         )
         .await
         .unwrap();
-    probe.data["status"] = json!({"phase": "Progressing", "nodes": {OWN: {"matched": 1}}});
+    probe.data["status"] = json!({"phase": "Progressing", "nodes": {OWN: {"skipped": 1}}});
     let rollouts = Api::<DynamicObject>::namespaced_with(agent.clone(), NS, &resource);
     let enforced = |answer: Result<(), kube::Error>, why: &str| match answer {
         Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(why) => Ok(Some(())),
@@ -833,11 +833,11 @@ async fn only_the_leader_writes_a_rollouts_status(s: &Refusals) {
             n[OWN]["claims"].as_array_mut().unwrap().push(
                 json!({"pod": "web-0-2", "podUID": "uid-0-2", "since": "2026-12-06T00:00:00Z"}),
             );
-            n[OWN]["pending"] = json!(4);
+            n[OWN]["skipped"] = json!(4);
             n[OTHER]["claims"].as_array_mut().unwrap().remove(0);
         }),
         ("changes another node's count", |n| {
-            n[OTHER]["done"] = json!(9)
+            n[OTHER]["skipped"] = json!(9)
         }),
         ("adds a claim to another node's part", |n| {
             n[OTHER]["claims"].as_array_mut().unwrap().push(
@@ -848,7 +848,7 @@ async fn only_the_leader_writes_a_rollouts_status(s: &Refusals) {
             n.as_object_mut().unwrap().remove(OTHER);
         }),
         ("adds a part for another node", |n| {
-            n[THIRD] = json!({"matched": 1})
+            n[THIRD] = json!({"skipped": 1})
         }),
     ];
     let changed = |base: &DynamicObject, change: Change| {

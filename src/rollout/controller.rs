@@ -172,7 +172,12 @@ impl RequestController for Controller {
                 Ok(spec) => self.carry_out(&rollout, spec, view).await,
                 Err(_) => true,
             };
-            if takes_part {
+            // A leader leads every unfinished rollout of its namespace, its node's or not.
+            let leads_here = self
+                .namespaces
+                .get(&namespace)
+                .is_some_and(|n| n.leadership.leads());
+            if takes_part || leads_here {
                 work.insert(namespace.clone());
             }
             by_namespace

@@ -418,19 +418,26 @@ fn conclude(
         .iter()
         .map(|p| p.state.uid.as_str())
         .collect();
-    let ours = census
+    let included_here = census
         .matching
         .iter()
         .filter(|p| included(p, start))
         .count();
-    // The pods restarted (or being) and gone since are the rollout's too.
+    // A pod being deleted that was never asked is as good as gone (whether its deletion has
+    // completed yet or not); one restarted (or being) and gone since is the rollout's too.
+    let ours = census
+        .matching
+        .iter()
+        .filter(|p| included(p, start))
+        .filter(|p| !p.terminating || facts.requests.contains_key(&p.state.uid))
+        .count();
     let gone_since = facts
         .requests
         .keys()
         .filter(|uid| !here.contains(uid.as_str()))
         .count();
     status.matched = (ours + gone_since) as u32;
-    status.not_included = (census.matching.len() - ours) as u32;
+    status.not_included = (census.matching.len() - included_here) as u32;
     report_nodes_without_agent(status, census, start, left, facts.now);
     let any_left = left.values().any(|pods| !pods.is_empty());
     let any_claims = status.claims().next().is_some();
@@ -1120,10 +1127,15 @@ mod tests {
             step.status.message.as_deref(),
             Some("waiting for node b: no agent (1 pods)")
         );
-        // b2 is deleted.
-        run.pods.retain(|p| p.state.name != "b2");
+        // b2 is being deleted, then gone: counted out either way.
+        for b2 in run.pods.iter_mut().filter(|p| p.state.name == "b2") {
+            b2.terminating = true;
+        }
         let step = run.step();
         assert_eq!(step.status.phase, RolloutPhase::Succeeded);
+        assert_eq!((step.status.matched, step.status.done), (2, 2));
+        run.pods.retain(|p| p.state.name != "b2");
+        let step = run.step();
         assert_eq!((step.status.matched, step.status.done), (2, 2));
     }
 

@@ -5,6 +5,10 @@
 //! limit ranges, kruise ContainerRecreateRequests and inplaced ContainerResizeRequests. Tests reach the
 //! store directly for setup and assertions, inject faults, and read an audit log.
 //!
+//! Custom resources are served with a schema that keeps every field: the double neither
+//! validates a CRD's schema nor prunes the fields it does not name, where kube-apiserver does
+//! both (`real_kube_double` found a field dropped from the rollouts' CRD kept by the double).
+//!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
 //! use apiserver_double::{ApiServer, ServerConfig, Fault, RequestMatch};
