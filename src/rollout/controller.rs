@@ -139,6 +139,15 @@ struct Tracked {
     waiting: Option<String>,
 }
 
+impl Tracked {
+    /// The leader writes nothing of the rollout now: a write of this version was refused (the
+    /// watch has not brought the newer one yet), or the next write is not due.
+    fn held_back(&self, rollout: &Rollout) -> bool {
+        (self.conflicted_at.is_some() && self.conflicted_at == rollout.meta.resource_version)
+            || self.next_write.is_some_and(|at| Instant::now() < at)
+    }
+}
+
 /// One unfinished rollout of a namespace, as the pass read it.
 struct Unfinished<'o> {
     object: &'o DynamicObject,
@@ -319,6 +328,14 @@ impl Controller {
         let mut decided = Vec::new();
         for unfinished in rollouts {
             let rollout = &unfinished.rollout;
+            // Nothing to decide while a write is held back: the census is not taken either.
+            if self
+                .tracked
+                .get(&rollout.meta.uid)
+                .is_some_and(|t| t.held_back(rollout))
+            {
+                continue;
+            }
             let spec = match &rollout.spec {
                 Ok(spec) => spec,
                 Err(message) => {
@@ -359,14 +376,7 @@ impl Controller {
         census: &Census,
     ) {
         let rollout = &unfinished.rollout;
-        let tracked = self.tracked.entry(rollout.meta.uid.clone()).or_default();
-        if tracked.conflicted_at.is_some() && tracked.conflicted_at == rollout.meta.resource_version
-        {
-            return;
-        }
-        if tracked.next_write.is_some_and(|at| Instant::now() < at) {
-            return;
-        }
+        self.tracked.entry(rollout.meta.uid.clone()).or_default();
         let decision = plan::decide(&Facts {
             now: Timestamp::now(),
             generation: rollout.meta.generation,
