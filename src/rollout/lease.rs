@@ -5,13 +5,13 @@
 //! they take part in has not changed for a Lease's duration (a leader that writes is alive),
 //! and take it over once it has lapsed.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use ::kube::api::{Api, PostParams};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use serde_json::json;
 
 use super::object::{LABEL_AGENT_LEASE, LEADER_LEASE};
 use super::plan::LEASE_DURATION;
@@ -61,8 +61,15 @@ fn renewed(mut lease: Lease, me: &str, now: Timestamp) -> Lease {
     lease
 }
 
-fn new_lease(name: &str, labels: serde_json::Value) -> Option<Lease> {
-    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).ok()
+fn new_lease(name: &str, labels: BTreeMap<String, String>) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: (!labels.is_empty()).then_some(labels),
+            ..Default::default()
+        },
+        spec: None,
+    }
 }
 
 /// Where this agent stands with a namespace's leader Lease.
@@ -73,10 +80,10 @@ enum Lead {
     /// Another agent holds it: looked at again at this time, unless the rollouts show the
     /// leader at work before.
     Following { look_at: Instant },
-    /// This agent holds it, as last written at that time.
+    /// This agent holds it, as last written; renewed at that time.
     Holding {
         lease: Box<Lease>,
-        renewed_at: Instant,
+        renew_at: Instant,
     },
 }
 
@@ -115,7 +122,7 @@ impl Leadership {
     pub(super) fn due(&self) -> Instant {
         match &self.lead {
             Lead::Unknown { look_at } | Lead::Following { look_at } => *look_at,
-            Lead::Holding { renewed_at, .. } => *renewed_at + LEASE_RENEWAL,
+            Lead::Holding { renew_at, .. } => *renew_at,
         }
     }
 
@@ -148,7 +155,7 @@ impl Leadership {
             Ok(Some(lease)) => {
                 self.lead = Lead::Holding {
                     lease: Box::new(lease),
-                    renewed_at: Instant::now(),
+                    renew_at: Instant::now() + LEASE_RENEWAL,
                 }
             }
             Ok(None) => {
@@ -163,9 +170,9 @@ impl Leadership {
                         "cannot take or renew the rollouts' leader Lease; tried again later");
                     self.refusal_said |= forbidden;
                 }
-                // A Lease not renewed stays held until it lapses; looked at again later.
-                if let Lead::Holding { renewed_at, .. } = &mut self.lead {
-                    *renewed_at = Instant::now() - LEASE_RENEWAL + Duration::from_secs(1);
+                // A Lease not renewed stays held until it lapses; tried again in a second.
+                if let Lead::Holding { renew_at, .. } = &mut self.lead {
+                    *renew_at = Instant::now() + Duration::from_secs(1);
                 } else {
                     self.lead = Lead::Following {
                         look_at: Instant::now() + LEASE_RENEWAL,
@@ -201,9 +208,7 @@ impl Leadership {
                 .await
             }
             None => {
-                let Some(lease) = new_lease(LEADER_LEASE, json!({})) else {
-                    return Ok(None);
-                };
+                let lease = new_lease(LEADER_LEASE, BTreeMap::new());
                 api.create(&PostParams::default(), &renewed(lease, me, now))
                     .await
             }
@@ -228,9 +233,12 @@ pub(super) async fn renew_agent_lease(
     let name = lease_name(node);
     let now = Timestamp::now();
     let create = || async {
-        let labels = json!({LABEL_AGENT_LEASE: "true", restart::LABEL_NODE_NAME: node});
-        let lease = new_lease(&name, labels)
-            .ok_or_else(|| ::kube::Error::Service("cannot build this agent's Lease".into()))?;
+        let labels = [
+            (LABEL_AGENT_LEASE.to_string(), "true".to_string()),
+            (restart::LABEL_NODE_NAME.to_string(), node.to_string()),
+        ]
+        .into();
+        let lease = new_lease(&name, labels);
         api.create(&PostParams::default(), &renewed(lease, node, now))
             .await
     };
@@ -262,6 +270,7 @@ pub(super) async fn renew_agent_lease(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn lease(holder: Option<&str>, renewed: Option<&str>, seconds: Option<i32>) -> Lease {
         serde_json::from_value(json!({
