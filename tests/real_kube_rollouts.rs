@@ -370,14 +370,7 @@ fn watch_availability(
             let Ok(Some(Ok(event))) = next else { continue };
             match event {
                 watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
-                    let up = pod.metadata.deletion_timestamp.is_none()
-                        && pod
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_ref())
-                            .is_some_and(|c| {
-                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                            });
+                    let up = pod.metadata.deletion_timestamp.is_none() && support::pod_ready(&pod);
                     available.insert(pod.metadata.uid.clone().unwrap_or_default(), up);
                 }
                 watcher::Event::Delete(pod) => {
@@ -504,13 +497,7 @@ async fn side_by_side_a_deployment_restarted_in_place_and_by_kubectl_rollout_res
             let list = pods
                 .list(&kube::api::ListParams::default().labels("app=web"))
                 .await?;
-            let ready = list.items.iter().all(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            });
-            Ok(ready.then_some(()))
+            Ok(list.items.iter().all(support::pod_ready).then_some(()))
         }
     })
     .await

@@ -245,6 +245,14 @@ pub async fn env_of(id: &str, name: &str) -> Option<String> {
         .find_map(|kv| kv.strip_prefix(&format!("{name}=")).map(str::to_owned))
 }
 
+/// The pod's Ready condition is True.
+pub fn pod_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// Follows the pods of `selector` through a watch until `stop` is set: the most that were
 /// unready at once, every state the API server held counted (its event order, not samples).
 pub fn most_unready(
@@ -274,12 +282,10 @@ pub fn most_unready(
                 | ::kube::runtime::watcher::Event::InitApply(pod) => pod,
                 _ => continue,
             };
-            let is_ready = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            ready.insert(pod.metadata.name.clone().unwrap_or_default(), is_ready);
+            ready.insert(
+                pod.metadata.name.clone().unwrap_or_default(),
+                pod_ready(&pod),
+            );
             most = most.max(ready.values().filter(|r| !**r).count());
         }
         most

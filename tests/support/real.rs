@@ -198,12 +198,7 @@ pub async fn running(pods: &Api<Pod>, name: &str) -> Pod {
         let name = name.to_string();
         async move {
             let pod = pods.get(&name).await?;
-            let ready = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            Ok(ready.then_some(pod))
+            Ok(super::pod_ready(&pod).then_some(pod))
         }
     })
     .await
